@@ -1,0 +1,156 @@
+"""What every judge is: the request it sees, the verdict it gives, and the hooks it calls.
+
+A judge turns (query, expected output, one context item) into a `Verdict`. Rate limits and
+counters live outside the judge and reach it through `Gate` and `JudgeStats`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "Gate",
+    "ItemRequest",
+    "Judge",
+    "JudgeReply",
+    "JudgeSettings",
+    "JudgeStats",
+    "NullGate",
+    "Verdict",
+    "estimate_tokens",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One context item's verdict: relevant or not, with the judge's one-sentence reason."""
+
+    relevant: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRequest:
+    """What the judge sees for one item. `expected` None means: judge against the query alone."""
+
+    query: str
+    expected: str | None
+    item: str
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeReply:
+    """A verdict plus what it cost."""
+
+    verdict: Verdict
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSettings:
+    """Everything a provider needs. Secrets are never stored here, only the env var's name."""
+
+    model: str = "offline"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float = 0.0
+    max_output_tokens: int = 200
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    retry_budget_s: float = 300.0
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    structured_output: bool = True
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    anthropic_version: str = "2023-06-01"
+
+
+def estimate_tokens(*texts: str | None) -> int:
+    """Cheap token estimate (about 4 characters a token), used before a call for TPM budgets."""
+    return sum(len(t) for t in texts if t) // 4 + 1
+
+
+@dataclass
+class JudgeStats:
+    """Counters shared by all calls of one run (plain ints: updated on the event loop only)."""
+
+    requests: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    reasks: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    errors_by_cause: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "requests": self.requests,
+            "retries": self.retries,
+            "rate_limited": self.rate_limited,
+            "reasks": self.reasks,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "failures": dict(self.failures),
+            "errors_by_cause": dict(self.errors_by_cause),
+        }
+
+
+class Gate(Protocol):
+    """Admission control for HTTP attempts: calls in flight, requests/min, tokens/min."""
+
+    def slot(self, est_tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold one call-in-flight place, after waiting for RPM and TPM budget."""
+        ...
+
+    def rate_limited(self, retry_after: float | None) -> None:
+        """The server said 429: pause everyone for retry_after (or a backoff) and slow down."""
+        ...
+
+    def used_tokens(self, estimated: int, actual: int) -> None:
+        """Correct the TPM budget once the real usage of a call is known."""
+        ...
+
+
+class NullGate:
+    """A gate that admits everything at once (offline judge, unit tests)."""
+
+    @contextlib.asynccontextmanager
+    async def slot(self, est_tokens: int) -> AsyncIterator[None]:
+        yield
+
+    def rate_limited(self, retry_after: float | None) -> None:
+        return None
+
+    def used_tokens(self, estimated: int, actual: int) -> None:
+        return None
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """A relevance judge. `identity()` holds everything that changes a verdict (memo key)."""
+
+    model: str
+
+    def identity(self) -> dict[str, object]: ...
+
+    async def judge_item(self, request: ItemRequest) -> JudgeReply:
+        """Judge one item; raise `JudgeError` when the call finally failed."""
+        ...
+
+    async def judge_row(
+        self, query: str, expected: str | None, items: Sequence[str]
+    ) -> list[JudgeReply]:
+        """Judge all items in one call (per-row mode); count mismatch raises JudgeParseError."""
+        ...
+
+    async def write_reason(self, prompt: str) -> str:
+        """Free text for the optional LLM-written reason."""
+        ...
+
+    async def aclose(self) -> None: ...

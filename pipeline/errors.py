@@ -1,0 +1,75 @@
+"""The one exception tree of ctxprec. Every message says what went wrong and what to do next.
+
+`CtxprecError` subclasses are user-facing (the CLI prints them without a traceback, exit 2);
+`JudgeError` subclasses describe a failed judge call (they become row statuses, never NaN).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CtxprecError",
+    "InputError",
+    "JudgeError",
+    "JudgeFatalError",
+    "JudgeParseError",
+    "JudgeRetryableError",
+    "OutputError",
+]
+
+
+class CtxprecError(Exception):
+    """Base class: a problem the user can fix; shown as a one-line message, exit code 2."""
+
+
+class ConfigError(CtxprecError):
+    """Bad configuration: unknown provider, missing key, bad TOML, conflicting flags."""
+
+
+class InputError(CtxprecError):
+    """Bad input data that can be seen before any judge call (missing file, column, type)."""
+
+
+class OutputError(CtxprecError):
+    """The output folder cannot be used (holds another run, not writable)."""
+
+
+class JudgeError(Exception):
+    """A judge call failed. `cause` is a short machine-friendly tag used in summaries."""
+
+    cause: str = "judge_error"
+
+    def __init__(self, message: str, *, cause: str | None = None, status: int | None = None):
+        super().__init__(message)
+        if cause is not None:
+            self.cause = cause
+        self.status = status
+
+
+class JudgeRetryableError(JudgeError):
+    """Timeouts, dropped connections, 408/409/429/5xx: worth another try after a pause."""
+
+    cause = "retryable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        cause: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message, cause=cause, status=status)
+        self.retry_after = retry_after
+
+
+class JudgeFatalError(JudgeError):
+    """400/401/403/404/422, exhausted quota: retrying cannot help."""
+
+    cause = "fatal"
+
+
+class JudgeParseError(JudgeError):
+    """The reply could not be read as a verdict (after the one re-ask)."""
+
+    cause = "unparseable"

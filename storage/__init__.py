@@ -1,0 +1,3 @@
+"""The pipeline's own state: memo, run manifest and part files, reports."""
+
+__all__: list[str] = []
