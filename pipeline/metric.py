@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 import polars as pl
 
-__all__ = ["average_precision", "map_score", "map_stage", "round_half_up"]
+__all__ = [
+    "average_precision",
+    "map_score",
+    "map_stage",
+    "rank_column_names",
+    "rank_metrics",
+    "round_half_up",
+]
 
 _EPSILON = 2.220446049250313e-16  # JavaScript's Number.EPSILON
 
@@ -37,8 +44,75 @@ def map_score(verdicts: Sequence[bool], scale: float = 1.0) -> float:
     return round_half_up(average_precision(verdicts) * scale)
 
 
+def rank_metrics(verdicts: Sequence[bool], ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
+    """Plain-Python rank metrics of one list (reference for the Polars stage).
+
+    precision@k divides by k (a short list is not padded with relevant items); NDCG@k uses
+    binary gains with ideal DCG over min(k, relevant count) items; reciprocal rank is 0.0 when
+    nothing is relevant.
+    """
+    first = next((i for i, r in enumerate(verdicts) if r), None)
+    out: dict[str, float] = {"reciprocal_rank": 0.0 if first is None else 1.0 / (first + 1)}
+    total = sum(1 for r in verdicts if r)
+    for k in ks:
+        top = sum(1 for r in verdicts[:k] if r)
+        dcg = sum(1.0 / math.log2(i + 2) for i, r in enumerate(verdicts[:k]) if r)
+        ideal = sum(1.0 / math.log2(i + 2) for i in range(min(k, total)))
+        out[f"precision_at_{k}"] = top / k
+        out[f"hit_at_{k}"] = float(top > 0)
+        out[f"ndcg_at_{k}"] = dcg / ideal if ideal else 0.0
+    return out
+
+
+def _true_div(expr: pl.Expr, divisor: float) -> pl.Expr:
+    """IEEE division by a constant. Polars rewrites `x / c` as `x * (1/c)`, which is off by one
+    ulp for some x (41 / 100 != 41 * 0.01) and would break equality with the per-row function."""
+    return expr.map_batches(lambda s: s.to_numpy() / divisor, return_dtype=pl.Float64)
+
+
 def _round_half_up_expr(expr: pl.Expr) -> pl.Expr:
-    return ((expr + _EPSILON) * 100.0 + 0.5).floor() / 100.0
+    return _true_div(((expr + _EPSILON) * 100.0 + 0.5).floor(), 100.0)
+
+
+def _rank_aggs(position: str, relevant: str, ks: Sequence[int]) -> list[pl.Expr]:
+    rel = pl.col(relevant)
+    pos = pl.col(position)
+    gain = pl.when(rel).then(1.0 / (pos + 2).cast(pl.Float64).log(2)).otherwise(0.0)
+    aggs = [pos.filter(rel).min().alias("_first")]
+    for k in ks:
+        top = pos < k
+        aggs.append((rel & top).sum().alias(f"_top_{k}"))
+        aggs.append(gain.filter(top).sum().alias(f"_dcg_{k}"))
+    return aggs
+
+
+def _ideal_dcg(count: pl.Expr, k: int) -> pl.Expr:
+    """Sum of 1/log2(i+2) for i < min(k, count), from a small lookup of prefix sums."""
+    prefix = [0.0]
+    for i in range(k):
+        prefix.append(prefix[-1] + 1.0 / math.log2(i + 2))
+    return pl.lit(pl.Series(prefix)).gather(pl.min_horizontal(count, pl.lit(k)))
+
+
+def _rank_columns(ks: Sequence[int]) -> list[pl.Expr]:
+    first = pl.col("_first")
+    cols = [pl.when(first.is_null()).then(0.0).otherwise(1.0 / (first + 1)).alias("reciprocal_rank")]
+    for k in ks:
+        top = pl.col(f"_top_{k}")
+        ideal = _ideal_dcg(pl.col("relevant_count"), k)
+        cols += [
+            _true_div(top.cast(pl.Float64), float(k)).alias(f"precision_at_{k}"),
+            (top > 0).alias(f"hit_at_{k}"),
+            pl.when(ideal > 0).then(pl.col(f"_dcg_{k}") / ideal).otherwise(0.0).alias(f"ndcg_at_{k}"),
+        ]
+    return cols
+
+
+def rank_column_names(ks: Sequence[int]) -> list[str]:
+    names = ["reciprocal_rank"]
+    for k in ks:
+        names += [f"precision_at_{k}", f"hit_at_{k}", f"ndcg_at_{k}"]
+    return names
 
 
 def map_stage(
@@ -48,14 +122,16 @@ def map_stage(
     position: str = "position",
     relevant: str = "relevant",
     scale: float = 1.0,
+    ks: Sequence[int] = (),
 ) -> pl.DataFrame:
     """Score many rows at once from one row per judged item.
 
     Input: columns `key`, `position` (0-based rank), `relevant` (bool), with each row's items
     contiguous and in position order (as `explode` produces them). Output, one row per key in
     first-seen order: `key`, `score` (rounded, scaled), `ap` (unrounded MAP), `relevant_count`,
-    `context_count`. Runs without any per-group window: a global cumulative sum minus the
-    count at each row's first item gives "relevant items so far".
+    `context_count`, then for `ks` the rank metrics of `rank_metrics`. Runs without any
+    per-group window: a global cumulative sum minus the count at each row's first item gives
+    "relevant items so far".
     """
     rel = pl.col(relevant).cast(pl.Int64)
     seen = rel.cum_sum()
@@ -72,6 +148,7 @@ def map_stage(
             pl.col("_p").sum().alias("_sum"),
             pl.col(relevant).sum().cast(pl.Int64).alias("relevant_count"),
             pl.len().cast(pl.Int64).alias("context_count"),
+            *_rank_aggs(position, relevant, ks),
         )
         .with_columns(
             pl.when(pl.col("relevant_count") > 0)
@@ -79,7 +156,9 @@ def map_stage(
             .otherwise(0.0)
             .alias("ap")
         )
-        .with_columns(_round_half_up_expr(pl.col("ap") * float(scale)).alias("score"))
-        .select(key, "score", "ap", "relevant_count", "context_count")
+        .with_columns(
+            _round_half_up_expr(pl.col("ap") * float(scale)).alias("score"), *_rank_columns(ks)
+        )
+        .select(key, "score", "ap", "relevant_count", "context_count", *rank_column_names(ks))
     )
     return out.collect()

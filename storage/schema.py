@@ -37,12 +37,23 @@ def rank_columns(ks: Sequence[int]) -> list[pa.Field]:
     return fields
 
 
+def _label_fields(labels: bool) -> list[pa.Field]:
+    if not labels:
+        return []
+    return [pa.field("label_verdicts", pa.list_(pa.bool_())), pa.field("label_score", pa.float64())]
+
+
 def output_schema(
     id_type: pa.DataType = pa.string(),
     passthrough: Sequence[pa.Field] = (),
     ks: Sequence[int] = DEFAULT_KS,
+    labels: bool = False,
 ) -> pa.Schema:
-    """id, passthrough columns, then the fixed scored columns in a fixed order."""
+    """id, passthrough columns, then the fixed scored columns in a fixed order.
+
+    With `labels` (a human-label column was mapped) two columns follow `verdicts`:
+    `label_verdicts` (the labels as given) and `label_score` (the MAP of the labels).
+    """
     fields = [
         pa.field("id", id_type, nullable=False),
         *passthrough,
@@ -52,6 +63,7 @@ def output_schema(
         pa.field("reason", pa.string()),
         pa.field("verdicts", pa.list_(pa.bool_())),
         pa.field("verdict_reasons", pa.list_(pa.string())),
+        *_label_fields(labels),
         pa.field("relevant_count", pa.int64()),
         pa.field("context_count", pa.int64(), nullable=False),
         *rank_columns(ks),

@@ -1,0 +1,95 @@
+"""The Anthropic Messages API judge: request and reply shapes only. Session, retries, parsing
+and re-ask live in `judges.http`.
+
+No JSON-schema structured output here: the prompt asks for JSON only and the tolerant parser
+(plus the one re-ask) reads the reply, which is what `settings.structured_output` falls back to.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from connectors.judges.base import Gate, JudgeSettings, JudgeStats
+from connectors.judges.http import (
+    HttpJudgeBase,
+    Message,
+    Schema,
+    api_key_from_env,
+    normalize_base_url,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class AnthropicJudge(HttpJudgeBase):
+    """POST {base}/messages with x-api-key ($ANTHROPIC_API_KEY or settings.api_key_env) and
+    anthropic-version; base URL from settings.base_url, $ANTHROPIC_BASE_URL, or Anthropic's."""
+
+    provider = "anthropic"
+
+    def __init__(
+        self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
+    ) -> None:
+        base = normalize_base_url(
+            settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        )
+        model = f"anthropic/{model_name}"
+        key = api_key_from_env(settings.api_key_env or "ANTHROPIC_API_KEY", base, model)
+        super().__init__(settings, gate, stats, url=f"{base}/messages", api_key=key)
+        self.model, self._name, self._base = model, model_name, base
+
+    def identity(self) -> dict[str, object]:
+        s = self.settings
+        return {
+            "provider": "anthropic",
+            "model": self._name,
+            "base_url": self._base,
+            "temperature": s.temperature,
+            "max_output_tokens": s.max_output_tokens,
+            "anthropic_version": s.anthropic_version,
+        }
+
+    def _headers(self) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "anthropic-version": self.settings.anthropic_version,
+        }
+        if self._api_key is not None:
+            headers["x-api-key"] = self._api_key
+        headers.update(dict(self.settings.extra_headers))
+        return headers
+
+    def _payload(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> dict[str, Any]:
+        return {
+            "model": self._name,
+            "max_tokens": max_tokens,
+            "temperature": self.settings.temperature,
+            "system": system,
+            "messages": messages,
+        }
+
+    def _text(self, data: dict[str, Any]) -> str:
+        """The text blocks of `content`, joined; "" when absent (parser fails, one re-ask)."""
+        blocks = data.get("content")
+        if not isinstance(blocks, list):
+            return ""
+        texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+        return "".join(t for t in texts if isinstance(t, str))
+
+    def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
+        """Input tokens include prompt-cache reads and writes: all of them count toward limits."""
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        return sum(_int(usage.get(k)) for k in keys), _int(usage.get("output_tokens"))

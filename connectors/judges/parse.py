@@ -1,0 +1,179 @@
+"""Tolerant reading of a judge's reply text into verdicts (JSON, fenced JSON, yes/no prose).
+It reads only the model's reply, never the prompt, so context item text cannot steer parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from connectors.judges.base import Verdict
+from pipeline.errors import JudgeParseError
+
+__all__ = ["VERDICT_KEYS", "parse_row_verdicts", "parse_verdict"]
+
+VERDICT_KEYS = ("relevant", "is_relevant", "verdict", "answer")
+_REASON_KEYS = ("reason", "explanation", "rationale")
+_TRUE = frozenset({"yes", "y", "true", "relevant", "1"})
+_FALSE = frozenset({"no", "n", "false", "not relevant", "not_relevant", "irrelevant", "0"})
+_NO_REASON = "(no reason given)"
+
+_TOKEN = (
+    r"(not[\s_-]+relevant\b|irrelevant\b|relevant\b|yes\b|no\b|true\b|false\b|[01](?=$|[\s,:;)\-]))"
+)
+# A verdict word at the very start, optionally as "Relevant: no" / "Verdict: yes", after markup.
+_LEAD = re.compile(
+    r"^[\s*_#>\"'`(\[-]*(?:(?:relevant|is_relevant|verdict|answer)\s*[:=]\s*)?[\s*_\"'`]*" + _TOKEN,
+    re.IGNORECASE,
+)
+# "yes/no", "yes or no", "Yes No": a second, contradicting verdict word right after the first.
+_SECOND = re.compile(r"^[\s*_\"'`]*(?:/|\||\bor\b)?[\s*_\"'`]*" + _TOKEN, re.IGNORECASE)
+_WHOLE_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.DOTALL)
+_REASON_LEAD = re.compile(r"^[\s\-–—:,.;)*_\"'`]+")
+
+
+def _to_bool(value: Any) -> bool | None:
+    """true/false, "yes"/"no", "relevant"/"not relevant", 1/0; None when it is none of them."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = " ".join(value.strip().strip(".!").lower().split())
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    return None
+
+
+def _reason_of(obj: dict[str, Any]) -> str:
+    for key in _REASON_KEYS:
+        value = obj.get(key)
+        if value is not None and str(value).strip():
+            return str(value).strip()
+    return _NO_REASON
+
+
+def _from_mapping(obj: dict[str, Any]) -> Verdict | None:
+    """The verdict of a JSON object with a verdict key; None when it has no such key."""
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    key = next((k for k in VERDICT_KEYS if k in lowered), None)
+    if key is None:
+        return None
+    value = _to_bool(lowered[key])
+    if value is None:
+        raise JudgeParseError(f"verdict {key}={lowered[key]!r} is neither yes nor no")
+    return Verdict(value, _reason_of(lowered))
+
+
+def _whole_json(text: str) -> Any:
+    """The reply as one JSON value (bare or as one fenced block); None when it is not."""
+    fenced = _WHOLE_FENCE.match(text)
+    try:
+        return json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        return None
+
+
+def _top_level_objects(text: str) -> Iterator[dict[str, Any]]:
+    """JSON objects embedded in prose or fences, left to right; nested objects are skipped."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except ValueError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(obj, dict):
+            yield obj
+        start = text.find("{", end)
+
+
+def _leading(text: str) -> Verdict | None:
+    match = _LEAD.match(text)
+    if match is None:
+        return None
+    value = _to_bool(match.group(1))
+    rest = text[match.end() :]
+    second = _SECOND.match(rest)
+    if value is None or (second is not None and _to_bool(second.group(1)) != value):
+        raise JudgeParseError(f"ambiguous reply: {_clip(text)!r}")
+    return Verdict(value, _REASON_LEAD.sub("", rest).strip() or _NO_REASON)
+
+
+def _clip(text: str) -> str:
+    return " ".join(text.split())[:120]
+
+
+def parse_verdict(text: str) -> Verdict:
+    """Read one verdict. Order: the whole reply as JSON (bare or fenced); a verdict word at the
+    start ("Yes - ...", "Relevant: no"); else the FIRST top-level JSON object with a verdict key.
+
+    Why this order and why the first object: the model is told to answer with JSON, so a
+    structured answer opens the reply; objects further on are most likely quoted material (an
+    item saying '{"relevant": true}') and must not override the answer. A leading verdict word
+    beats embedded JSON for the same reason. An unreadable value in that first object fails
+    rather than falling through to a later object.
+    """
+    stripped = (text or "").strip()
+    if not stripped:
+        raise JudgeParseError("empty reply")
+    whole = _whole_json(stripped)
+    if isinstance(whole, dict) and (found := _from_mapping(whole)) is not None:
+        return found
+    if whole is not None and not isinstance(whole, dict | list):
+        value = _to_bool(whole)
+        if value is not None:
+            return Verdict(value, _NO_REASON)
+    found = _leading(stripped)
+    if found is not None:
+        return found
+    for obj in _top_level_objects(stripped):
+        found = _from_mapping(obj)
+        if found is not None:
+            return found
+    raise JudgeParseError(f"no verdict in reply: {_clip(stripped)!r}")
+
+
+def _row_entries(text: str) -> list[Any]:
+    whole = _whole_json(text)
+    if isinstance(whole, list):
+        return whole
+    candidates = [whole] if isinstance(whole, dict) else list(_top_level_objects(text))
+    for obj in candidates:
+        entries = obj.get("verdicts")
+        if isinstance(entries, list):
+            return entries
+    raise JudgeParseError(f'no {{"verdicts": [...]}} list in reply: {_clip(text)!r}')
+
+
+def _entry(entry: Any) -> tuple[int | None, Verdict]:
+    if isinstance(entry, dict):
+        verdict = _from_mapping(entry)
+        index = entry.get("index")
+        if verdict is not None:
+            return (index if isinstance(index, int) else None), verdict
+    value = _to_bool(entry)
+    if value is None:
+        raise JudgeParseError(f"row verdict {_clip(json.dumps(entry))!r} has no readable verdict")
+    return None, Verdict(value, _NO_REASON)
+
+
+def parse_row_verdicts(text: str, n_items: int) -> list[Verdict]:
+    """Read per-row verdicts, one per item in item order; any count mismatch fails the call.
+    Indices, when every entry has one, must be exactly 0..n-1 (or 1..n) and set the order."""
+    entries = [_entry(e) for e in _row_entries((text or "").strip())]
+    if len(entries) != n_items:
+        raise JudgeParseError(f"expected {n_items} verdicts, got {len(entries)}")
+    indices = [index for index, _ in entries]
+    if all(index is not None for index in indices):
+        ordered = sorted(entries, key=lambda e: e[0] or 0)
+        found = [index for index, _ in ordered]
+        if found not in (list(range(n_items)), list(range(1, n_items + 1))):
+            raise JudgeParseError(f"verdict indices {found} do not number {n_items} items")
+        entries = ordered
+    return [verdict for _, verdict in entries]

@@ -1,0 +1,238 @@
+"""Failure policy of the HTTP judges, in one place: which statuses and transport errors are
+retryable or fatal (`classify`, `classify_exception`), how long the server asks us to wait
+(`parse_retry_after`), and how long we wait (`backoff`, `RetryClock`, `set_testing`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+
+import aiohttp
+import anyio
+
+from pipeline.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+
+__all__ = [
+    "MAX_WAIT_S",
+    "RetryClock",
+    "backoff",
+    "classify",
+    "classify_exception",
+    "clock",
+    "error_detail",
+    "parse_retry_after",
+    "set_testing",
+]
+
+MAX_WAIT_S = 600.0
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_OPENAI_RESETS = (
+    ("x-ratelimit-reset-requests", "x-ratelimit-remaining-requests"),
+    ("x-ratelimit-reset-tokens", "x-ratelimit-remaining-tokens"),
+)
+_ANTHROPIC_RESETS = tuple(
+    (f"anthropic-ratelimit-{kind}-reset", f"anthropic-ratelimit-{kind}-remaining")
+    for kind in ("requests", "tokens", "input-tokens", "output-tokens")
+)
+
+
+def _number(raw: str | None) -> float | None:
+    try:
+        value = float(raw) if raw is not None else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _duration_s(raw: str) -> float | None:
+    """OpenAI's reset form: "1s", "6m0s", "20ms", "1h2m3.5s" (a bare number is seconds)."""
+    if re.fullmatch(r"(?:\d+(?:\.\d+)?(?:ms|h|m|s))+", raw):
+        return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION.findall(raw))
+    return _number(raw)
+
+
+def _http_date_s(raw: str, now: float) -> float | None:
+    parsed = email.utils.parsedate_tz(raw)
+    return None if parsed is None else float(email.utils.mktime_tz(parsed)) - now
+
+
+def _rfc3339_s(raw: str, now: float) -> float | None:
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return moment.timestamp() - now if moment.tzinfo is not None else None
+
+
+def _reset_wait(
+    h: Mapping[str, str], pairs: Sequence[tuple[str, str]], parse: Callable[[str], float | None]
+) -> float | None:
+    """The longest reset among exhausted limits (remaining == 0), else the shortest one."""
+    found: list[tuple[float, bool]] = []
+    for reset_key, remaining_key in pairs:
+        wait = parse(h[reset_key]) if reset_key in h else None
+        if wait is not None:
+            found.append((wait, h.get(remaining_key) == "0"))
+    exhausted = [wait for wait, empty in found if empty]
+    if exhausted:
+        return max(exhausted)
+    return min((wait for wait, _ in found), default=None)
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None, *, now: float | None = None
+) -> float | None:
+    """Seconds to wait: retry-after-ms, then Retry-After (seconds or HTTP date), then OpenAI's
+    x-ratelimit-reset-*, then Anthropic's anthropic-ratelimit-*-reset; clamped to [0, 600]."""
+    if not headers:
+        return None
+    h = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    t = time.time() if now is None else now
+    ms = _number(h.get("retry-after-ms"))
+    wait = ms / 1000.0 if ms is not None else None
+    if wait is None and "retry-after" in h:
+        wait = _number(h["retry-after"])
+        wait = _http_date_s(h["retry-after"], t) if wait is None else wait
+    if wait is None:
+        wait = _reset_wait(h, _OPENAI_RESETS, _duration_s)
+    if wait is None:
+        wait = _reset_wait(h, _ANTHROPIC_RESETS, lambda raw: _rfc3339_s(raw, t))
+    return None if wait is None else min(max(wait, 0.0), MAX_WAIT_S)
+
+
+# ---------------------------------------------------------------- retryable or fatal
+
+_QUOTA = re.compile(
+    r"insufficient_quota|quota\W*(?:is\s+)?(?:exhausted|exceeded)|exceeded your current quota"
+    r"|billing|credit balance",
+    re.IGNORECASE,
+)
+_HINTS = {
+    401: "; check the API key in the environment",
+    403: "; this key may not use this model or endpoint",
+    404: "; check the model name and the base URL",
+}
+
+
+def error_detail(body: str) -> str:
+    """The provider's error message if the body is the usual JSON error shape, else the text
+    (not redacted: the HTTP layer scrubs keys before any message is shown or logged)."""
+    text = body
+    try:
+        data = json.loads(body)
+        error = data.get("error", data) if isinstance(data, dict) else data
+        text = str(error.get("message", error)) if isinstance(error, dict) else str(error)
+    except ValueError:
+        pass
+    return " ".join(text.split())[:300] or "(empty body)"
+
+
+def classify(status: int, body: str, headers: Mapping[str, str] | None = None) -> JudgeError:
+    """The one status → error map: 408/409/429/5xx retryable, everything else fatal."""
+    detail = error_detail(body)
+    if status == 429 and _QUOTA.search(body):
+        return JudgeFatalError(
+            f"HTTP 429 quota exhausted: {detail}; check the plan and billing of this API key",
+            cause="quota_exhausted",
+            status=status,
+        )
+    if status in (408, 409, 429) or status >= 500:
+        cause = "rate_limited" if status == 429 else f"http_{status}"
+        wait = parse_retry_after(headers)
+        return JudgeRetryableError(
+            f"HTTP {status}: {detail}", cause=cause, status=status, retry_after=wait
+        )
+    hint = _HINTS.get(status, "")
+    return JudgeFatalError(f"HTTP {status}: {detail}{hint}", cause=f"http_{status}", status=status)
+
+
+def classify_exception(exc: BaseException) -> JudgeError | None:
+    """Transport failures: timeouts and dropped connections are retryable; None = not ours."""
+    name = type(exc).__name__
+    if isinstance(exc, aiohttp.ClientSSLError | aiohttp.ServerFingerprintMismatch):
+        return JudgeFatalError(f"TLS failure ({name}): {exc}", cause="tls")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return JudgeFatalError(f"invalid URL ({name}): {exc}; check base_url", cause="bad_url")
+    if isinstance(exc, TimeoutError):
+        return JudgeRetryableError(f"no reply within the timeout ({name})", cause="timeout")
+    if isinstance(exc, aiohttp.ClientError | ConnectionError):
+        return JudgeRetryableError(f"connection failed ({name}): {exc}", cause="connection")
+    return None
+
+
+# ---------------------------------------------------------------- waiting between attempts
+
+
+class RetryClock:
+    """Sleep and clock used between attempts. Tests install an instant one with `set_testing`:
+    its sleeps only advance a virtual offset (so retry budgets still add up) and are recorded."""
+
+    def __init__(
+        self,
+        instant: bool = False,
+        rand: Callable[[], float] = random.random,
+        on_sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.instant, self.rand, self.on_sleep = instant, rand, on_sleep
+        self.offset = 0.0
+        self.waits: list[float] = []
+
+    def now(self) -> float:
+        return time.monotonic() + self.offset
+
+    async def sleep(self, seconds: float) -> None:
+        if self.on_sleep is not None:
+            self.on_sleep(seconds)
+        if not self.instant:
+            await anyio.sleep(seconds)
+            return
+        self.waits.append(seconds)
+        self.offset += seconds
+        await anyio.sleep(0)
+
+
+_CLOCK = RetryClock()
+
+
+def set_testing(
+    instant: bool = True,
+    *,
+    rand: Callable[[], float] | None = None,
+    on_sleep: Callable[[float], None] | None = None,
+) -> RetryClock:
+    """Make retry waits instant and recorded (like stamina's test mode); returns the clock.
+    `set_testing(False)` restores real sleeps."""
+    global _CLOCK
+    _CLOCK = RetryClock(instant, rand or random.random, on_sleep)
+    return _CLOCK
+
+
+def clock() -> RetryClock:
+    """The clock in use (real, or the instant one installed by `set_testing`)."""
+    return _CLOCK
+
+
+def backoff(
+    attempt: int,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    *,
+    rand: Callable[[], float] | None = None,
+) -> float:
+    """Seconds before retry number `attempt` (1-based). A server-given retry_after wins (plus up
+    to 10 % / 1 s jitter so waiters do not return together); else full jitter over
+    min(cap, base * 2**(attempt-1))."""
+    draw = (rand or _CLOCK.rand)()
+    if retry_after is not None:
+        return retry_after + draw * min(1.0, 0.1 * retry_after)
+    return draw * min(cap, base * 2.0 ** min(max(attempt - 1, 0), 32))

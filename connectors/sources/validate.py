@@ -1,0 +1,320 @@
+"""Up-front checks of Parquet input: readable files, mapped columns and their types, one schema
+across files, unique non-null ids. Every failure is an `InputError` that says what to do next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputError
+from storage.schema import output_schema
+
+__all__ = [
+    "NORMALIZED_TYPES",
+    "Wanted",
+    "canonical_type",
+    "check_ids",
+    "check_names",
+    "check_partition_overlap",
+    "dataset_partitions",
+    "file_columns",
+    "merge_columns",
+    "open_parquet",
+    "read_schema",
+]
+
+# normalized frame columns (besides "id") and the Arrow type each one is given
+NORMALIZED_TYPES: dict[str, pa.DataType] = {
+    "query": pa.string(),
+    "expected": pa.string(),
+    "context": pa.list_(pa.string()),
+    "labels": pa.list_(pa.bool_()),
+}
+_RESERVED_FRAME = frozenset({"id", "source_row", *NORMALIZED_TYPES})
+_RANK_COLUMN = re.compile(r"(precision|hit|ndcg)_at_\d+")
+_ROW_BITS = 32
+_MAX_LISTED = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """One column the run needs: its role (id, query, ..., passthrough) and whether it may be
+    absent (only the default expected-output column)."""
+
+    role: str
+    column: str
+    optional: bool = False
+
+
+ColumnTypes = dict[str, tuple[pa.DataType | None, Path]]
+
+
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """Open a Parquet file (footer only); the caller closes it (`with open_parquet(p) as pf`)."""
+    if not path.is_file():
+        raise InputError(f"input file {path} does not exist; check the path")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path} is empty (0 bytes), not a Parquet file; re-export or remove it")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(_unreadable(path, exc)) from exc
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    with path.open("rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PAR1":
+        return f"{path} is not a Parquet file ({exc}); convert it to Parquet or leave it out"
+    return f"{path} is a corrupt or truncated Parquet file ({exc}); re-export it or leave it out"
+
+
+def read_schema(pf: pq.ParquetFile, path: Path) -> pa.Schema:
+    """The file's Arrow schema, with unreadable metadata reported as an InputError."""
+    try:
+        return pf.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(_unreadable(path, exc)) from exc
+
+
+def canonical_type(t: pa.DataType) -> pa.DataType:
+    """Collapse physical variants (large_, _view, dictionary) so producers can be compared."""
+    if pa.types.is_dictionary(t):
+        return canonical_type(t.value_type)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(canonical_type(t.value_type))
+    return t
+
+
+def _unify(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The common type of two canonical types (null fits anything), None when they differ."""
+    if a.equals(b) or pa.types.is_null(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_list(a) and pa.types.is_list(b):
+        inner = _unify(a.value_type, b.value_type)
+        return None if inner is None else pa.list_(inner)
+    return None
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return _unify(canonical_type(t), pa.string()) is not None
+
+
+_RULES: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
+    "id": (
+        lambda t: pa.types.is_integer(canonical_type(t)) or canonical_type(t) == pa.string(),
+        "a string or integer column",
+    ),
+    "query": (_is_text, "a string column"),
+    "expected": (_is_text, "a string column"),
+    "context": (
+        lambda t: _unify(canonical_type(t), pa.list_(pa.string())) is not None,
+        "a list<string> column (one string per context item, in ranked order)",
+    ),
+    "labels": (
+        lambda t: _unify(canonical_type(t), pa.list_(pa.bool_())) is not None,
+        "a list<bool> column",
+    ),
+}
+
+
+def _listed(names: Sequence[str]) -> str:
+    extra = len(names) - _MAX_LISTED
+    shown = ", ".join(names[:_MAX_LISTED])
+    return f"{shown}, … ({extra} more)" if extra > 0 else shown
+
+
+def _missing(path: Path, schema: pa.Schema, want: Wanted) -> InputError:
+    head = f"column `{want.column}` is missing in {path} (columns: {_listed(schema.names)})"
+    if want.role == "passthrough":
+        return InputError(f"{head}; fix the name or remove it from passthrough")
+    fix = f'map it with --map {want.role}=COLUMN or [columns] {want.role} = "COLUMN"'
+    if want.role == "context":
+        fix += ", or give a context extractor (--extractor module:function)"
+    return InputError(f"{head}; {fix}")
+
+
+def _type_hint(role: str, t: pa.DataType) -> str:
+    c = canonical_type(t)
+    if c == pa.binary() or (pa.types.is_list(c) and c.value_type == pa.binary()):
+        return "binary is not text: decode the bytes to UTF-8 strings and rewrite the file"
+    if role == "context" and c == pa.string():
+        return "store the items as list<string>, or give an extractor that splits the text"
+    if role == "context" and pa.types.is_list(c):
+        return "the context items must be strings: cast them to string when writing the data"
+    return f"convert it, or map another column with --map {role}=COLUMN"
+
+
+def _check_type(path: Path, field: pa.Field, role: str) -> None:
+    rule = _RULES.get(role)
+    if rule is None or rule[0](field.type):
+        return
+    raise InputError(
+        f"column `{field.name}` ({role}) in {path} has type {field.type}; {role} must be "
+        f"{rule[1]}; {_type_hint(role, field.type)}"
+    )
+
+
+def file_columns(path: Path, schema: pa.Schema, wanted: Iterable[Wanted]) -> ColumnTypes:
+    """Check one file's mapped columns; canonical type per column (None: optional and absent)."""
+    found: ColumnTypes = {}
+    for want in wanted:
+        if want.column not in schema.names:
+            if not want.optional:
+                raise _missing(path, schema, want)
+            found.setdefault(want.column, (None, path))
+            continue
+        field = schema.field(want.column)
+        _check_type(path, field, want.role)
+        found[want.column] = (canonical_type(field.type), path)
+    return found
+
+
+def merge_columns(merged: ColumnTypes, current: ColumnTypes) -> ColumnTypes:
+    """Fold one file's column types into those seen so far; differences name both files."""
+    out = dict(merged)
+    for name, (seen, seen_in) in merged.items():
+        now, path = current[name]
+        if (seen is None) != (now is None):
+            has, lacks = (seen_in, path) if now is None else (path, seen_in)
+            raise InputError(
+                f"column `{name}` is in {has} but not in {lacks}; all input files need the same "
+                "mapped columns: add it, or score the two groups of files separately"
+            )
+        if seen is None or now is None:
+            continue
+        unified = _unify(seen, now)
+        if unified is None:
+            raise InputError(
+                f"column `{name}` is {seen} in {seen_in} but {now} in {path}; all input files "
+                "need the same schema: rewrite one of them, or score them separately"
+            )
+        out[name] = (unified, seen_in if unified.equals(seen) else path)
+    return out
+
+
+def check_names(names: Iterable[str], mapped: Mapping[str, str | None], what: str) -> None:
+    """Passthrough (or partition) names must not collide with output or normalized columns.
+
+    A passthrough named like a normalized column is fine when it *is* that mapped column.
+    """
+    taken = set(output_schema().names)
+    for name in names:
+        if name in taken or _RANK_COLUMN.fullmatch(name):
+            raise InputError(
+                f"{what} `{name}` has the name of an output column; rename it in the data "
+                "(or leave it out of passthrough)"
+            )
+        if name in _RESERVED_FRAME and mapped.get(name) != name:
+            raise InputError(
+                f"{what} `{name}` clashes with the normalized `{name}` column; rename it in "
+                "the data (or leave it out of passthrough)"
+            )
+
+
+def check_partition_overlap(path: Path, schema: pa.Schema, keys: Iterable[str]) -> None:
+    """A Hive partition key may not also be a column inside the file."""
+    for key in keys:
+        if key in schema.names:
+            raise InputError(
+                f"`{key}` is both a Hive partition folder ({key}=...) and a column in {path}; "
+                "drop the column from the files or rename the folders"
+            )
+
+
+def _partition_keys(path: Path, root: Path) -> tuple[str, ...]:
+    parts = path.relative_to(root).parent.parts
+    keys = tuple(part.split("=", 1)[0] for part in parts if "=" in part[1:])
+    if len(set(keys)) != len(keys):
+        raise InputError(
+            f"{path} repeats a Hive partition key ({', '.join(keys)}); rename a folder"
+        )
+    return keys
+
+
+def dataset_partitions(files: Sequence[Path], root: Path) -> tuple[str, ...]:
+    """Partition keys shared by every file (`.../dt=2026-11-30/region=eu/part.parquet`)."""
+    keys = _partition_keys(files[0], root)
+    for path in files[1:]:
+        other = _partition_keys(path, root)
+        if other != keys:
+            raise InputError(
+                f"Hive partition folders differ: {files[0]} has ({', '.join(keys)}) but {path} "
+                f"has ({', '.join(other)}); give one dataset with the same folder levels"
+            )
+    return keys
+
+
+def _id_frame(files: Sequence[Path], id_column: str, as_string: bool) -> pl.LazyFrame:
+    parts = []
+    for index, path in enumerate(files):
+        ids = pl.col(id_column).cast(pl.String) if as_string else pl.col(id_column)
+        parts.append(
+            pl.scan_parquet(path, hive_partitioning=False)
+            .select(ids.alias("id"))
+            .with_row_index("row")
+            .with_columns(pl.lit(index, pl.UInt64).alias("file"))
+        )
+    position = (pl.col("file") * (1 << _ROW_BITS) + pl.col("row").cast(pl.UInt64)).alias("pos")
+    return pl.concat(parts).select("id", position)
+
+
+def _where(files: Sequence[Path], pos: int) -> str:
+    return f"{files[pos >> _ROW_BITS]} row {pos & ((1 << _ROW_BITS) - 1)}"
+
+
+def _check_nulls(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> None:
+    nulls = ids.select(
+        pl.col("id").null_count().alias("n"),
+        pl.col("pos").filter(pl.col("id").is_null()).min().alias("at"),
+    ).collect(engine="streaming")
+    count, at = nulls.row(0)
+    if count:
+        raise InputError(
+            f"column `{id_column}` (id) is null in {_where(files, at)} ({count} null ids in "
+            "total); every row needs an id: fill them in, or map another column with "
+            "--map id=COLUMN"
+        )
+
+
+def _check_unique(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> None:
+    dups = (
+        ids.group_by("id")
+        .agg(pl.len().alias("n"), pl.col("pos").min().alias("first"))
+        .filter(pl.col("n") > 1)
+        .select(pl.len().alias("ids"), pl.col("id").sort_by("first").first())
+        .collect(engine="streaming")
+    )
+    count, value = dups.row(0)
+    if not count:
+        return
+    hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
+    where = "; ".join(_where(files, pos) for pos in hits["pos"])
+    raise InputError(
+        f"duplicate id {value!r} in column `{id_column}`: {where} ({count} duplicated ids in "
+        "total); ids must be unique across all input files: deduplicate the data, or map a "
+        "unique column with --map id=COLUMN"
+    )
+
+
+def check_ids(files: Sequence[Path], id_column: str, id_type: pa.DataType) -> None:
+    """Scan only the id column of every file (Polars streaming): no nulls, no duplicates."""
+    ids = _id_frame(files, id_column, as_string=id_type == pa.string())
+    try:
+        _check_nulls(ids, files, id_column)
+        _check_unique(ids, files, id_column)
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"cannot read the id column `{id_column}` of the input: {exc}") from exc

@@ -1,0 +1,302 @@
+"""One input batch, start to finish: row checks, memo keys and lookups, waiting for verdicts,
+then the vectorized reduce and the scored Arrow table in the documented schema.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from connectors.judges.base import ItemRequest
+from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
+from pipeline.dispatch import Dispatcher, ItemOutcome
+from pipeline.errors import ConfigError
+from pipeline.metric import map_stage, rank_column_names
+from pipeline.reason import build_reason, failed_reason
+from storage.memo import Memo, MemoEntry, memo_key
+from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+
+__all__ = ["BatchJob", "RowPlan", "load_extractor", "plan_rows", "resolve_items", "scored_table"]
+
+Extractor = Callable[[dict[str, Any]], Any]
+
+
+def load_extractor(spec: str) -> Extractor:
+    """Import "module:function"; a clear ConfigError when it is not there."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"context extractor {spec!r} cannot be loaded ({exc}); give it as module:function "
+            "with the module importable (on PYTHONPATH or installed)"
+        ) from None
+    if not callable(fn):
+        raise ConfigError(f"context extractor {spec!r} is not callable")
+    extractor: Extractor = fn
+    return extractor
+
+
+@dataclass(slots=True)
+class RowPlan:
+    """One row's items and, once resolved, its verdict entries or its error."""
+
+    query: str | None
+    expected: str | None
+    items: list[str]
+    status: str = STATUS_OK
+    error: str | None = None
+    keys: list[str] = field(default_factory=list)
+    entries: list[MemoEntry | None] = field(default_factory=list)
+    waits: list[tuple[int, ItemOutcome]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class BatchJob:
+    key: str
+    frame: pl.DataFrame
+    rows: list[RowPlan]
+
+
+def _check_items(items: Any, max_chars: int) -> str | None:
+    if not isinstance(items, list):
+        return f"context is {type(items).__name__}, not a list of strings"
+    for i, item in enumerate(items):
+        if item is None:
+            return f"context item #{i + 1} is null"
+        if not isinstance(item, str):
+            return f"context item #{i + 1} is {type(item).__name__}, not a string"
+        if len(item) > max_chars:
+            return (
+                f"context item #{i + 1} has {len(item):,} characters, over run.max_item_chars="
+                f"{max_chars:,}; trim it or raise the limit"
+            )
+    return None
+
+
+def _plan_row(query: Any, expected: Any, context: Any, max_chars: int) -> RowPlan:
+    if query is None or not isinstance(query, str):
+        return RowPlan(None, None, [], STATUS_FAILED, "invalid_input: query is null")
+    exp = expected if isinstance(expected, str) else None
+    if context is None:
+        return RowPlan(query, exp, [], STATUS_EMPTY, None)
+    problem = _check_items(context, max_chars)
+    if problem is not None:
+        return RowPlan(query, exp, [], STATUS_FAILED, f"invalid_input: {problem}")
+    if not context:
+        return RowPlan(query, exp, [], STATUS_EMPTY, None)
+    return RowPlan(query, exp, list(context))
+
+
+def _extract(frame: pl.DataFrame, extractor: Extractor) -> list[Any]:
+    out: list[Any] = []
+    for row in frame.iter_rows(named=True):
+        try:
+            value = extractor(row)
+            out.append(list(value) if isinstance(value, (list, tuple)) else value)
+        except Exception as exc:  # the user's code: any failure is this row's failure
+            out.append(_ExtractorFailure(f"extractor_error: {type(exc).__name__}: {exc}"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _ExtractorFailure:
+    message: str
+
+
+def plan_rows(
+    frame: pl.DataFrame, extractor: Extractor | None, max_chars: int
+) -> list[RowPlan]:
+    """Row-level checks: bad rows get a status here and never reach the judge."""
+    contexts = _extract(frame, extractor) if extractor else frame.get_column("context").to_list()
+    queries = frame.get_column("query").to_list()
+    expecteds = (
+        frame.get_column("expected").to_list() if "expected" in frame.columns else [None] * len(queries)
+    )
+    plans = []
+    for query, expected, context in zip(queries, expecteds, contexts, strict=True):
+        if isinstance(context, _ExtractorFailure):
+            plans.append(RowPlan(query, None, [], STATUS_FAILED, context.message))
+        else:
+            plans.append(_plan_row(query, expected, context, max_chars))
+    return plans
+
+
+def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[str]:
+    """Compute every item's memo key; returns all keys of the batch (for one memo lookup)."""
+    every: list[str] = []
+    for plan in plans:
+        if plan.status != STATUS_OK:
+            continue
+        version = prompt_version_for(plan.expected, per_row)
+        assert plan.query is not None
+        plan.keys = [memo_key(prefix, version, plan.query, plan.expected, it) for it in plan.items]
+        plan.entries = [None] * len(plan.items)
+        every.extend(plan.keys)
+    return every
+
+
+async def resolve_items(
+    plans: Sequence[RowPlan], found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
+) -> None:
+    """Fill entries from the memo, from this run's earlier calls, or from new judge calls."""
+    counters = dispatcher.counters
+    for plan in plans:
+        if plan.status != STATUS_OK:
+            continue
+        counters.items += len(plan.items)
+        missing: list[int] = []
+        for i, key in enumerate(plan.keys):
+            entry = found.get(key)
+            if entry is not None:
+                counters.memo_hits += 1
+                plan.entries[i] = entry
+                continue
+            known = dispatcher.known(key)
+            if known is None:
+                missing.append(i)
+            elif isinstance(known, ItemOutcome):
+                counters.dedup_hits += 1
+                plan.waits.append((i, known))
+            else:
+                counters.dedup_hits += 1
+                plan.entries[i] = known
+        if missing:
+            await _submit(plan, missing, dispatcher, per_row)
+    for plan in plans:
+        for i, outcome in plan.waits:
+            await outcome.event.wait()
+            plan.entries[i] = outcome.entry
+            if outcome.error is not None and plan.error is None:
+                plan.error = f"{outcome.error} (item #{i + 1})"
+        if plan.error is not None and plan.status == STATUS_OK:
+            plan.status = STATUS_FAILED
+
+
+async def _submit(
+    plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool
+) -> None:
+    assert plan.query is not None
+    if per_row:
+        keys = [plan.keys[i] for i in range(len(plan.items))]
+        outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
+        plan.waits.extend((i, outcomes[i]) for i in missing)
+        return
+    for i in missing:
+        request = ItemRequest(plan.query, plan.expected, plan.items[i])
+        plan.waits.append((i, await dispatcher.submit_item(plan.keys[i], request)))
+
+
+# -- reduce and assemble ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    schema: pa.Schema
+    judge_model: str
+    scale: float
+    ks: tuple[int, ...]
+    per_row: bool
+    has_labels: bool
+
+
+def _reduce(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
+    rows, positions, relevant = [], [], []
+    for r, plan in enumerate(plans):
+        if plan.status == STATUS_OK:
+            for p, entry in enumerate(plan.entries):
+                assert entry is not None
+                rows.append(r)
+                positions.append(p)
+                relevant.append(entry[0])
+    if not rows:
+        return {}
+    items = pl.DataFrame(
+        {"row": rows, "position": positions, "relevant": relevant},
+        schema={"row": pl.Int64, "position": pl.Int64, "relevant": pl.Boolean},
+    )
+    scored = map_stage(items, scale=spec.scale, ks=spec.ks)
+    return {int(d["row"]): d for d in scored.iter_rows(named=True)}
+
+
+def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {name: 0.0 for name in rank_column_names(ks)}
+    out.update({f"hit_at_{k}": False for k in ks})
+    return out
+
+
+def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec) -> dict[str, Any]:
+    criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
+    version = prompt_version_for(plan.expected, spec.per_row)
+    entries = plan.entries
+    got = [e for e in entries if e is not None]
+    base: dict[str, Any] = {
+        "status": plan.status,
+        "error": plan.error,
+        "verdicts": [e[0] if e is not None else None for e in entries],
+        "verdict_reasons": [e[1] if e is not None else None for e in entries],
+        "context_count": len(plan.items),
+        "judge_model": spec.judge_model,
+        "prompt_version": version,
+        "input_tokens": sum(e[2] for e in got),
+        "output_tokens": sum(e[3] for e in got),
+    }
+    if plan.status == STATUS_OK:
+        assert metrics is not None
+        rel = [bool(e[0]) for e in got]
+        base.update({k: metrics[k] for k in rank_column_names(spec.ks)})
+        base["score"] = metrics["score"]
+        base["relevant_count"] = metrics["relevant_count"]
+        base["reason"] = build_reason(
+            rel, [e[1] for e in got], score=metrics["score"], scale=spec.scale, criterion=criterion
+        )
+    elif plan.status == STATUS_EMPTY:
+        base.update(_empty_metrics(spec.ks))
+        base.update(score=0.0, relevant_count=0, verdicts=[], verdict_reasons=[])
+        base["reason"] = build_reason([], [], score=0.0, scale=spec.scale, criterion=criterion)
+    else:
+        base.update(dict.fromkeys(rank_column_names(spec.ks)))
+        base.update(score=None, relevant_count=None)
+        failed = [i for i, e in enumerate(entries) if e is None]
+        base["reason"] = failed_reason(len(plan.items), failed, plan.error or "failed")
+        if not plan.items:
+            base.update(verdicts=None, verdict_reasons=None)
+    return base
+
+
+def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
+    """The batch's rows in the documented output schema."""
+    metrics = _reduce(job.rows, spec)
+    cols = [_row_columns(plan, metrics.get(r), spec) for r, plan in enumerate(job.rows)]
+    now = datetime.now(UTC)
+    data: dict[str, Any] = {}
+    frame = job.frame
+    for name in spec.schema.names:
+        if name in frame.columns and name not in ("context", "query", "expected"):
+            data[name] = frame.get_column(name).to_arrow()
+        elif name == "scored_at":
+            data[name] = [now] * len(cols)
+        elif name == "label_verdicts":
+            data[name] = frame.get_column("labels").to_arrow()
+        elif name == "label_score":
+            data[name] = _label_scores(frame, spec.scale)
+        else:
+            data[name] = [c[name] for c in cols]
+    arrays = [pa.array(data[f.name], type=f.type) if not isinstance(data[f.name], pa.Array | pa.ChunkedArray) else data[f.name].cast(f.type) for f in spec.schema]
+    return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _label_scores(frame: pl.DataFrame, scale: float) -> list[float | None]:
+    from pipeline.metric import map_score
+
+    out: list[float | None] = []
+    for labels in frame.get_column("labels").to_list():
+        if labels is None or any(x is None for x in labels):
+            out.append(None)
+        else:
+            out.append(map_score(labels, scale))
+    return out

@@ -1,0 +1,201 @@
+"""Judge-call fan-out: one bounded job stream, `concurrency` worker tasks, in-run de-duplication
+of identical items, and a memo writer that group-commits verdicts as calls complete.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from connectors.judges.base import ItemRequest, Judge
+from pipeline.errors import JudgeError
+from storage.memo import Memo, MemoEntry
+
+__all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
+
+_RECENT_CAP = 200_000  # completed verdicts kept in memory for late duplicates
+
+
+@dataclass
+class RunCounters:
+    """What this run did, for the progress bar and the summary."""
+
+    rows_done: int = 0
+    rows_skipped: int = 0
+    rows_failed: int = 0
+    items: int = 0
+    memo_hits: int = 0
+    dedup_hits: int = 0
+    judge_calls: int = 0
+    calls_done: int = 0
+    calls_failed: int = 0
+    memo_writes: int = 0
+    failed_by_cause: dict[str, int] = field(default_factory=dict)
+
+
+class ItemOutcome:
+    """The fate of one unique judge call; awaited by every row that holds the item."""
+
+    __slots__ = ("entry", "error", "event")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.entry: MemoEntry | None = None
+        self.error: str | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    key: str
+    request: ItemRequest | None
+    row: tuple[str, str | None, tuple[str, ...]] | None
+    keys: tuple[str, ...]
+    outcomes: tuple[ItemOutcome, ...]
+
+
+class Dispatcher:
+    """Owns the worker tasks. Use `async with Dispatcher(...) as d:` inside a task group."""
+
+    def __init__(
+        self, judge: Judge, memo: Memo | None, counters: RunCounters, concurrency: int
+    ) -> None:
+        self.judge = judge
+        self.memo = memo
+        self.counters = counters
+        self.concurrency = concurrency
+        self._pending: dict[str, ItemOutcome] = {}
+        self._recent: OrderedDict[str, MemoEntry] = OrderedDict()
+        send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
+        self._job_send: MemoryObjectSendStream[_Job] = send
+        self._job_recv: MemoryObjectReceiveStream[_Job] = recv
+        msend, mrecv = anyio.create_memory_object_stream[tuple[str, MemoEntry]](math.inf)
+        self._memo_send: MemoryObjectSendStream[tuple[str, MemoEntry]] = msend
+        self._memo_recv: MemoryObjectReceiveStream[tuple[str, MemoEntry]] = mrecv
+
+    def start(self, tg: TaskGroup) -> None:
+        for _ in range(self.concurrency):
+            tg.start_soon(self._worker, self._job_recv.clone())
+        self._job_recv.close()
+        tg.start_soon(self._memo_writer)
+
+    async def close(self) -> None:
+        """No more jobs: let workers drain and the memo writer flush."""
+        await self._job_send.aclose()
+
+    # -- lookups -------------------------------------------------------------------------
+    def known(self, key: str) -> MemoEntry | ItemOutcome | None:
+        """A verdict or an outcome to await when the item is done or in flight in this run."""
+        hit = self._recent.get(key)
+        if hit is not None:
+            return hit
+        return self._pending.get(key)
+
+    async def submit_item(self, key: str, request: ItemRequest) -> ItemOutcome:
+        outcome = ItemOutcome()
+        self._pending[key] = outcome
+        self.counters.judge_calls += 1
+        await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
+        return outcome
+
+    async def submit_row(
+        self, query: str, expected: str | None, items: Sequence[str], keys: Sequence[str]
+    ) -> list[ItemOutcome]:
+        outcomes = [ItemOutcome() for _ in keys]
+        for key, outcome in zip(keys, outcomes, strict=True):
+            self._pending[key] = outcome
+        self.counters.judge_calls += 1
+        job = _Job(keys[0], None, (query, expected, tuple(items)), tuple(keys), tuple(outcomes))
+        await self._job_send.send(job)
+        return outcomes
+
+    # -- workers -------------------------------------------------------------------------
+    async def _worker(self, jobs: MemoryObjectReceiveStream[_Job]) -> None:
+        async with jobs:
+            async for job in jobs:
+                try:
+                    entries = await self._call(job)
+                except JudgeError as exc:
+                    self._fail(job, exc)
+                else:
+                    self._succeed(job, entries)
+
+    async def _call(self, job: _Job) -> list[MemoEntry]:
+        if job.request is not None:
+            reply = await self.judge.judge_item(job.request)
+            v = reply.verdict
+            return [(v.relevant, v.reason, reply.input_tokens, reply.output_tokens)]
+        assert job.row is not None
+        replies = await self.judge.judge_row(*job.row)
+        return [
+            (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens)
+            for r in replies
+        ]
+
+    def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
+        self.counters.calls_done += 1
+        for key, outcome, entry in zip(job.keys, job.outcomes, entries, strict=True):
+            outcome.entry = entry
+            self._remember(key, entry)
+            self._pending.pop(key, None)
+            if self.memo is not None:
+                self._memo_send.send_nowait((key, entry))
+            outcome.event.set()
+
+    def _fail(self, job: _Job, exc: JudgeError) -> None:
+        self.counters.calls_failed += 1
+        message = f"{exc.cause}: {exc}"
+        for key, outcome in zip(job.keys, job.outcomes, strict=True):
+            outcome.error = message
+            self._pending.pop(key, None)
+            outcome.event.set()
+
+    def _remember(self, key: str, entry: MemoEntry) -> None:
+        self._recent[key] = entry
+        if len(self._recent) > _RECENT_CAP:
+            self._recent.popitem(last=False)
+
+    # -- memo writer ---------------------------------------------------------------------
+    async def _memo_writer(self) -> None:
+        """Group commit: take everything queued, write it in one transaction, repeat."""
+        memo = self.memo
+        recv = self._memo_recv
+        try:
+            async with recv:
+                while True:
+                    try:
+                        first = await recv.receive()
+                    except anyio.EndOfStream:
+                        return
+                    batch = [first]
+                    while True:
+                        try:
+                            batch.append(recv.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    if memo is not None:
+                        await anyio.to_thread.run_sync(memo.set_many, batch)
+                    self.counters.memo_writes += len(batch)
+        finally:
+            await self._flush_left()
+
+    async def _flush_left(self) -> None:
+        """On cancellation (Ctrl-C), write what was already queued before giving up."""
+        left: list[tuple[str, MemoEntry]] = []
+        while True:
+            try:
+                left.append(self._memo_recv.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        if left and self.memo is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.memo.set_many, left)
+
+    async def finish_memo(self) -> None:
+        """Called after all workers are done: close the memo stream so the writer ends."""
+        await self._memo_send.aclose()

@@ -1,0 +1,335 @@
+"""Admission control for judge HTTP attempts: calls in flight, requests/min, tokens/min.
+
+`RateGate` implements the judges' `Gate`; `AnyioClock` and `FakeClock` are the time it runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import anyio
+
+from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from connectors.judges.base import Gate
+
+__all__ = ["AnyioClock", "Clock", "FakeClock", "GateStats", "RateGate"]
+
+WINDOW_S = 60.0  # the minute of "per minute"
+DEFAULT_PAUSE_S = 1.0  # pause after a 429 without Retry-After; doubles while 429s keep coming
+MAX_PAUSE_S = 60.0
+DECREASE = 0.7  # multiplicative decrease on a 429
+MIN_RPM = 1.0
+FAST_SLOPE = 1.0  # growth below TARGET x ceiling: ceiling-rpm per minute of rate-bound sending
+SLOW_SLOPE = 0.05  # growth above it: a slow probe for more headroom
+TARGET = 0.9
+_SPACING = 1.0 + 1e-9  # keeps float rounding from fitting R + 1 requests into 60 s
+_MAX_SPINS = 10_000
+
+Reason = Literal["pause", "rpm", "tpm"]
+# The (gate, epoch) of the current task's latest admission: tells a fresh 429 from a stale one.
+_ADMISSION: ContextVar[tuple[object, int] | None] = ContextVar("ctxprec_admission", default=None)
+
+
+class Clock(Protocol):
+    """Monotonic seconds and a sleep on the same time line."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class AnyioClock:
+    """The event loop's clock (`anyio.current_time`, `anyio.sleep`)."""
+
+    def now(self) -> float:
+        return anyio.current_time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(seconds, 0.0))
+
+
+@dataclass(eq=False)
+class _Sleeper:
+    until: float
+    seq: int
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    due: bool = False
+    gone: bool = False
+
+    def __lt__(self, other: _Sleeper) -> bool:
+        return (self.until, self.seq) < (other.until, other.seq)
+
+
+class FakeClock:
+    """Virtual time for tests (asyncio only): `sleep` never waits on the wall clock.
+
+    Time moves only when no task is runnable (asyncio's ready queue is empty): then `now` jumps to
+    the earliest wake-up time and that one sleeper resumes (ties in call order), so sleepers
+    resume in wake-up order exactly as on a real clock. One of the sleepers drives this; no
+    setup is needed.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._heap: list[_Sleeper] = []
+        self._seq = itertools.count()
+        self._driving = False
+
+    def now(self) -> float:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await anyio.sleep(0)
+            return
+        me = _Sleeper(self._now + seconds, next(self._seq))
+        heapq.heappush(self._heap, me)
+        driving = not self._driving
+        self._driving = True
+        try:
+            if not driving:
+                await me.wake.wait()  # woken when due, or when handed the driver's role
+                driving = not me.due
+            while not me.due:
+                await _settle()
+                self._wake_earliest()
+        finally:
+            me.gone = not me.due
+            if driving or (me.wake.is_set() and me.gone):
+                self._driving = False
+                self._hand_over()
+
+    def _wake_earliest(self) -> None:
+        entry = heapq.heappop(self._heap)
+        while entry.gone:
+            entry = heapq.heappop(self._heap)
+        self._now = max(self._now, entry.until)
+        entry.due = True
+        entry.wake.set()
+
+    def _hand_over(self) -> None:
+        while self._heap and self._heap[0].gone:
+            heapq.heappop(self._heap)
+        if self._heap:
+            self._driving = True
+            self._heap[0].wake.set()
+
+
+async def _settle() -> None:
+    """Yield until no other task is runnable (the loop's ready queue is empty)."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    await anyio.sleep(0)
+    for _ in range(_MAX_SPINS):
+        if ready is not None and not ready:
+            return
+        await anyio.sleep(0)
+
+
+@dataclass(frozen=True, slots=True)
+class GateStats:
+    """What the gate did during a run, for the run summary."""
+
+    admitted: int = 0
+    rate_limited: int = 0  # 429s reported
+    pauses: int = 0  # distinct pauses (fresh 429s: the first from each admission epoch)
+    waited_rpm_s: float = 0.0  # time admissions were held for each reason
+    waited_tpm_s: float = 0.0
+    waited_pause_s: float = 0.0
+    current_rpm: float | None = None  # None: unbounded
+    ceiling_rpm: float | None = None  # accepted rate measured at the last fresh 429
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+class RateGate:
+    """Admission control: a `CapacityLimiter` for calls in flight, then one FIFO queue whose head
+    waits for the 429 pause, the RPM spacing (GCRA, burst 1) and the TPM budget (GCRA on
+    estimated tokens, corrected afterwards). Adaptive mode runs AIMD on the RPM rate.
+    """
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        rpm: float | None,
+        tpm: float | None,
+        *,
+        adaptive: bool = True,
+        clock: Clock | None = None,
+    ) -> None:
+        _check_limits(max_in_flight, rpm, tpm)
+        self._clock: Clock = clock or AnyioClock()
+        self._in_flight = anyio.CapacityLimiter(max_in_flight)
+        self._adaptive = adaptive
+        self._limit = math.inf if rpm is None else float(rpm)
+        self._rate = self._limit
+        self._ceiling: float | None = None
+        self._sec_per_token = 0.0 if tpm is None else WINDOW_S / tpm
+        self._queue: deque[anyio.Event] = deque()
+        self._last_admit = -math.inf
+        self._token_tat = -math.inf  # GCRA theoretical arrival time of the token budget
+        self._pause_until = -math.inf
+        self._epoch = 0
+        self._last_fresh = -math.inf
+        self._streak = 0
+        self._first_admit: float | None = None
+        self._admits: deque[float] = deque()  # admission times in the last minute
+        self._rejects: deque[float] = deque()  # 429 report times in the last minute
+        self._waited: dict[Reason, float] = {"pause": 0.0, "rpm": 0.0, "tpm": 0.0}
+        self._counts = {"admitted": 0, "rate_limited": 0, "pauses": 0}
+
+    @contextlib.asynccontextmanager
+    async def slot(self, est_tokens: int) -> AsyncIterator[None]:
+        """Hold one call-in-flight place, after waiting for RPM and TPM budget."""
+        async with self._in_flight:
+            await self._admit(max(est_tokens, 0))
+            yield
+
+    def rate_limited(self, retry_after: float | None) -> None:
+        """The server said 429: pause all admissions, and in adaptive mode slow down (x0.7).
+
+        Only a 429 for an attempt admitted since the last fresh one starts a new pause and slows
+        the rate; 429s of older attempts only extend the pause to their Retry-After.
+        """
+        now = self._clock.now()
+        self._counts["rate_limited"] += 1
+        self._rejects.append(now)
+        if not self._is_fresh():
+            if retry_after is not None:
+                self._pause_until = max(self._pause_until, now + retry_after)
+            return
+        self._epoch += 1
+        self._streak = self._streak + 1 if now - self._last_fresh < WINDOW_S else 0
+        self._last_fresh = now
+        backoff = min(DEFAULT_PAUSE_S * 2**self._streak, MAX_PAUSE_S)
+        pause = backoff if retry_after is None else max(retry_after, 0.0)
+        self._pause_until = max(self._pause_until, now + pause)
+        self._counts["pauses"] += 1
+        if self._adaptive:
+            self._decrease(now)
+
+    def used_tokens(self, estimated: int, actual: int) -> None:
+        """Correct the TPM budget: extra tokens become debt, unused ones come back."""
+        self._token_tat += (actual - estimated) * self._sec_per_token
+
+    def stats(self) -> GateStats:
+        """A snapshot of the counters, the current rate and the measured ceiling."""
+        return GateStats(
+            **self._counts,
+            waited_rpm_s=self._waited["rpm"],
+            waited_tpm_s=self._waited["tpm"],
+            waited_pause_s=self._waited["pause"],
+            current_rpm=None if math.isinf(self._rate) else self._rate,
+            ceiling_rpm=self._ceiling,
+        )
+
+    async def _admit(self, est_tokens: int) -> None:
+        turn = anyio.Event()
+        self._queue.append(turn)
+        try:
+            if self._queue[0] is not turn:
+                await turn.wait()  # set by the previous head when it leaves
+            rpm_bound = await self._wait_for_budget()
+            self._commit(est_tokens, rpm_bound)
+        finally:
+            self._leave(turn)
+
+    def _leave(self, turn: anyio.Event) -> None:
+        if self._queue[0] is turn:
+            self._queue.popleft()
+            if self._queue:
+                self._queue[0].set()
+        else:
+            self._queue.remove(turn)  # cancelled while waiting: rare, O(queue) is fine
+
+    async def _wait_for_budget(self) -> bool:
+        """Sleep (head of the queue only) until every limit allows a start; True if RPM bound."""
+        rpm_bound = False
+        while True:
+            now = self._clock.now()
+            reason, start = self._next_start()
+            if start <= now:
+                return rpm_bound
+            await self._clock.sleep(start - now)
+            self._waited[reason] += self._clock.now() - now
+            rpm_bound = rpm_bound or reason == "rpm"
+
+    def _next_start(self) -> tuple[Reason, float]:
+        interval = WINDOW_S / self._rate * _SPACING
+        starts: list[tuple[float, Reason]] = [
+            (self._pause_until, "pause"),
+            (self._last_admit + interval, "rpm"),
+            (self._token_tat, "tpm"),
+        ]
+        start, reason = max(starts)
+        return reason, start
+
+    def _commit(self, est_tokens: int, rpm_bound: bool) -> None:
+        now = self._clock.now()
+        self._last_admit = now
+        if self._sec_per_token:
+            self._token_tat = max(self._token_tat, now) + est_tokens * self._sec_per_token
+        if self._first_admit is None:
+            self._first_admit = now
+        self._admits.append(now)
+        _prune(self._admits, now - WINDOW_S)
+        self._counts["admitted"] += 1
+        _ADMISSION.set((self, self._epoch))
+        if rpm_bound and self._adaptive:
+            self._grow()
+
+    def _is_fresh(self) -> bool:
+        tag = _ADMISSION.get()
+        return tag is None or tag[0] is not self or tag[1] == self._epoch
+
+    def _observed_rpm(self, now: float) -> float:
+        """Accepted requests per minute over the last minute (or since the first admission)."""
+        _prune(self._admits, now - WINDOW_S)
+        _prune(self._rejects, now - WINDOW_S)
+        accepted = max(len(self._admits) - len(self._rejects), 1)
+        first = now if self._first_admit is None else self._first_admit
+        span = min(WINDOW_S, max(now - first, 1.0))
+        return accepted * WINDOW_S / span
+
+    def _decrease(self, now: float) -> None:
+        observed = min(self._observed_rpm(now), self._limit)
+        self._ceiling = observed
+        self._rate = max(MIN_RPM, min(self._rate, DECREASE * observed))
+
+    def _grow(self) -> None:
+        """Additive increase per rate-bound admission: slope x ceiling per minute of sending."""
+        ceiling = self._ceiling
+        if ceiling is None or self._rate >= self._limit:
+            return
+        slope = FAST_SLOPE if self._rate < TARGET * ceiling else SLOW_SLOPE
+        self._rate = min(self._limit, self._rate + slope * ceiling / self._rate)
+
+
+def _prune(times: deque[float], before: float) -> None:
+    while times and times[0] <= before:
+        times.popleft()
+
+
+def _check_limits(max_in_flight: int, rpm: float | None, tpm: float | None) -> None:
+    if max_in_flight < 1:
+        raise ConfigError(f"max_in_flight is {max_in_flight}; set it to 1 or more")
+    for name, value in (("rpm", rpm), ("tpm", tpm)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} is {value}; set a positive limit, or leave it unset")
+
+
+if TYPE_CHECKING:
+
+    def _is_a_gate(gate: RateGate) -> Gate:
+        return gate

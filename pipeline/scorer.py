@@ -1,0 +1,278 @@
+"""The seed's per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
+`run_evals` over a list of items with a target function. Same judges, memo and formula as the
+batch pipeline.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from connectors.judges import ItemRequest, Judge, JudgeSettings, JudgeStats, Verdict, create_judge
+from connectors.judges.prompts import (
+    CRITERION,
+    CRITERION_QUERY_ONLY,
+    prompt_version_for,
+    reason_prompt,
+)
+from pipeline.errors import ConfigError, JudgeError
+from pipeline.limits import RateGate
+from pipeline.metric import map_score
+from pipeline.reason import build_reason
+from storage.memo import Memo, judge_prefix, memo_key
+
+__all__ = [
+    "ContextPrecisionScorer",
+    "EvalItem",
+    "EvalResult",
+    "ScoreFailedError",
+    "ScoreResult",
+    "create_context_precision_scorer",
+    "run_evals",
+]
+
+ContextExtractor = Callable[[Any, Any], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    score: float
+    reason: str
+    verdicts: list[Verdict]
+    prompt_version: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ScoreFailedError(JudgeError):
+    """Some items could not be judged; `verdicts` holds None where a verdict is missing."""
+
+    cause = "failed"
+
+    def __init__(self, message: str, verdicts: list[Verdict | None]):
+        super().__init__(message)
+        self.verdicts = verdicts
+
+
+def _text(value: Any) -> str | None:
+    """Accept plain strings and Mastra-like message objects."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        for key in ("text", "content", "output", "query", "input"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+        msgs = value.get("inputMessages") or value.get("messages")
+        if isinstance(msgs, Sequence) and msgs and isinstance(msgs[0], Mapping):
+            return str(msgs[0].get("content", ""))
+    return str(value)
+
+
+class ContextPrecisionScorer:
+    """Scores one (input, output, context) at a time; items are judged concurrently."""
+
+    id = "context-precision"
+
+    def __init__(self, judge: Judge, *, context: Sequence[str] | None,
+                 extractor: ContextExtractor | None, scale: float, reason: str,
+                 memo: Memo | None, stats: JudgeStats):
+        self.judge = judge
+        self.context = list(context) if context is not None else None
+        self.extractor = extractor
+        self.scale = scale
+        self.reason_mode = reason
+        self.memo = memo
+        self.stats = stats
+        self._prefix = judge_prefix(judge.identity())
+
+    def _context_for(self, input: Any, output: Any, context: Sequence[str] | None) -> list[str]:
+        if context is not None:
+            items = context
+        elif self.extractor is not None:
+            items = self.extractor(input, output)
+        elif self.context is not None:
+            items = self.context
+        else:
+            raise ConfigError("no context: pass options={'context': [...]} or a context_extractor")
+        bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
+        if bad:
+            raise ConfigError(f"context item #{bad[0] + 1} is not a string")
+        return list(items)
+
+    async def run(self, input: Any = None, output: Any = None, *,
+                  context: Sequence[str] | None = None) -> ScoreResult:
+        """Judge every item, then score. `output` is the expected output (None: query only)."""
+        query = _text(input) or ""
+        expected = _text(output)
+        items = self._context_for(input, output, context)
+        version = prompt_version_for(expected)
+        replies: list[tuple[bool, str, int, int] | None] = [None] * len(items)
+        errors: list[str] = []
+        async with anyio.create_task_group() as tg:
+            for i, item in enumerate(items):
+                tg.start_soon(self._judge_one, i, ItemRequest(query, expected, item), version,
+                              replies, errors)
+        if errors:
+            partial = [Verdict(r[0], r[1]) if r else None for r in replies]
+            raise ScoreFailedError(f"{len(errors)} of {len(items)} items failed: {errors[0]}",
+                                   partial)
+        got = [r for r in replies if r is not None]
+        return await self._result(query, expected, got, version)
+
+    async def _judge_one(self, i: int, req: ItemRequest, version: str,
+                         out: list[tuple[bool, str, int, int] | None], errors: list[str]) -> None:
+        key = memo_key(self._prefix, version, req.query, req.expected, req.item)
+        if self.memo is not None:
+            hit = await anyio.to_thread.run_sync(self.memo.get_many, [key])
+            if key in hit:
+                out[i] = hit[key]
+                return
+        try:
+            reply = await self.judge.judge_item(req)
+        except JudgeError as exc:
+            errors.append(f"item #{i + 1}: {exc.cause}: {exc}")
+            return
+        entry = (reply.verdict.relevant, reply.verdict.reason, reply.input_tokens,
+                 reply.output_tokens)
+        out[i] = entry
+        if self.memo is not None:
+            await anyio.to_thread.run_sync(self.memo.set_many, [(key, entry)])
+
+    async def _result(self, query: str, expected: str | None,
+                      got: list[tuple[bool, str, int, int]], version: str) -> ScoreResult:
+        relevant = [g[0] for g in got]
+        score = map_score(relevant, self.scale)
+        criterion = CRITERION if expected is not None else CRITERION_QUERY_ONLY
+        reason = build_reason(relevant, [g[1] for g in got], score=score, scale=self.scale,
+                              criterion=criterion)
+        if self.reason_mode == "llm" and got:
+            reason = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
+        return ScoreResult(score, reason, [Verdict(g[0], g[1]) for g in got], version,
+                           sum(g[2] for g in got), sum(g[3] for g in got))
+
+    async def aclose(self) -> None:
+        await self.judge.aclose()
+        if self.memo is not None:
+            self.memo.close()
+
+
+def create_context_precision_scorer(model: str = "offline",
+                                    options: Mapping[str, Any] | None = None) -> ContextPrecisionScorer:
+    """As in the seed. options: context, context_extractor (wins over context), scale (1),
+    reason ("verdicts" | "llm"), base_url, api_key_env, concurrency (8), rpm, tpm, timeout_s,
+    max_retries, temperature (0), cache_dir (memo on disk; none by default)."""
+    opts = dict(options or {})
+    context = opts.pop("context", None)
+    extractor = opts.pop("context_extractor", None) or opts.pop("contextExtractor", None)
+    if context is None and extractor is None:
+        raise ConfigError("create_context_precision_scorer needs options={'context': [...]} or "
+                          "options={'context_extractor': fn}")
+    scale = float(opts.pop("scale", 1.0))
+    if scale < 0 or math.isnan(scale):
+        raise ConfigError("scale must be zero or more")
+    stats = JudgeStats()
+    gate = RateGate(int(opts.pop("concurrency", 8)), opts.pop("rpm", None), opts.pop("tpm", None))
+    cache_dir = opts.pop("cache_dir", None)
+    reason = str(opts.pop("reason", "verdicts"))
+    settings = JudgeSettings(model=model, **{k: v for k, v in opts.items()
+                                             if k in JudgeSettings.__dataclass_fields__})
+    unknown = set(opts) - set(JudgeSettings.__dataclass_fields__)
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    judge = create_judge(settings, gate=gate, stats=stats)
+    memo = Memo(Path(cache_dir)) if cache_dir else None
+    return ContextPrecisionScorer(judge, context=context, extractor=extractor, scale=scale,
+                                  reason=reason, memo=memo, stats=stats)
+
+
+@dataclass
+class EvalItem:
+    index: int
+    input: Any
+    output: Any = None
+    ground_truth: Any = None
+    scorer_results: dict[str, ScoreResult] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
+
+
+@dataclass
+class EvalResult:
+    scores: dict[str, float | None]
+    items: list[EvalItem]
+
+    @property
+    def failed(self) -> list[EvalItem]:
+        return [i for i in self.items if i.failed]
+
+
+Target = Callable[[Any], Awaitable[Any]]
+
+
+def _split_target_output(value: Any) -> tuple[Any, Sequence[str] | None]:
+    """target(input) may return (output, context), {"output":..., "context":[...]} or output."""
+    if isinstance(value, tuple) and len(value) == 2:
+        return value[0], value[1]
+    if isinstance(value, Mapping) and "output" in value:
+        ctx = value.get("context", value.get("retrieved_context"))
+        return value["output"], ctx
+    return value, None
+
+
+async def _eval_one(item: EvalItem, scorers: Sequence[ContextPrecisionScorer],
+                    target: Target | None) -> None:
+    context: Sequence[str] | None = None
+    if target is not None:
+        try:
+            item.output, context = _split_target_output(await target(item.input))
+        except Exception as exc:  # the user's target: its failure is this item's failure
+            item.errors["target"] = f"{type(exc).__name__}: {exc}"
+            return
+    expected = item.ground_truth if item.ground_truth is not None else item.output
+    for scorer in scorers:
+        try:
+            item.scorer_results[scorer.id] = await scorer.run(item.input, expected,
+                                                              context=context)
+        except (JudgeError, ConfigError) as exc:
+            item.errors[scorer.id] = str(exc)
+
+
+async def run_evals(data: Sequence[Mapping[str, Any]], scorers: Sequence[ContextPrecisionScorer],
+                    target: Target | None = None,
+                    on_item_complete: Callable[[EvalItem], Any] | None = None,
+                    concurrency: int = 8) -> EvalResult:
+    """Run `target` on each item's input, score its retrieved context with every scorer.
+
+    Relevance is judged against the item's ground_truth when given, else the target's output.
+    One failing item is reported as failed and does not stop the others.
+    """
+    items = [EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth",
+                                                           d.get("groundTruth")))
+             for i, d in enumerate(data)]
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(item: EvalItem) -> None:
+        async with limiter:
+            await _eval_one(item, scorers, target)
+        if on_item_complete is not None:
+            res = on_item_complete(item)
+            if inspect.isawaitable(res):
+                await res
+
+    async with anyio.create_task_group() as tg:
+        for item in items:
+            tg.start_soon(one, item)
+    scores: dict[str, float | None] = {}
+    for scorer in scorers:
+        vals = [i.scorer_results[scorer.id].score for i in items if scorer.id in i.scorer_results]
+        scores[scorer.id] = sum(vals) / len(vals) if vals else None
+    return EvalResult(scores, items)

@@ -1,0 +1,474 @@
+"""The run summary: figures read lazily from the scored part files plus the run's judge stats,
+written next to the output as summary.json (machines), summary.md and charts/*.png (people).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+
+__all__ = ["BANDS", "agreement", "build_summary", "render_markdown", "write_summary"]
+
+STATE_DIR = "_ctxprec"
+_EPS = 1e-9  # scores carry two decimals; this only absorbs float noise in score / scale
+_BINS = 20
+_MAX_GROUPS = 200
+# (band, lower, upper, range, meaning) on score / scale, as in the seed; "none" is exactly 0.
+BANDS: tuple[tuple[str, float, float, str, str], ...] = (
+    ("excellent", 0.9, 1.0, "0.9 – 1.0", "relevant context comes first"),
+    ("good", 0.7, 0.9, "0.7 – <0.9", "most relevant items are well placed"),
+    ("medium", 0.4, 0.7, "0.4 – <0.7", "relevant items are mixed with irrelevant ones"),
+    ("low", 0.0, 0.4, ">0 – <0.4", "relevant context is rare or badly placed"),
+    ("none", 0.0, 0.0, "0", "no relevant context found"),
+)
+_QUANTILES = {"median": 0.5, "p10": 0.1, "p25": 0.25, "p75": 0.75, "p90": 0.9}
+_STATS = ("mean", "median", "p10", "p25", "p75", "p90", "min", "max", "std", "mean_ok_only")
+# The columns every ctxprec part has; an outdir without parts reads as this empty frame.
+_EMPTY = {"status": pl.String, "score": pl.Float64, "error": pl.String}
+_EMPTY |= {"verdicts": pl.List(pl.Boolean), "input_tokens": pl.Int64, "output_tokens": pl.Int64}
+
+
+def build_summary(
+    outdir: Path,
+    run: Mapping[str, Any],
+    *,
+    scale: float = 1.0,
+    group_by: str | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+) -> dict[str, Any]:
+    """Every figure of the summary; Polars reads only the columns each figure needs."""
+    parts = _part_files(Path(outdir))
+    lf = _scan(parts)
+    cols = set(lf.collect_schema().names())
+    summary: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run": json.loads(json.dumps(dict(run), default=str)),
+        "scale": scale,
+        "parts": len(parts),
+        **_figures(lf, scale),
+        "score_histogram": _histogram(lf, scale),
+        "relevance_by_position": _positions(lf),
+        "rank_metrics": _rank_metrics(lf, cols, ks),
+        "failures": _failures(lf),
+        "by_group": _by_group(lf, cols, group_by) if group_by else None,
+        "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
+    }
+    summary |= _judge(run, lf)
+    summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
+    return summary
+
+
+def _part_files(outdir: Path) -> list[Path]:
+    """Scored part files: every *.parquet under outdir except run state and hidden temp files."""
+    found = outdir.rglob("*.parquet") if outdir.is_dir() else []
+    keep = [p for p in found if p.relative_to(outdir).parts[0] != STATE_DIR]
+    return sorted(p for p in keep if not p.name.startswith("."))
+
+
+def _scan(parts: list[Path]) -> pl.LazyFrame:
+    if not parts:
+        return pl.LazyFrame(schema=_EMPTY)
+    return pl.scan_parquet(
+        parts, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
+    )
+
+
+def _norm(scale: float) -> pl.Expr:
+    """score / scale: the seed's 0..1 reading of a score (scale 0 gives only zeros)."""
+    return pl.col("score") / scale if scale > 0 else pl.col("score") * 0.0
+
+
+def _band(scale: float) -> pl.Expr:
+    """The seed's band of each score; null for unscored rows."""
+    n = _norm(scale)
+    return (
+        pl.when(n < _EPS).then(pl.lit("none"))
+        .when(n < 0.4 - _EPS).then(pl.lit("low"))
+        .when(n < 0.7 - _EPS).then(pl.lit("medium"))
+        .when(n < 0.9 - _EPS).then(pl.lit("good"))
+        .when(n.is_not_null()).then(pl.lit("excellent"))
+    )  # fmt: skip
+
+
+def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
+    """Rows by status, coverage, score statistics, bands and token sums in one pass."""
+    status, score, band = pl.col("status"), pl.col("score"), _band(scale)
+    got = lf.select(
+        pl.len().alias("total"),
+        *[(status == s).sum().alias(s) for s in (STATUS_OK, STATUS_EMPTY, STATUS_FAILED)],
+        *[score.quantile(q, "linear").alias(k) for k, q in _QUANTILES.items()],
+        *[getattr(score, k)().alias(k) for k in ("mean", "min", "max", "std")],
+        score.filter(status == STATUS_OK).mean().alias("mean_ok_only"),
+        *[(band == b).sum().alias(b) for b, *_ in BANDS],
+        pl.col("input_tokens").sum().alias("input"),
+        pl.col("output_tokens").sum().alias("output"),
+    ).collect()
+    got_row = got.row(0, named=True)
+    rows = {k: int(got_row[k]) for k in ("total", STATUS_OK, STATUS_EMPTY, STATUS_FAILED)}
+    scored = rows[STATUS_OK] + rows[STATUS_EMPTY]
+    bands = [
+        {
+            "band": b,
+            "lower": lo,
+            "upper": hi,
+            "rows": got_row[b],
+            "share": _r(_ratio(got_row[b], scored)),
+        }
+        for b, lo, hi, *_ in BANDS
+    ]
+    return {
+        "rows": rows,
+        "coverage": _r(_ratio(scored, rows["total"])),
+        "score": {k: _r(got_row[k]) for k in _STATS},
+        "bands": bands,
+        "tokens": {k: int(got_row[k] or 0) for k in ("input", "output")},
+    }
+
+
+def _histogram(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
+    """Scored rows in 20 equal bins over (0, scale]; exact zeros (band "none") counted apart."""
+    n = _norm(scale)
+    bins = (n * _BINS + _EPS).floor().clip(0, _BINS - 1).cast(pl.Int64).alias("bin")
+    got = lf.filter(n >= _EPS).group_by(bins).len().collect()
+    counts = dict(got.iter_rows())
+    span = scale if scale > 0 else 1.0
+    return {
+        "edges": [_r(span * i / _BINS) for i in range(_BINS + 1)],
+        "counts": [int(counts.get(i, 0)) for i in range(_BINS)],
+        "zero": int(lf.filter(n < _EPS).select(pl.len()).collect().item()),
+    }
+
+
+def _positions(lf: pl.LazyFrame) -> list[dict[str, Any]]:
+    """Relevant rate per position over every judged item (null verdicts of failed items skipped)."""
+    v = pl.col("verdicts")
+    got = (
+        lf.select(v, pl.int_ranges(v.list.len()).alias("position"))
+        .explode(["verdicts", "position"])
+        .drop_nulls()
+        .group_by("position")
+        .agg(pl.len().alias("items"), v.cast(pl.Float64).mean().alias("relevant_rate"))
+        .sort("position")
+        .collect(engine="streaming")
+    )
+    return [{**r, "relevant_rate": _r(r["relevant_rate"])} for r in got.iter_rows(named=True)]
+
+
+def _rank_metrics(lf: pl.LazyFrame, cols: set[str], ks: Sequence[int]) -> dict[str, Any]:
+    """Mean of each rank metric column present (hit@k as a rate)."""
+    names = ["reciprocal_rank"] + [f"{m}_at_{k}" for k in ks for m in ("precision", "hit", "ndcg")]
+    names = [c for c in names if c in cols]
+    if not names:
+        return {}
+    got = lf.select(pl.col(c).cast(pl.Float64).mean() for c in names).collect()
+    return {k: _r(v) for k, v in got.row(0, named=True).items()}
+
+
+def _failures(lf: pl.LazyFrame) -> dict[str, int]:
+    """Failed rows by cause: the error text before its first ':' ("http_500: ..." -> http_500)."""
+    cause = pl.col("error").str.split(":").list.first().str.strip_chars()
+    got = (
+        lf.filter(pl.col("status") == STATUS_FAILED)
+        .group_by(cause.fill_null("unknown").alias("cause"))
+        .len()
+        .sort(["len", "cause"], descending=[True, False])
+        .collect()
+    )
+    return {str(c): int(n) for c, n in got.iter_rows()}
+
+
+def _by_group(lf: pl.LazyFrame, cols: set[str], column: str) -> dict[str, Any]:
+    """Rows, failed rows and score statistics per value of `column`, largest groups first."""
+    if column not in cols:
+        note = f"column `{column}` is not in the scored parts (columns: {', '.join(sorted(cols))})"
+        return {"column": column, "groups": [], "groups_total": 0, "note": note}
+    score = pl.col("score")
+    got = (
+        lf.group_by(pl.col(column).cast(pl.String).alias("group"))
+        .agg(
+            pl.len().alias("rows"),
+            (pl.col("status") == STATUS_FAILED).sum().alias("failed"),
+            score.mean().alias("mean_score"),
+            *[score.quantile(q, "linear").alias(k) for k, q in _QUANTILES.items()],
+        )
+        .sort(["rows", "group"], descending=[True, False], nulls_last=True)
+        .collect()
+    )
+    groups = [{k: _r(v) for k, v in g.items()} for g in got.head(_MAX_GROUPS).iter_rows(named=True)]
+    return {"column": column, "groups": groups, "groups_total": got.height}
+
+
+def agreement(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:
+    """Judge vs human labels (labels are the truth): accuracy, precision, recall, F1, Cohen's κ."""
+    n = tp + fp + fn + tn
+    precision = _ratio(tp, tp + fp)
+    recall = _ratio(tp, tp + fn)
+    f1 = _ratio(2 * precision * recall, precision + recall) if precision and recall else None
+    p_o = _ratio(tp + tn, n)
+    p_e = _ratio((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn), n * n)
+    kappa = None
+    if (
+        p_o is not None and p_e is not None
+    ):  # all on one class: κ is 1 if both agree, else undefined
+        kappa = (p_o - p_e) / (1 - p_e) if p_e < 1 else (1.0 if p_o == 1 else None)
+    figures = {"accuracy": p_o, "precision": precision, "recall": recall, "f1": f1}
+    return {"items": n, **{k: _r(v) for k, v in figures.items()}, "cohen_kappa": _r(kappa)}
+
+
+def _labels(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
+    """Agreement on items both judged and labelled; MAP means over rows complete on both sides."""
+    from pipeline.metric import map_stage  # here, not at the top: the pipeline imports storage
+
+    v, lab = pl.col("verdicts"), pl.col("label_verdicts")
+    items = (
+        lf.select(v, lab)
+        .with_row_index("row")
+        .filter(v.list.len() == lab.list.len())
+        .with_columns(pl.int_ranges(v.list.len()).alias("position"))
+        .explode(["verdicts", "label_verdicts", "position"])
+    )
+    pairs = items.drop_nulls(["verdicts", "label_verdicts"]).group_by(v, lab).len().collect()
+    n = {(judged, label): count for judged, label, count in pairs.iter_rows()}
+    tp, fp, fn, tn = (n.get(k, 0) for k in ((1, 1), (1, 0), (0, 1), (0, 0)))
+    complete = items.filter(v.is_not_null().all().over("row") & lab.is_not_null().all().over("row"))
+    label_map = map_stage(complete, relevant="label_verdicts", scale=scale)
+    judged_map = map_stage(complete, relevant="verdicts", scale=scale)
+    return {
+        **agreement(tp, fp, fn, tn),
+        "map_rows": label_map.height,
+        "label_map_mean": _r(label_map["score"].mean()),
+        "judged_map_mean": _r(judged_map["score"].mean()),
+    }
+
+
+def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
+    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput."""
+    j, wall = run.get("judge") or {}, run.get("wall_s")
+    judge = {
+        "model": run.get("judge_model"),
+        "prompt_version": run.get("prompt_version"),
+        "calls": run.get("judge_calls"),
+        **{k: run.get(k) for k in ("memo_hits", "dedup_hits")},
+        **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
+        **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
+    }
+    this_run = {"this_run_input": j.get("input_tokens"), "this_run_output": j.get("output_tokens")}
+    calls = judge["calls"] if judge["calls"] is not None else judge["requests"]
+    throughput = {
+        "rows_per_s": _ratio(run.get("rows_this_run"), wall),
+        "calls_per_s": _ratio(calls, wall),
+    }
+    return {
+        "tokens": {**tokens, **this_run},
+        "cost_usd": _cost(run.get("price"), tokens, [*this_run.values()]),
+        "judge": judge,
+        "wall_s": _r(wall),
+        "throughput": {k: _r(v) for k, v in throughput.items()},
+    }
+
+
+def _cost(price: Any, tokens: Mapping[str, int], this_run: list[Any]) -> dict[str, Any] | None:
+    """USD = input tokens x input price + output tokens x output price (per million tokens)."""
+    p_in, p_out = (price or {}).get("input_per_mtok"), (price or {}).get("output_per_mtok")
+    if p_in is None or p_out is None:
+        return None
+
+    def usd(t_in: Any, t_out: Any) -> float | None:
+        known = t_in is not None and t_out is not None
+        return round((t_in * p_in + t_out * p_out) / 1e6, 6) if known else None
+
+    return {"this_run": usd(*this_run), "all_rows": usd(tokens["input"], tokens["output"])}
+
+
+def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Estimate, actual and actual / estimate for calls, tokens, cost and wall time."""
+    est = run.get("estimate")
+    if not est:
+        return None
+    actual = {
+        "calls": s["judge"]["calls"],
+        "input_tokens": s["tokens"]["this_run_input"],
+        "output_tokens": s["tokens"]["this_run_output"],
+        "cost_usd": (s["cost_usd"] or {}).get("this_run"),
+        "wall_s": run.get("wall_s"),
+    }
+    return {
+        k: {"estimate": est.get(k), "actual": a, "ratio": _r(_ratio(a, est.get(k)))}
+        for k, a in actual.items()
+    }
+
+
+def _ratio(num: Any, den: Any) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def _r(value: Any) -> Any:
+    """A figure rounded to 4 decimals; NaN and inf become None; non-floats pass through."""
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else None
+    return value
+
+
+def write_summary(outdir: Path, summary: Mapping[str, Any], *, charts: bool = True) -> None:
+    """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace)."""
+    outdir = Path(outdir)
+    chart_dir = outdir / "charts"
+    pngs = render_charts(summary) if charts else {}
+    for name, data in pngs.items():
+        _atomic_write(chart_dir / name, data)
+    for stale in set(CHART_FILES) - set(pngs):  # a chart that no longer applies is not kept
+        (chart_dir / stale).unlink(missing_ok=True)
+    text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
+    _atomic_write(outdir / "summary.json", text.encode())
+    _atomic_write(outdir / "summary.md", render_markdown(summary, charts=charts).encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
+    """summary.md: what the run did, then scores, bands, positions, judge and cost, extras."""
+    pictures = planned_charts(summary) if charts else []
+
+    def img(name: str) -> list[str]:
+        return [f"![{CHART_FILES[name]}](charts/{name})", ""] if name in pictures else []
+
+    positions = [
+        [p["position"], p["items"], _pct(p["relevant_rate"])]
+        for p in summary["relevance_by_position"][:30]
+    ]
+    return (
+        "\n".join(
+            [
+                *_md_intro(summary),
+                *_md_score(summary),
+                *img("score_distribution.png"),
+                *_md_table(
+                    "Relevance by position", ["position", "items", "relevant rate"], positions
+                ),
+                *img("relevance_by_position.png"),
+                *_md_table(
+                    "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
+                ),
+                *_md_table("Judge and cost", ["figure", "value"], _md_judge(summary)),
+                *_md_extras(summary),
+                *img("scores_by_group.png"),
+            ]
+        ).rstrip()
+        + "\n"
+    )
+
+
+def _md_intro(s: Mapping[str, Any]) -> list[str]:
+    run, rows, tp = s["run"], s["rows"], s["throughput"]
+    causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
+    failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
+    source = f"`{run['input']}`" if run.get("input") else "the input"
+    lines = [
+        "# ctxprec run summary",
+        "",
+        f"The output holds **{rows['total']:,}** rows scored from {source} by "
+        f"`{s['judge']['model'] or 'unknown judge'}`: **{rows['ok']:,}** ok, "
+        f"**{rows['empty_context']:,}** with an empty context, {failed}. "
+        f"Coverage: {_pct(s['coverage'])}. This run handled {_fmt(run.get('rows_this_run'))} "
+        f"rows in {_fmt(s['wall_s'])} s ({_fmt(tp['calls_per_s'])} judge calls/s, "
+        f"{_fmt(tp['rows_per_s'])} rows/s).",
+        "",
+    ]
+    if n := rows["failed"]:
+        noun = "row" if n == 1 else "rows"
+        lines += [f"> **{n:,} {noun} failed — re-run the same command to retry only them.**", ""]
+    return lines
+
+
+def _md_score(s: Mapping[str, Any]) -> list[str]:
+    stats, scale = s["score"], s["scale"]
+    out = _md_table(f"Score (0 to {scale:g})", [*stats], [[*stats.values()]])
+    text = {b: (span, meaning) for b, _, _, span, meaning in BANDS}
+    rows = [[b["band"], *text[b["band"]], b["rows"], _pct(b["share"])] for b in s["bands"]]
+    head = ["band", "score" if scale == 1 else f"score / {scale:g}", "meaning", "rows", "share"]
+    return out + _md_table("Score bands (from the seed)", head, rows)
+
+
+def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
+    j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
+    labels = {"calls": "judge calls (unique items)", "requests": "HTTP requests",
+              "rate_limited": "429 responses", "reasks": "re-asks"}  # fmt: skip
+    rows = [
+        [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
+    ]
+    return [
+        *rows,
+        [
+            "tokens in / out, this run",
+            f"{_fmt(t['this_run_input'])} / {_fmt(t['this_run_output'])}",
+        ],
+        ["tokens in / out, all rows", f"{_fmt(t['input'])} / {_fmt(t['output'])}"],
+        ["estimated cost USD, this run", cost.get("this_run")],
+        ["estimated cost USD, all rows", cost.get("all_rows")],
+        ["wall time s", s["wall_s"]],
+        ["rows/s", tp["rows_per_s"]],
+        ["judge calls/s", tp["calls_per_s"]],
+    ]
+
+
+def _md_extras(s: Mapping[str, Any]) -> list[str]:
+    """Failures by cause, estimate vs actual, label agreement and groups, when present."""
+    out = _md_table("Failures by cause", ["cause", "rows"], [*s["failures"].items()])
+    if est := s["estimate_vs_actual"]:
+        rows = [[k, v["estimate"], v["actual"], v["ratio"]] for k, v in est.items()]
+        out += _md_table("Estimate vs actual", ["figure", "estimate", "actual", "ratio"], rows)
+    if labels := s["labels"]:
+        out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])
+    if g := s["by_group"]:
+        head = ["group", "rows", "failed", "mean score", "median"]
+        rows = [
+            [x["group"], x["rows"], x["failed"], x["mean_score"], x["median"]] for x in g["groups"]
+        ]
+        out += _md_table(f"By {g['column']}", head, rows) or [
+            f"## By {g['column']}",
+            "",
+            g["note"],
+            "",
+        ]
+    return out
+
+
+def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return [*lines, *("| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows), ""]
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.4f}".rstrip("0").rstrip(".")
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"

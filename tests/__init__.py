@@ -1,0 +1,1 @@
+"""ctxprec test suite."""

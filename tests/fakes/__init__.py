@@ -1,0 +1,1 @@
+"""Test doubles: a real local judge server."""

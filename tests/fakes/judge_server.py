@@ -1,0 +1,446 @@
+"""A real aiohttp judge server on 127.0.0.1 for tests and benchmarks: OpenAI chat-completions and
+Anthropic messages shapes, seeded latency and faults (5xx, 429, garbage, drops, hangs), an RPM
+limit, and request statistics. Run alone: `python -m tests.fakes.judge_server --port 0`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import email.utils
+import hashlib
+import json
+import math
+import random
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = [
+    "FakeJudgeConfig",
+    "FakeJudgeServer",
+    "FakeJudgeStats",
+    "FakeJudgeThread",
+    "expected_verdict",
+    "items_from_messages",
+    "main",
+    "running_fake_judge",
+]
+
+ITEM_MARK = "Context item (JSON string, data only): "
+ROW_LINE = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
+_RANDOM_FAULTS = ("500", "503", "garbage_body", "garbage_content", "drop", "hang", "429")
+
+
+@dataclass
+class FakeJudgeConfig:
+    """How the server behaves. `script` outcomes are served first, in order, then random faults
+    (seeded). Outcomes: ok, prose, fenced, 500, 503, 529, garbage_body, garbage_content, drop,
+    hang, 429 (retry_after_mode), 429_seconds, 429_ms, 429_date, 429_ratelimit, 429_none,
+    quota, 400, 401, 403, 404, 422, row_mismatch."""
+
+    latency_ms: float = 0.0
+    jitter_ms: float = 0.0
+    seed: int = 0
+    overrides: dict[str, bool] = field(default_factory=dict)
+    style: str = "json"  # json | prose | fenced: reply style without (or ignoring) a schema
+    ignore_response_format: bool = False
+    reject_response_format: bool = False  # answer 400 to any request carrying response_format
+    p_500: float = 0.0
+    p_503: float = 0.0
+    p_garbage_body: float = 0.0  # HTTP 200 with an HTML body
+    p_garbage_content: float = 0.0  # a proper envelope whose text holds no verdict
+    p_drop: float = 0.0
+    p_hang: float = 0.0
+    p_429: float = 0.0
+    hang_s: float = 30.0
+    retry_after_mode: str = "seconds"  # seconds | ms | date | ratelimit | none
+    retry_after_s: float = 1.0
+    rpm_limit: int | None = None
+    require_key: str | None = None  # 401 (echoing the key sent) unless this key is presented
+    script: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FakeJudgeStats:
+    """What the server saw. Item texts are counted once per request that carried them."""
+
+    total: int = 0
+    by_outcome: Counter[str] = field(default_factory=Counter)
+    by_path: Counter[str] = field(default_factory=Counter)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    timestamps: list[float] = field(default_factory=list)
+    items: Counter[str] = field(default_factory=Counter)
+    query_only: int = 0
+    response_format_seen: int = 0
+    auth_headers: list[str] = field(default_factory=list)
+    bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=1000))  # latest
+
+    def per_second(self) -> Counter[int]:
+        start = self.timestamps[0] if self.timestamps else 0.0
+        return Counter(int(t - start) for t in self.timestamps)
+
+    def per_minute(self) -> Counter[int]:
+        start = self.timestamps[0] if self.timestamps else 0.0
+        return Counter(int((t - start) // 60) for t in self.timestamps)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "by_outcome": dict(self.by_outcome),
+            "by_path": dict(self.by_path),
+            "max_in_flight": self.max_in_flight,
+            "items_judged": sum(self.items.values()),
+            "distinct_items": len(self.items),
+            "query_only": self.query_only,
+            "response_format_seen": self.response_format_seen,
+            "per_second": dict(self.per_second()),
+        }
+
+
+def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
+    """The server's rule: the override if any, else sha256(item)[0] is even."""
+    if config is not None and item in config.overrides:
+        return config.overrides[item]
+    return hashlib.sha256(item.encode("utf-8")).digest()[0] % 2 == 0
+
+
+def _user_text(messages: Any) -> str:
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+        if isinstance(content, str) and message.get("role") == "user":
+            return content
+    return ""
+
+
+def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
+    """(item texts, per-row?, query-only?) recovered from the first user message."""
+    text, decoder = _user_text(messages), json.JSONDecoder()
+    query_only = "Expected output (JSON string)" not in text
+    try:
+        if ITEM_MARK in text:
+            item, _ = decoder.raw_decode(text, text.index(ITEM_MARK) + len(ITEM_MARK))
+            return [str(item)], False, query_only
+        items = [str(decoder.raw_decode(text, m.end())[0]) for m in ROW_LINE.finditer(text)]
+    except ValueError:
+        return [], False, query_only
+    return items, bool(items), query_only
+
+
+class FakeJudgeServer:
+    """The server: `url` (…/v1), `stats`, and a mutable `config`."""
+
+    def __init__(self, config: FakeJudgeConfig | None = None) -> None:
+        self.config = config or FakeJudgeConfig()
+        self.stats = FakeJudgeStats()
+        self.url = ""
+        self._rng = random.Random(self.config.seed)
+        self._script: deque[str] = deque(self.config.script)
+        self._window: deque[float] = deque()
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, port: int = 0) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/messages", self._handle)
+        app.router.add_get("/_fake/stats", self._stats_view)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None
+        )
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        await web.SockSite(self._runner, sock).start()
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _record(self, request: web.Request, body: dict[str, Any]) -> None:
+        s = self.stats
+        s.total += 1
+        s.by_path[request.path] += 1
+        s.timestamps.append(time.monotonic())
+        s.bodies.append(body)
+        if (auth := _auth(request)) is not None:
+            s.auth_headers.append(auth)
+        s.response_format_seen += "response_format" in body
+        items, _, query_only = items_from_messages(body.get("messages"))
+        s.items.update(items)
+        s.query_only += query_only
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": {"message": "body is not JSON"}}, status=400)
+        self._record(request, body)
+        self.stats.in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+        try:
+            await self._delay()
+            outcome = self._decide(request, body)
+            self.stats.by_outcome[outcome] += 1
+            return await self._respond(request, body, outcome)
+        finally:
+            self.stats.in_flight -= 1
+
+    async def _delay(self) -> None:
+        c = self.config
+        jitter = self._rng.uniform(-c.jitter_ms, c.jitter_ms) if c.jitter_ms else 0.0
+        if c.latency_ms or jitter:
+            await asyncio.sleep(max(0.0, c.latency_ms + jitter) / 1000.0)
+
+    def _decide(self, request: web.Request, body: dict[str, Any]) -> str:
+        c = self.config
+        presented = (_auth(request) or "").removeprefix("Bearer ")
+        if c.require_key is not None and presented != c.require_key:
+            return "401"
+        if self._script:
+            return self._script.popleft()
+        if c.reject_response_format and "response_format" in body:
+            return "400_response_format"
+        if c.rpm_limit is not None and not self._admit(c.rpm_limit):
+            return "rpm_429"
+        draw = self._rng.random()
+        for outcome in _RANDOM_FAULTS:
+            draw -= getattr(c, f"p_{outcome}")
+            if draw < 0:
+                return outcome
+        return "ok"
+
+    def _admit(self, rpm: int) -> bool:
+        now = time.monotonic()
+        while self._window and self._window[0] <= now - 60.0:
+            self._window.popleft()
+        if len(self._window) >= rpm:
+            return False
+        self._window.append(now)
+        return True
+
+    async def _respond(
+        self, request: web.Request, body: dict[str, Any], outcome: str
+    ) -> web.StreamResponse:
+        anthropic = request.path.endswith("/messages")
+        if outcome == "drop":
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=500)
+        if outcome == "hang":
+            await asyncio.sleep(self.config.hang_s)
+        if outcome == "garbage_body":
+            return web.Response(text="<html>502 upstream glitch</html>", content_type="text/html")
+        if outcome.startswith(("4", "5", "quota", "rpm")):
+            return self._error(outcome, anthropic, request)
+        text = self._reply_text(body, outcome)
+        return web.json_response(_envelope(anthropic, body, text))
+
+    def _reply_text(self, body: dict[str, Any], outcome: str) -> str:
+        if outcome == "garbage_content":
+            return "Hmm, that is hard to say without more context."
+        items, per_row, _ = items_from_messages(body.get("messages"))
+        verdicts = [expected_verdict(item, self.config) for item in items]
+        schema = "response_format" in body and not self.config.ignore_response_format
+        style = outcome if outcome in ("prose", "fenced") else self.config.style
+        if per_row:
+            kept = verdicts[:-1] if outcome == "row_mismatch" else verdicts
+            rows = [{"index": i, "relevant": v, "reason": _reason(v)} for i, v in enumerate(kept)]
+            return json.dumps({"verdicts": rows})
+        if not items:  # not a judging prompt (e.g. the reason prompt): plain prose
+            return "Relevant items came first, which keeps the precision high."
+        return _styled(verdicts[0], items[0], "json" if schema else style)
+
+    def _error(self, outcome: str, anthropic: bool, request: web.Request) -> web.Response:
+        status, message, headers = self._error_parts(outcome, request)
+        kind = "overloaded_error" if status == 529 else "api_error"
+        if anthropic:
+            payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+        else:
+            code = "insufficient_quota" if outcome == "quota" else kind
+            payload = {"error": {"message": message, "type": code, "code": code}}
+        return web.json_response(payload, status=status, headers=headers)
+
+    def _error_parts(self, outcome: str, request: web.Request) -> tuple[int, str, dict[str, str]]:
+        if outcome == "quota":
+            return 429, "You exceeded your current quota, please check your plan and billing.", {}
+        if outcome == "rpm_429":
+            wait = 60.0 - (time.monotonic() - self._window[0]) if self._window else 1.0
+            return 429, "Rate limit reached (requests per minute).", {"Retry-After": _secs(wait)}
+        if outcome.startswith("429"):
+            mode = outcome.partition("_")[2] or self.config.retry_after_mode
+            return 429, "Rate limit reached.", _retry_headers(mode, self.config.retry_after_s)
+        if outcome == "400_response_format":
+            text = "Invalid parameter: 'response_format' of type 'json_schema' is not supported."
+            return 400, text, {}
+        if outcome == "401":
+            return 401, f"Incorrect API key provided: {_auth(request)}.", {}
+        return int(outcome), f"fake failure {outcome}", {}
+
+    async def _stats_view(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats.as_dict())
+
+
+def _auth(request: web.Request) -> str | None:
+    return request.headers.get("Authorization") or request.headers.get("x-api-key")
+
+
+def _secs(wait: float) -> str:
+    return str(max(1, math.ceil(wait)))
+
+
+def _retry_headers(mode: str, seconds: float) -> dict[str, str]:
+    if mode == "seconds":
+        return {"Retry-After": f"{seconds:g}"}
+    if mode == "ms":
+        return {"retry-after-ms": str(int(seconds * 1000))}
+    if mode == "date":
+        return {"Retry-After": email.utils.formatdate(time.time() + seconds, usegmt=True)}
+    if mode == "ratelimit":
+        return {
+            "x-ratelimit-reset-requests": f"{seconds:g}s",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-tokens": "6m0s",
+            "x-ratelimit-remaining-tokens": "1000",
+        }
+    return {}
+
+
+def _reason(verdict: bool) -> str:
+    return "It states what the expected output needs." if verdict else "It does not help."
+
+
+def _styled(verdict: bool, item: str, style: str) -> str:
+    as_json = json.dumps({"relevant": verdict, "reason": _reason(verdict)})
+    if style == "fenced":
+        return f"Here is my verdict:\n```json\n{as_json}\n```"
+    if style == "prose":
+        snippet = " ".join(item.split())[:60]
+        return f"Yes - it mentions {snippet}." if verdict else f"No - {snippet} does not help."
+    return as_json
+
+
+def _envelope(anthropic: bool, body: dict[str, Any], text: str) -> dict[str, Any]:
+    tokens_in = len(json.dumps(body.get("messages", ""))) // 4 + 1
+    tokens_out = len(text) // 4 + 1
+    model = body.get("model", "fake")
+    if anthropic:
+        return {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out},
+        }  # fmt: skip
+    return {
+        "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                  "total_tokens": tokens_in + tokens_out},
+    }  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def running_fake_judge(
+    config: FakeJudgeConfig | None = None, *, port: int = 0
+) -> AsyncIterator[FakeJudgeServer]:
+    """`async with running_fake_judge(cfg) as server:` — server.url is http://127.0.0.1:P/v1."""
+    server = FakeJudgeServer(config)
+    await server.start(port)
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+class FakeJudgeThread:
+    """The server on its own event loop in a daemon thread, for synchronous tests."""
+
+    def __init__(self, config: FakeJudgeConfig | None = None, *, port: int = 0) -> None:
+        self._config, self._port = config, port
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-judge", daemon=True)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.server: FakeJudgeServer | None = None
+
+    def __enter__(self) -> FakeJudgeServer:
+        self._thread.start()
+        if not self._ready.wait(10.0) or self.server is None:
+            raise RuntimeError("fake judge server did not start")
+        return self.server
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10.0)
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            async with running_fake_judge(self._config, port=self._port) as server:
+                self.server = server
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            self._ready.set()
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--stats-out", help="write the stats as JSON here on exit")
+    casts = {"float": float, "int": int, "str": str, "int | None": int, "str | None": str}
+    for f in dataclasses.fields(FakeJudgeConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_true")
+        elif f.type in casts:
+            parser.add_argument(flag, type=casts[str(f.type)], default=None)
+    parser.add_argument("--script", nargs="*", default=[], help="outcomes served first")
+    return parser
+
+
+async def _serve_forever(config: FakeJudgeConfig, port: int, stats_out: str | None) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with running_fake_judge(config, port=port) as server:
+        print(server.url, flush=True)
+        await stop.wait()
+        if stats_out:
+            with open(stats_out, "w", encoding="utf-8") as out:
+                json.dump(server.stats.as_dict(), out, indent=2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; prints the base URL (…/v1) on the first line of stdout."""
+    args = vars(_arg_parser().parse_args(argv))
+    port, stats_out = args.pop("port"), args.pop("stats_out")
+    given = {k: v for k, v in args.items() if v is not None and v is not False}
+    asyncio.run(_serve_forever(FakeJudgeConfig(**given), port, stats_out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
