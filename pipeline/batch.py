@@ -96,7 +96,12 @@ def _plan_row(query: Any, expected: Any, context: Any, max_chars: int) -> RowPla
 
 def _extract(frame: pl.DataFrame, extractor: Extractor) -> list[Any]:
     out: list[Any] = []
-    for row in frame.iter_rows(named=True):
+    rows = (
+        frame.get_column("source_row").to_list()
+        if "source_row" in frame.columns
+        else frame.iter_rows(named=True)
+    )
+    for row in rows:
         try:
             value = extractor(row)
             out.append(list(value) if isinstance(value, (list, tuple)) else value)

@@ -30,9 +30,9 @@ DEFAULT_PAUSE_S = 1.0  # pause after a 429 without Retry-After; doubles while 42
 MAX_PAUSE_S = 60.0
 DECREASE = 0.7  # multiplicative decrease on a 429
 MIN_RPM = 1.0
-FAST_SLOPE = 1.0  # growth below TARGET x ceiling: ceiling-rpm per minute of rate-bound sending
-SLOW_SLOPE = 0.05  # growth above it: a slow probe for more headroom
-TARGET = 0.9
+FAST_SLOPE = 2.0  # growth below TARGET x ceiling, in ceilings per minute of rate-bound sending
+SLOW_SLOPE = 0.03  # growth above it: a probe that doubles each minute without a 429
+TARGET = 0.95
 _SPACING = 1.0 + 1e-9  # keeps float rounding from fitting R + 1 requests into 60 s
 _MAX_SPINS = 10_000
 
@@ -287,7 +287,7 @@ class RateGate:
         self._counts["admitted"] += 1
         _ADMISSION.set((self, self._epoch))
         if rpm_bound and self._adaptive:
-            self._grow()
+            self._grow(now)
 
     def _is_fresh(self) -> bool:
         tag = _ADMISSION.get()
@@ -307,12 +307,14 @@ class RateGate:
         self._ceiling = observed
         self._rate = max(MIN_RPM, min(self._rate, DECREASE * observed))
 
-    def _grow(self) -> None:
+    def _grow(self, now: float) -> None:
         """Additive increase per rate-bound admission: slope x ceiling per minute of sending."""
         ceiling = self._ceiling
         if ceiling is None or self._rate >= self._limit:
             return
-        slope = FAST_SLOPE if self._rate < TARGET * ceiling else SLOW_SLOPE
+        calm_minutes = min((now - self._last_fresh) / WINDOW_S, 10.0)
+        probe = SLOW_SLOPE * 2.0**calm_minutes
+        slope = FAST_SLOPE if self._rate < TARGET * ceiling else probe
         self._rate = min(self._limit, self._rate + slope * ceiling / self._rate)
 
 

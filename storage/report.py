@@ -34,8 +34,12 @@ BANDS: tuple[tuple[str, float, float, str, str], ...] = (
 _QUANTILES = {"median": 0.5, "p10": 0.1, "p25": 0.25, "p75": 0.75, "p90": 0.9}
 _STATS = ("mean", "median", "p10", "p25", "p75", "p90", "min", "max", "std", "mean_ok_only")
 # The columns every ctxprec part has; an outdir without parts reads as this empty frame.
-_EMPTY = {"status": pl.String, "score": pl.Float64, "error": pl.String}
-_EMPTY |= {"verdicts": pl.List(pl.Boolean), "input_tokens": pl.Int64, "output_tokens": pl.Int64}
+_EMPTY: dict[str, pl.DataType] = {
+    "status": pl.String(),
+    "score": pl.Float64(),
+    "error": pl.String(),
+}
+_EMPTY |= {"verdicts": pl.List(pl.Boolean), "input_tokens": pl.Int64(), "output_tokens": pl.Int64()}
 
 
 def build_summary(
@@ -50,12 +54,13 @@ def build_summary(
     parts = _part_files(Path(outdir))
     lf = _scan(parts)
     cols = set(lf.collect_schema().names())
+    figures = _figures(lf, scale)
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run": json.loads(json.dumps(dict(run), default=str)),
         "scale": scale,
         "parts": len(parts),
-        **_figures(lf, scale),
+        **figures,
         "score_histogram": _histogram(lf, scale),
         "relevance_by_position": _positions(lf),
         "rank_metrics": _rank_metrics(lf, cols, ks),
@@ -63,7 +68,7 @@ def build_summary(
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
     }
-    summary |= _judge(run, lf)
+    summary |= _judge(run, figures.pop("tokens"))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     return summary
 
@@ -116,15 +121,9 @@ def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     got_row = got.row(0, named=True)
     rows = {k: int(got_row[k]) for k in ("total", STATUS_OK, STATUS_EMPTY, STATUS_FAILED)}
     scored = rows[STATUS_OK] + rows[STATUS_EMPTY]
+    share = {b: _r(_ratio(got_row[b], scored)) for b, *_ in BANDS}
     bands = [
-        {
-            "band": b,
-            "lower": lo,
-            "upper": hi,
-            "rows": got_row[b],
-            "share": _r(_ratio(got_row[b], scored)),
-        }
-        for b, lo, hi, *_ in BANDS
+        dict(band=b, lower=lo, upper=hi, rows=got_row[b], share=share[b]) for b, lo, hi, *_ in BANDS
     ]
     return {
         "rows": rows,
@@ -358,26 +357,15 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         [p["position"], p["items"], _pct(p["relevant_rate"])]
         for p in summary["relevance_by_position"][:30]
     ]
-    return (
-        "\n".join(
-            [
-                *_md_intro(summary),
-                *_md_score(summary),
-                *img("score_distribution.png"),
-                *_md_table(
-                    "Relevance by position", ["position", "items", "relevant rate"], positions
-                ),
-                *img("relevance_by_position.png"),
-                *_md_table(
-                    "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
-                ),
-                *_md_table("Judge and cost", ["figure", "value"], _md_judge(summary)),
-                *_md_extras(summary),
-                *img("scores_by_group.png"),
-            ]
-        ).rstrip()
-        + "\n"
+    lines = [*_md_intro(summary), *_md_score(summary), *img("score_distribution.png")]
+    lines += _md_table("Relevance by position", ["position", "items", "relevant rate"], positions)
+    lines += img("relevance_by_position.png")
+    lines += _md_table(
+        "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
     )
+    lines += _md_table("Judge and cost", ["figure", "value"], _md_judge(summary))
+    lines += [*_md_extras(summary), *img("scores_by_group.png")]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def _md_intro(s: Mapping[str, Any]) -> list[str]:
@@ -413,8 +401,12 @@ def _md_score(s: Mapping[str, Any]) -> list[str]:
 
 def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
     j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
-    labels = {"calls": "judge calls (unique items)", "requests": "HTTP requests",
-              "rate_limited": "429 responses", "reasks": "re-asks"}  # fmt: skip
+    labels = {
+        "calls": "judge calls (unique items)",
+        "requests": "HTTP requests",
+        "rate_limited": "429 responses",
+        "reasks": "re-asks",
+    }
     rows = [
         [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
     ]

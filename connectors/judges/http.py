@@ -68,6 +68,7 @@ REDACTED = "***"
 # ---------------------------------------------------------------- secrets never reach a log
 
 _SECRETS: set[str] = set()
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(
@@ -305,7 +306,8 @@ class HttpJudgeBase(abc.ABC):
     async def _send(
         self, url: str, headers: Mapping[str, str], payload: dict[str, Any]
     ) -> tuple[int, str, Mapping[str, str]]:
-        _log.debug("POST %s headers=%s", url, {k: REDACTED for k in headers})
+        shown = {k: REDACTED if k.lower() in _SECRET_HEADERS else v for k, v in headers.items()}
+        _log.debug("POST %s headers=%s", url, shown)
         try:
             async with self._session_now().post(url, json=payload, headers=headers) as resp:
                 raw = await resp.read()

@@ -219,6 +219,14 @@ def _passthrough_fields(
     return (*fields, *(pa.field(key, pa.string()) for key in keys))
 
 
+def _require_context_source(columns: ColumnMap, use_extractor: bool) -> None:
+    if columns.context is None and not use_extractor:
+        raise ConfigError(
+            "no context source: map a list<string> column with --map context=COLUMN "
+            '([columns] context = "COLUMN") or give an extractor with --extractor module:function'
+        )
+
+
 def inspect_source(
     spec: str | Path,
     columns: ColumnMap,
@@ -227,11 +235,7 @@ def inspect_source(
     expected_explicit: bool = False,
 ) -> SourceInfo:
     """Check the whole input before any judge call: files, columns, types, schema, ids."""
-    if columns.context is None and not use_extractor:
-        raise ConfigError(
-            "no context source: map a list<string> column with --map context=COLUMN "
-            '([columns] context = "COLUMN") or give an extractor with --extractor module:function'
-        )
+    _require_context_source(columns, use_extractor)
     files = tuple(resolve_inputs(spec))
     use_context = not use_extractor
     check_names(_passthrough_names(columns), _mapped(columns, use_context), "passthrough column")

@@ -17,7 +17,6 @@ import random
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 from collections import Counter, deque
@@ -41,14 +40,18 @@ __all__ = [
 ITEM_MARK = "Context item (JSON string, data only): "
 ROW_LINE = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
 _RANDOM_FAULTS = ("500", "503", "garbage_body", "garbage_content", "drop", "hang", "429")
+_REASONS = {True: "It states what the expected output needs.", False: "It does not help."}
+_FIXED_ERRORS = {
+    "quota": (429, "You exceeded your current quota, please check your plan and billing."),
+    "400_response_format": (400, "Invalid parameter: 'response_format' is not supported."),
+}
 
 
 @dataclass
 class FakeJudgeConfig:
-    """How the server behaves. `script` outcomes are served first, in order, then random faults
-    (seeded). Outcomes: ok, prose, fenced, 500, 503, 529, garbage_body, garbage_content, drop,
-    hang, 429 (retry_after_mode), 429_seconds, 429_ms, 429_date, 429_ratelimit, 429_none,
-    quota, 400, 401, 403, 404, 422, row_mismatch."""
+    """How the server behaves: `script` outcomes first, in order, then seeded random faults.
+    Outcomes: ok prose fenced 500 503 529 garbage_body garbage_content drop hang 429 (per
+    retry_after_mode) 429_seconds 429_ms 429_date 429_ratelimit 429_none quota 4xx row_mismatch"""
 
     latency_ms: float = 0.0
     jitter_ms: float = 0.0
@@ -78,7 +81,6 @@ class FakeJudgeStats:
 
     total: int = 0
     by_outcome: Counter[str] = field(default_factory=Counter)
-    by_path: Counter[str] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
     timestamps: list[float] = field(default_factory=list)
@@ -88,26 +90,18 @@ class FakeJudgeStats:
     auth_headers: list[str] = field(default_factory=list)
     bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=1000))  # latest
 
-    def per_second(self) -> Counter[int]:
+    def per_window(self, width_s: float = 1.0) -> Counter[int]:
+        """Requests per window since the first one: per second by default, 60.0 per minute."""
         start = self.timestamps[0] if self.timestamps else 0.0
-        return Counter(int(t - start) for t in self.timestamps)
-
-    def per_minute(self) -> Counter[int]:
-        start = self.timestamps[0] if self.timestamps else 0.0
-        return Counter(int((t - start) // 60) for t in self.timestamps)
+        return Counter(int((t - start) // width_s) for t in self.timestamps)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
+        scalars = ("total", "max_in_flight", "query_only", "response_format_seen")
+        return {k: getattr(self, k) for k in scalars} | {
             "by_outcome": dict(self.by_outcome),
-            "by_path": dict(self.by_path),
-            "max_in_flight": self.max_in_flight,
-            "items_judged": sum(self.items.values()),
-            "distinct_items": len(self.items),
-            "query_only": self.query_only,
-            "response_format_seen": self.response_format_seen,
-            "per_second": dict(self.per_second()),
-        }
+            "items_judged": self.items.total(), "distinct_items": len(self.items),
+            "per_second": dict(self.per_window()),
+        }  # fmt: skip
 
 
 def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
@@ -117,19 +111,10 @@ def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
     return hashlib.sha256(item.encode("utf-8")).digest()[0] % 2 == 0
 
 
-def _user_text(messages: Any) -> str:
-    for message in messages if isinstance(messages, list) else []:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-        if isinstance(content, str) and message.get("role") == "user":
-            return content
-    return ""
-
-
 def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     """(item texts, per-row?, query-only?) recovered from the first user message."""
-    text, decoder = _user_text(messages), json.JSONDecoder()
+    users = [m.get("content") for m in messages or () if m.get("role") == "user"]
+    text, decoder = next((u for u in users if isinstance(u, str)), ""), json.JSONDecoder()
     query_only = "Expected output (JSON string)" not in text
     try:
         if ITEM_MARK in text:
@@ -176,7 +161,6 @@ class FakeJudgeServer:
     def _record(self, request: web.Request, body: dict[str, Any]) -> None:
         s = self.stats
         s.total += 1
-        s.by_path[request.path] += 1
         s.timestamps.append(time.monotonic())
         s.bodies.append(body)
         if (auth := _auth(request)) is not None:
@@ -184,7 +168,7 @@ class FakeJudgeServer:
         s.response_format_seen += "response_format" in body
         items, _, query_only = items_from_messages(body.get("messages"))
         s.items.update(items)
-        s.query_only += query_only
+        s.query_only += query_only and bool(items)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -205,8 +189,7 @@ class FakeJudgeServer:
     async def _delay(self) -> None:
         c = self.config
         jitter = self._rng.uniform(-c.jitter_ms, c.jitter_ms) if c.jitter_ms else 0.0
-        if c.latency_ms or jitter:
-            await asyncio.sleep(max(0.0, c.latency_ms + jitter) / 1000.0)
+        await asyncio.sleep(max(0.0, c.latency_ms + jitter) / 1000.0)
 
     def _decide(self, request: web.Request, body: dict[str, Any]) -> str:
         c = self.config
@@ -261,7 +244,7 @@ class FakeJudgeServer:
         style = outcome if outcome in ("prose", "fenced") else self.config.style
         if per_row:
             kept = verdicts[:-1] if outcome == "row_mismatch" else verdicts
-            rows = [{"index": i, "relevant": v, "reason": _reason(v)} for i, v in enumerate(kept)]
+            rows = [{"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(kept)]
             return json.dumps({"verdicts": rows})
         if not items:  # not a judging prompt (e.g. the reason prompt): plain prose
             return "Relevant items came first, which keeps the precision high."
@@ -278,17 +261,14 @@ class FakeJudgeServer:
         return web.json_response(payload, status=status, headers=headers)
 
     def _error_parts(self, outcome: str, request: web.Request) -> tuple[int, str, dict[str, str]]:
-        if outcome == "quota":
-            return 429, "You exceeded your current quota, please check your plan and billing.", {}
+        if outcome in _FIXED_ERRORS:
+            return *_FIXED_ERRORS[outcome], {}
         if outcome == "rpm_429":
             wait = 60.0 - (time.monotonic() - self._window[0]) if self._window else 1.0
-            return 429, "Rate limit reached (requests per minute).", {"Retry-After": _secs(wait)}
+            return 429, "Rate limit (requests/min).", {"Retry-After": str(max(1, math.ceil(wait)))}
         if outcome.startswith("429"):
             mode = outcome.partition("_")[2] or self.config.retry_after_mode
             return 429, "Rate limit reached.", _retry_headers(mode, self.config.retry_after_s)
-        if outcome == "400_response_format":
-            text = "Invalid parameter: 'response_format' of type 'json_schema' is not supported."
-            return 400, text, {}
         if outcome == "401":
             return 401, f"Incorrect API key provided: {_auth(request)}.", {}
         return int(outcome), f"fake failure {outcome}", {}
@@ -301,10 +281,6 @@ def _auth(request: web.Request) -> str | None:
     return request.headers.get("Authorization") or request.headers.get("x-api-key")
 
 
-def _secs(wait: float) -> str:
-    return str(max(1, math.ceil(wait)))
-
-
 def _retry_headers(mode: str, seconds: float) -> dict[str, str]:
     if mode == "seconds":
         return {"Retry-After": f"{seconds:g}"}
@@ -314,20 +290,14 @@ def _retry_headers(mode: str, seconds: float) -> dict[str, str]:
         return {"Retry-After": email.utils.formatdate(time.time() + seconds, usegmt=True)}
     if mode == "ratelimit":
         return {
-            "x-ratelimit-reset-requests": f"{seconds:g}s",
-            "x-ratelimit-remaining-requests": "0",
-            "x-ratelimit-reset-tokens": "6m0s",
-            "x-ratelimit-remaining-tokens": "1000",
-        }
+            "x-ratelimit-reset-requests": f"{seconds:g}s", "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "1000",
+        }  # fmt: skip
     return {}
 
 
-def _reason(verdict: bool) -> str:
-    return "It states what the expected output needs." if verdict else "It does not help."
-
-
 def _styled(verdict: bool, item: str, style: str) -> str:
-    as_json = json.dumps({"relevant": verdict, "reason": _reason(verdict)})
+    as_json = json.dumps({"relevant": verdict, "reason": _REASONS[verdict]})
     if style == "fenced":
         return f"Here is my verdict:\n```json\n{as_json}\n```"
     if style == "prose":
@@ -370,45 +340,29 @@ async def running_fake_judge(
 
 
 class FakeJudgeThread:
-    """The server on its own event loop in a daemon thread, for synchronous tests."""
+    """The server on its own event loop in a daemon thread, for synchronous tests:
+    `with FakeJudgeThread(cfg) as server: ...`."""
 
     def __init__(self, config: FakeJudgeConfig | None = None, *, port: int = 0) -> None:
-        self._config, self._port = config, port
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fake-judge", daemon=True)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self.server: FakeJudgeServer | None = None
+        self.server, self._port = FakeJudgeServer(config), port
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     def __enter__(self) -> FakeJudgeServer:
         self._thread.start()
-        if not self._ready.wait(10.0) or self.server is None:
-            raise RuntimeError("fake judge server did not start")
+        asyncio.run_coroutine_threadsafe(self.server.start(self._port), self._loop).result(10)
         return self.server
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10.0)
-
-    def _run(self) -> None:
-        asyncio.run(self._serve())
-
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        try:
-            async with running_fake_judge(self._config, port=self._port) as server:
-                self.server = server
-                self._ready.set()
-                await self._stop.wait()
-        finally:
-            self._ready.set()
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
 
 
 def _arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--stats-out", help="write the stats as JSON here on exit")
     casts = {"float": float, "int": int, "str": str, "int | None": int, "str | None": str}
     for f in dataclasses.fields(FakeJudgeConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -420,7 +374,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_forever(config: FakeJudgeConfig, port: int, stats_out: str | None) -> None:
+async def _serve_forever(config: FakeJudgeConfig, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -428,19 +382,17 @@ async def _serve_forever(config: FakeJudgeConfig, port: int, stats_out: str | No
     async with running_fake_judge(config, port=port) as server:
         print(server.url, flush=True)
         await stop.wait()
-        if stats_out:
-            with open(stats_out, "w", encoding="utf-8") as out:
-                json.dump(server.stats.as_dict(), out, indent=2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Serve until SIGINT/SIGTERM; prints the base URL (…/v1) on the first line of stdout."""
+    """Serve until SIGINT/SIGTERM; prints the base URL (…/v1) on the first line of stdout.
+    Stats as JSON: GET {root}/_fake/stats."""
     args = vars(_arg_parser().parse_args(argv))
-    port, stats_out = args.pop("port"), args.pop("stats_out")
+    port = args.pop("port")
     given = {k: v for k, v in args.items() if v is not None and v is not False}
-    asyncio.run(_serve_forever(FakeJudgeConfig(**given), port, stats_out))
+    asyncio.run(_serve_forever(FakeJudgeConfig(**given), port))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
