@@ -254,7 +254,7 @@ def _run_info(run: _Run, stats: JudgeStats, gate: RateGate, started_at: datetime
         "memo_hits": c.memo_hits,
         "dedup_hits": c.dedup_hits,
         "judge": stats.as_dict(),
-        "gate": gate.stats() if hasattr(gate, "stats") else {},
+        "gate": gate.stats().as_dict(),
         "price": None if price is None else {"input_per_mtok": price.input_per_mtok,
                                              "output_per_mtok": price.output_per_mtok},
         "concurrency": run.cfg.concurrency,

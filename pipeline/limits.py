@@ -27,7 +27,7 @@ __all__ = ["AnyioClock", "Clock", "FakeClock", "GateStats", "RateGate"]
 
 WINDOW_S = 60.0  # the minute of "per minute"
 DEFAULT_PAUSE_S = 1.0  # pause after a 429 without Retry-After; doubles while 429s keep coming
-MAX_PAUSE_S = 60.0
+MAX_PAUSE_S = 8.0  # cap of that doubling (a Retry-After is followed as given)
 DECREASE = 0.7  # multiplicative decrease on a 429
 MIN_RPM = 1.0
 FAST_SLOPE = 2.0  # growth below TARGET x ceiling, in ceilings per minute of rate-bound sending
@@ -154,9 +154,18 @@ class GateStats:
 
 
 class RateGate:
-    """Admission control: a `CapacityLimiter` for calls in flight, then one FIFO queue whose head
-    waits for the 429 pause, the RPM spacing (GCRA, burst 1) and the TPM budget (GCRA on
-    estimated tokens, corrected afterwards). Adaptive mode runs AIMD on the RPM rate.
+    """Admission control for one event loop: a `CapacityLimiter` for calls in flight, then one
+    FIFO queue. Only its head sleeps, until the 429 pause, the RPM spacing and the TPM budget
+    all allow a start; it then admits itself (no await in between) and wakes the next.
+
+    RPM is GCRA with burst 1: starts at least 60/rate s apart, so a server counting R per sliding
+    60 s never sees more than R from us at rate R (a token bucket of capacity C would let C + R
+    through in the first minute). TPM is GCRA on estimated tokens: a start waits until the
+    tokens of earlier starts have drained at tpm/60 a second, so any minute holds at most tpm
+    plus one request; `used_tokens` moves that schedule by the estimate's error (debt or credit).
+    Both are O(1) per call. Adaptive mode is AIMD on the rate: a fresh 429 sets
+    rate = min(rate, 0.7 x accepted rate over the last minute) and remembers that as the ceiling;
+    each rate-bound admission then adds back, fast up to 0.95 x ceiling, then a slow probe.
     """
 
     def __init__(
@@ -205,6 +214,7 @@ class RateGate:
         now = self._clock.now()
         self._counts["rate_limited"] += 1
         self._rejects.append(now)
+        _prune(self._rejects, now - WINDOW_S)
         if not self._is_fresh():
             if retry_after is not None:
                 self._pause_until = max(self._pause_until, now + retry_after)

@@ -47,7 +47,7 @@ def planned_charts(summary: Mapping[str, Any]) -> list[str]:
 def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
     """PNG bytes of each planned chart, keyed by file name. Leaves pyplot's state alone."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
+    from matplotlib.ticker import MaxNLocator, PercentFormatter, StrMethodFormatter
 
     out: dict[str, bytes] = {}
     for name in planned_charts(summary):
@@ -56,6 +56,7 @@ def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
         if name == "score_distribution.png":
             _score_distribution(ax, summary)
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
         elif name == "relevance_by_position.png":
             _relevance_by_position(ax, summary)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -89,9 +90,9 @@ def _score_distribution(ax: Axes, summary: Mapping[str, Any]) -> None:
     _shade_bands(ax, summary)
     colors = [BAND_COLORS[_band_of(summary, lo / span)] for lo in edges[:-1]]
     ax.bar(edges[:-1], counts, width=width, align="edge", color=colors, edgecolor="white")
-    ax.bar([-width / 2], [zero], width=width / 2, align="edge", color=BAND_COLORS["none"])
-    _label_top(ax, -width / 4, "none")
-    ax.set_xlim(-width * 0.75, edges[-1])
+    ax.bar([-width], [zero], width=width * 0.8, color=BAND_COLORS["none"])  # the zeros, apart
+    _label_top(ax, -width, "none")
+    ax.set_xlim(-width * 1.8, edges[-1])
     ax.set_ylim(0, max([*counts, zero, 1]) * 1.15)
     scored = summary["rows"]["ok"] + summary["rows"]["empty_context"]
     ax.set_title(f"Score distribution ({scored:,} scored rows)")
@@ -109,7 +110,7 @@ def _relevance_by_position(ax: Axes, summary: Mapping[str, Any]) -> None:
             ax.text(
                 r["position"],
                 r["relevant_rate"] + 0.02,
-                f"n={r['items']:,}",
+                f"n={_compact(r['items'])}",
                 ha="center",
                 fontsize=8,
                 color=_INK,
@@ -171,3 +172,11 @@ def _band_of(summary: Mapping[str, Any], normalized: float) -> str:
 def _span(summary: Mapping[str, Any]) -> float:
     scale = float(summary["scale"])
     return scale if scale > 0 else 1.0
+
+
+def _compact(n: int) -> str:
+    """1234 -> 1.2k, 1000000 -> 1M: short enough to sit on top of a bar."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + suffix
+    return str(n)

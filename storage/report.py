@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,10 @@ _EMPTY: dict[str, pl.DataType] = {
     "status": pl.String(),
     "score": pl.Float64(),
     "error": pl.String(),
+    "verdicts": pl.List(pl.Boolean()),
+    "input_tokens": pl.Int64(),
+    "output_tokens": pl.Int64(),
 }
-_EMPTY |= {"verdicts": pl.List(pl.Boolean), "input_tokens": pl.Int64(), "output_tokens": pl.Int64()}
 
 
 def build_summary(
@@ -55,6 +57,7 @@ def build_summary(
     lf = _scan(parts)
     cols = set(lf.collect_schema().names())
     figures = _figures(lf, scale)
+    tokens = figures.pop("tokens")
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "run": json.loads(json.dumps(dict(run), default=str)),
@@ -68,7 +71,7 @@ def build_summary(
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
     }
-    summary |= _judge(run, figures.pop("tokens"))
+    summary |= _judge(run, tokens)
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     return summary
 
@@ -215,11 +218,8 @@ def agreement(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:
     f1 = _ratio(2 * precision * recall, precision + recall) if precision and recall else None
     p_o = _ratio(tp + tn, n)
     p_e = _ratio((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn), n * n)
-    kappa = None
-    if (
-        p_o is not None and p_e is not None
-    ):  # all on one class: κ is 1 if both agree, else undefined
-        kappa = (p_o - p_e) / (1 - p_e) if p_e < 1 else (1.0 if p_o == 1 else None)
+    # κ is undefined (None) when chance agreement is 1: every item on one class on both sides
+    kappa = (p_o - p_e) / (1 - p_e) if p_o is not None and p_e is not None and p_e < 1 else None
     figures = {"accuracy": p_o, "precision": precision, "recall": recall, "f1": f1}
     return {"items": n, **{k: _r(v) for k, v in figures.items()}, "cohen_kappa": _r(kappa)}
 
@@ -238,7 +238,8 @@ def _labels(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     )
     pairs = items.drop_nulls(["verdicts", "label_verdicts"]).group_by(v, lab).len().collect()
     n = {(judged, label): count for judged, label, count in pairs.iter_rows()}
-    tp, fp, fn, tn = (n.get(k, 0) for k in ((1, 1), (1, 0), (0, 1), (0, 0)))
+    cells = ((True, True), (True, False), (False, True), (False, False))
+    tp, fp, fn, tn = (n.get(cell, 0) for cell in cells)
     complete = items.filter(v.is_not_null().all().over("row") & lab.is_not_null().all().over("row"))
     label_map = map_stage(complete, relevant="label_verdicts", scale=scale)
     judged_map = map_stage(complete, relevant="verdicts", scale=scale)
@@ -333,17 +334,17 @@ def write_summary(outdir: Path, summary: Mapping[str, Any], *, charts: bool = Tr
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write a hidden temp file beside `path`, fsync it, rename it over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with tmp.open("xb") as fh:  # plain open: the umask decides the mode, as for any output
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
@@ -373,15 +374,17 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
     causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
     failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
     source = f"`{run['input']}`" if run.get("input") else "the input"
+    judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
+    this_run = (
+        f" This run handled {_fmt(run.get('rows_this_run'))} rows in {_fmt(s['wall_s'])} s "
+        f"({_fmt(tp['calls_per_s'])} judge calls/s, {_fmt(tp['rows_per_s'])} rows/s)."
+    )
     lines = [
         "# ctxprec run summary",
         "",
-        f"The output holds **{rows['total']:,}** rows scored from {source} by "
-        f"`{s['judge']['model'] or 'unknown judge'}`: **{rows['ok']:,}** ok, "
-        f"**{rows['empty_context']:,}** with an empty context, {failed}. "
-        f"Coverage: {_pct(s['coverage'])}. This run handled {_fmt(run.get('rows_this_run'))} "
-        f"rows in {_fmt(s['wall_s'])} s ({_fmt(tp['calls_per_s'])} judge calls/s, "
-        f"{_fmt(tp['rows_per_s'])} rows/s).",
+        f"The output holds **{rows['total']:,}** rows scored from {source}{judge}: "
+        f"**{rows['ok']:,}** ok, **{rows['empty_context']:,}** with an empty context, {failed}. "
+        f"Coverage: {_pct(s['coverage'])}." + (this_run if s["wall_s"] is not None else ""),
         "",
     ]
     if n := rows["failed"]:

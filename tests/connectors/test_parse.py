@@ -1,4 +1,5 @@
-"""The tolerant verdict parser: what it reads, what it refuses, and why item text cannot steer it."""
+"""The tolerant verdict parser: what it reads, what it refuses, and why quoted item text
+cannot steer it."""
 
 from __future__ import annotations
 

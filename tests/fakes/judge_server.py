@@ -127,14 +127,14 @@ def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
 
 
 class FakeJudgeServer:
-    """The server: `url` (…/v1), `stats`, and a mutable `config`."""
+    """The server: `url` (…/v1), `stats`, and `config` (a copy; change it between requests)."""
 
     def __init__(self, config: FakeJudgeConfig | None = None) -> None:
-        self.config = config or FakeJudgeConfig()
+        given = config or FakeJudgeConfig()  # copied: `script` is consumed as requests arrive
+        self.config = dataclasses.replace(given, script=list(given.script))
         self.stats = FakeJudgeStats()
         self.url = ""
         self._rng = random.Random(self.config.seed)
-        self._script: deque[str] = deque(self.config.script)
         self._window: deque[float] = deque()
         self._runner: web.AppRunner | None = None
 
@@ -196,8 +196,8 @@ class FakeJudgeServer:
         presented = (_auth(request) or "").removeprefix("Bearer ")
         if c.require_key is not None and presented != c.require_key:
             return "401"
-        if self._script:
-            return self._script.popleft()
+        if c.script:
+            return c.script.pop(0)
         if c.reject_response_format and "response_format" in body:
             return "400_response_format"
         if c.rpm_limit is not None and not self._admit(c.rpm_limit):

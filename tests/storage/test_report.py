@@ -211,7 +211,8 @@ def test_agreement_matches_a_hand_computation() -> None:
         "cohen_kappa": 0.4,
     }
     assert agreement(0, 0, 0, 0)["cohen_kappa"] is None
-    assert agreement(3, 0, 0, 0)["cohen_kappa"] == 1.0  # one class, full agreement
+    one_class = agreement(3, 0, 0, 0)  # chance agreement is 1: kappa is undefined
+    assert one_class["accuracy"] == 1.0 and one_class["cohen_kappa"] is None
 
 
 def test_label_agreement_from_parquet(tmp_path: Path) -> None:

@@ -1,0 +1,350 @@
+"""RateGate on virtual time: in-flight cap, sliding-window RPM, TPM with corrections, 429 pauses,
+AIMD against a simulated rate-limited server, FIFO order. No wall-clock timing asserts."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+
+from connectors.judges.base import Gate
+from pipeline.errors import ConfigError
+from pipeline.limits import AnyioClock, FakeClock, GateStats, RateGate
+
+
+def window_max(times: list[float], weights: list[int] | None = None, width: float = 60.0) -> int:
+    """The largest total (count, or sum of weights) in any half-open window [t, t + width)."""
+    times_sorted = sorted(range(len(times)), key=times.__getitem__)
+    ts = [times[i] for i in times_sorted]
+    ws = [1 if weights is None else weights[i] for i in times_sorted]
+    prefix = [0]
+    for w in ws:
+        prefix.append(prefix[-1] + w)
+    best = 0
+    for i, t in enumerate(ts):
+        j = bisect.bisect_left(ts, t + width)
+        best = max(best, prefix[j] - prefix[i])
+    return best
+
+
+def count_between(times: list[float], start: float, end: float) -> int:
+    ts = sorted(times)
+    return bisect.bisect_left(ts, end) - bisect.bisect_left(ts, start)
+
+
+async def run_workers(n: int, work: Callable[[int], Awaitable[None]]) -> None:
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(work, i)
+
+
+class SlidingWindowServer:
+    """Accepts at most `limit` requests in any sliding 60 s; 429s are not counted."""
+
+    def __init__(self, clock: FakeClock, limit: int, *, retry_after: bool) -> None:
+        self.clock, self.limit, self.retry_after = clock, limit, retry_after
+        self.window: deque[float] = deque()
+        self.accepted: list[float] = []
+        self.rejected: list[float] = []
+
+    def call(self) -> tuple[bool, float | None]:
+        now = self.clock.now()
+        while self.window and self.window[0] <= now - 60.0:
+            self.window.popleft()
+        if len(self.window) >= self.limit:
+            self.rejected.append(now)
+            return False, (self.window[0] + 60.0 - now) if self.retry_after else None
+        self.window.append(now)
+        self.accepted.append(now)
+        return True, None
+
+
+# --- the fake clock ---------------------------------------------------------------------------
+
+
+async def test_fake_clock_wakes_sleepers_in_time_order() -> None:
+    clock = FakeClock()
+    woke: list[tuple[str, float]] = []
+
+    async def nap(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append((name, clock.now()))
+        if name == "a":
+            await clock.sleep(0.5)  # a sleep that starts later but ends before "c"
+            woke.append(("a2", clock.now()))
+
+    async with anyio.create_task_group() as tg:
+        for name, seconds in (("c", 3.0), ("a", 1.0), ("b", 2.0), ("b2", 2.0)):
+            tg.start_soon(nap, name, seconds)
+    assert woke == [("a", 1.0), ("a2", 1.5), ("b", 2.0), ("b2", 2.0), ("c", 3.0)]
+
+
+async def test_fake_clock_survives_cancelled_sleepers() -> None:
+    clock = FakeClock()
+    woke: list[float] = []
+    b_woke = anyio.Event()
+
+    async def sleeper(seconds: float, done: anyio.Event | None = None) -> None:
+        await clock.sleep(seconds)
+        woke.append(clock.now())
+        if done is not None:
+            done.set()
+
+    async with anyio.create_task_group() as tg, anyio.create_task_group() as doomed:
+        doomed.start_soon(sleeper, 10.0)  # sleeps first, so it drives the clock
+        doomed.start_soon(sleeper, 20.0)  # a plain waiter
+        tg.start_soon(sleeper, 2.0, b_woke)
+        tg.start_soon(sleeper, 5.0)
+        await b_woke.wait()
+        doomed.cancel_scope.cancel()  # the driver and a waiter go; the clock goes on
+    assert woke == [2.0, 5.0]
+    assert clock.now() == 5.0
+
+
+# --- calls in flight --------------------------------------------------------------------------
+
+
+async def test_max_in_flight_never_exceeded_with_200_tasks() -> None:
+    clock = FakeClock()
+    gate = RateGate(7, None, None, clock=clock)
+    rng = random.Random(3)
+    in_flight, peak, done = 0, 0, 0
+
+    async def call(_: int) -> None:
+        nonlocal in_flight, peak, done
+        async with gate.slot(10):
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await clock.sleep(rng.uniform(0.1, 2.0))
+            in_flight -= 1
+        done += 1
+
+    await run_workers(200, call)
+    assert (peak, done, in_flight) == (7, 200, 0)
+    assert gate.stats().admitted == 200
+
+
+# --- requests per minute ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rpm", [7, 120, 600])
+async def test_rpm_never_exceeded_in_any_sliding_minute(rpm: int) -> None:
+    clock = FakeClock()
+    gate = RateGate(32, rpm, None, clock=clock)
+    rng = random.Random(rpm)
+    admitted: list[float] = []
+
+    async def worker(_: int) -> None:
+        while clock.now() < 180.0:
+            async with gate.slot(10):
+                admitted.append(clock.now())
+                await clock.sleep(rng.uniform(0.05, 3.0))
+
+    await run_workers(32, worker)
+    first_three_minutes = [t for t in admitted if t < 180.0]
+    assert window_max(admitted) <= rpm
+    assert len(first_three_minutes) >= 0.95 * 3 * rpm
+    assert gate.stats().waited_rpm_s > 0
+
+
+# --- tokens per minute ------------------------------------------------------------------------
+
+
+async def test_tpm_respected_with_exact_estimates() -> None:
+    clock, tpm = FakeClock(), 20_000
+    gate = RateGate(16, None, tpm, clock=clock)
+    rng = random.Random(5)
+    times: list[float] = []
+    tokens: list[int] = []
+
+    async def worker(_: int) -> None:
+        while clock.now() < 180.0:
+            est = rng.randint(200, 1500)
+            async with gate.slot(est):
+                times.append(clock.now())
+                tokens.append(est)
+                await clock.sleep(rng.uniform(0.2, 2.0))
+            gate.used_tokens(est, est)
+
+    await run_workers(16, worker)
+    assert window_max(times, tokens) <= tpm + 1500  # burst of one request, no more
+    spent = sum(n for t, n in zip(times, tokens, strict=True) if t < 180.0)
+    assert spent >= 0.9 * 3 * tpm
+    assert gate.stats().waited_tpm_s > 0
+
+
+@pytest.mark.parametrize(("estimated", "actual"), [(100, 300), (300, 100)])
+async def test_tpm_corrections_charge_debt_and_return_credit(estimated: int, actual: int) -> None:
+    clock, tpm = FakeClock(), 6_000
+    gate = RateGate(1, None, tpm, clock=clock)
+    times: list[float] = []
+
+    async def worker(_: int) -> None:
+        while clock.now() < 180.0:
+            async with gate.slot(estimated):
+                times.append(clock.now())
+                await clock.sleep(0.1)
+            gate.used_tokens(estimated, actual)
+
+    await run_workers(1, worker)
+    used = [actual] * len(times)
+    assert window_max(times, used) <= tpm + max(estimated, actual)
+    spent = actual * count_between(times, 0.0, 180.0)
+    assert spent >= 0.95 * 3 * tpm  # debt slowed us, credit sped us up: real usage ~ tpm
+
+
+# --- 429 pauses and AIMD ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("retry_after", "pause"), [(2.0, 2.0), (None, 1.0)])
+async def test_rate_limited_pauses_all_admissions(retry_after: float | None, pause: float) -> None:
+    clock = FakeClock()
+    gate = RateGate(8, None, None, adaptive=False, clock=clock)
+    admitted: list[float] = []
+    async with gate.slot(1):
+        await clock.sleep(0.25)
+        gate.rate_limited(retry_after)
+
+    async def call(_: int) -> None:
+        async with gate.slot(1):
+            admitted.append(clock.now())
+
+    await run_workers(5, call)
+    assert admitted == [0.25 + pause] * 5
+    stats = gate.stats()
+    assert (stats.pauses, stats.rate_limited, stats.admitted) == (1, 1, 6)
+    assert stats.waited_pause_s == pytest.approx(pause)
+    assert stats.current_rpm is None  # not adaptive: the rate is left alone
+
+
+async def test_adaptive_429_multiplies_rate_by_0_7_once_per_epoch() -> None:
+    clock = FakeClock()
+    gate = RateGate(4, 60, None, clock=clock)
+    for _ in range(60):  # one minute at exactly 60/min
+        async with gate.slot(1):
+            pass
+    gate.rate_limited(0.0)
+    rate = gate.stats().current_rpm
+    assert rate is not None
+    assert 0.7 * 58 <= rate <= 0.7 * 60
+    gate.rate_limited(0.0)  # the same attempt's epoch again: stale, no second cut
+    stats = gate.stats()
+    assert (stats.current_rpm, stats.pauses, stats.rate_limited) == (rate, 1, 2)
+
+
+@pytest.mark.parametrize("retry_after", [True, False])
+async def test_adaptive_converges_to_unknown_server_limit(retry_after: bool) -> None:
+    clock, limit, workers = FakeClock(), 600, 64
+    gate = RateGate(workers, None, None, clock=clock)
+    server = SlidingWindowServer(clock, limit, retry_after=retry_after)
+    rng = random.Random(11)
+
+    async def worker(_: int) -> None:
+        while clock.now() < 180.0:
+            async with gate.slot(100):
+                ok, wait = server.call()
+                await clock.sleep(rng.uniform(0.5, 1.5) if ok else 0.05)
+                if not ok:
+                    gate.rate_limited(wait)
+
+    await run_workers(workers, worker)
+    after_first_minute = count_between(server.accepted, 60.0, 180.0) / 2
+    assert after_first_minute >= 0.9 * limit
+    assert len(server.rejected) <= workers + 20  # the first contact's in-flight calls, then few
+    assert count_between(server.rejected, 60.0, 180.0) <= 20
+    assert gate.stats().ceiling_rpm is not None
+
+
+async def test_adaptive_at_the_configured_limit_never_sees_a_429() -> None:
+    clock, limit = FakeClock(), 300
+    gate = RateGate(64, limit, None, clock=clock)
+    server = SlidingWindowServer(clock, limit, retry_after=True)
+
+    async def worker(_: int) -> None:
+        while clock.now() < 180.0:
+            async with gate.slot(100):
+                ok, wait = server.call()
+                if not ok:
+                    gate.rate_limited(wait)
+                await clock.sleep(1.0)
+
+    await run_workers(64, worker)
+    assert server.rejected == []
+    assert count_between(server.accepted, 0.0, 180.0) >= 0.95 * 3 * limit
+
+
+# --- fairness ---------------------------------------------------------------------------------
+
+
+async def test_admissions_are_fifo_and_nobody_starves() -> None:
+    clock = FakeClock()
+    gate = RateGate(64, 120, 6_000, clock=clock)
+    arrivals: list[int] = []
+    admissions: list[int] = []
+
+    async def call(i: int) -> None:
+        await clock.sleep(0.01 * (i + 1))  # distinct arrival times, in index order
+        arrivals.append(i)
+        async with gate.slot(1_000 if i % 5 == 0 else 20):  # big requests among small ones
+            admissions.append(i)
+
+    await run_workers(60, call)
+    assert admissions == arrivals == list(range(60))
+
+
+@pytest.mark.parametrize("doomed_position", ["head", "queued"])
+async def test_cancelled_waiter_does_not_block_the_queue(doomed_position: str) -> None:
+    clock = FakeClock()
+    gate = RateGate(8, 60, None, clock=clock)  # one admission a second
+    admitted: list[tuple[int, float]] = []
+
+    async def call(i: int) -> None:
+        async with gate.slot(1):
+            admitted.append((i, round(clock.now(), 6)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, 0)  # admitted at 0
+        if doomed_position == "queued":
+            tg.start_soon(call, 1)  # head: sleeps until 1
+        async with anyio.create_task_group() as doomed:
+            doomed.start_soon(call, 99)
+            await clock.sleep(0.5)
+            doomed.cancel_scope.cancel()
+        for i in range(2, 4):
+            tg.start_soon(call, i)
+    later = [(2, 1.0), (3, 2.0)] if doomed_position == "head" else [(1, 1.0), (2, 2.0), (3, 3.0)]
+    assert admitted == [(0, 0.0), *later]
+
+
+# --- construction and the real clock ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_in_flight", "rpm", "tpm"), [(0, None, None), (1, 0, None), (1, None, -5)]
+)
+def test_bad_limits_raise_config_error(
+    max_in_flight: int, rpm: float | None, tpm: float | None
+) -> None:
+    with pytest.raises(ConfigError, match="set"):
+        RateGate(max_in_flight, rpm, tpm)
+
+
+async def test_real_clock_gate_is_a_gate_and_reports_stats() -> None:
+    gate: Gate = RateGate(2, None, None)
+    for _ in range(3):
+        async with gate.slot(5):
+            pass
+    gate.used_tokens(5, 7)
+    assert isinstance(gate, RateGate)
+    stats = gate.stats()
+    assert isinstance(stats, GateStats)
+    assert stats.admitted == 3
+    assert set(stats.as_dict()) >= {"admitted", "rate_limited", "pauses", "current_rpm"}
+    clock = AnyioClock()
+    before = clock.now()
+    await clock.sleep(0)
+    assert clock.now() >= before
