@@ -19,7 +19,7 @@ from pipeline.dispatch import Dispatcher, ItemOutcome
 from pipeline.errors import ConfigError
 from pipeline.metric import map_stage, rank_column_names
 from pipeline.reason import build_reason, failed_reason
-from storage.memo import Memo, MemoEntry, memo_key
+from storage.memo import MemoEntry, memo_key
 from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
 __all__ = ["BatchJob", "RowPlan", "load_extractor", "plan_rows", "resolve_items", "scored_table"]
@@ -115,14 +115,14 @@ class _ExtractorFailure:
     message: str
 
 
-def plan_rows(
-    frame: pl.DataFrame, extractor: Extractor | None, max_chars: int
-) -> list[RowPlan]:
+def plan_rows(frame: pl.DataFrame, extractor: Extractor | None, max_chars: int) -> list[RowPlan]:
     """Row-level checks: bad rows get a status here and never reach the judge."""
     contexts = _extract(frame, extractor) if extractor else frame.get_column("context").to_list()
     queries = frame.get_column("query").to_list()
     expecteds = (
-        frame.get_column("expected").to_list() if "expected" in frame.columns else [None] * len(queries)
+        frame.get_column("expected").to_list()
+        if "expected" in frame.columns
+        else [None] * len(queries)
     )
     plans = []
     for query, expected, context in zip(queries, expecteds, contexts, strict=True):
@@ -184,9 +184,7 @@ async def resolve_items(
             plan.status = STATUS_FAILED
 
 
-async def _submit(
-    plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool
-) -> None:
+async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool) -> None:
     assert plan.query is not None
     if per_row:
         keys = [plan.keys[i] for i in range(len(plan.items))]
@@ -291,7 +289,12 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
             data[name] = _label_scores(frame, spec.scale)
         else:
             data[name] = [c[name] for c in cols]
-    arrays = [pa.array(data[f.name], type=f.type) if not isinstance(data[f.name], pa.Array | pa.ChunkedArray) else data[f.name].cast(f.type) for f in spec.schema]
+    arrays = [
+        pa.array(data[f.name], type=f.type)
+        if not isinstance(data[f.name], pa.Array | pa.ChunkedArray)
+        else data[f.name].cast(f.type)
+        for f in spec.schema
+    ]
     return pa.Table.from_arrays(arrays, schema=spec.schema)
 
 

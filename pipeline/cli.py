@@ -37,19 +37,27 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("input")
     g.add_argument("input", help="Parquet file, folder, glob or Hive-partitioned dataset")
     g.add_argument("--config", type=Path, help="TOML config (see configs/)")
-    g.add_argument("--map", action="append", default=[], metavar="FIELD=COLUMN",
-                   help="map id, query, expected, context or labels to a column (repeatable)")
-    g.add_argument("--extractor", metavar="MODULE:FUNCTION",
-                   help="function(row: dict) -> list[str] giving the context; wins over context")
+    g.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="map id, query, expected, context or labels to a column (repeatable)",
+    )
+    g.add_argument(
+        "--extractor",
+        metavar="MODULE:FUNCTION",
+        help="function(row: dict) -> list[str] giving the context; wins over context",
+    )
     g.add_argument("--passthrough", metavar="COL[,COL]", help="columns copied to the output")
     g.add_argument("--batch-rows", type=int, help="rows per record batch / part file")
-    l = p.add_argument_group("limits and memo")
-    l.add_argument("--concurrency", type=int, help="judge calls in flight")
-    l.add_argument("--rpm", type=float, help="requests per minute (all calls)")
-    l.add_argument("--tpm", type=float, help="tokens per minute (estimated before each call)")
-    l.add_argument("--no-adaptive", action="store_true", help="do not slow down on 429 by itself")
-    l.add_argument("--cache-dir", help="memo folder (default: the user cache dir)")
-    l.add_argument("--no-memo", action="store_true", help="do not read or write the memo")
+    lim = p.add_argument_group("limits and memo")
+    lim.add_argument("--concurrency", type=int, help="judge calls in flight")
+    lim.add_argument("--rpm", type=float, help="requests per minute (all calls)")
+    lim.add_argument("--tpm", type=float, help="tokens per minute (estimated before each call)")
+    lim.add_argument("--no-adaptive", action="store_true", help="do not slow down on 429 by itself")
+    lim.add_argument("--cache-dir", help="memo folder (default: the user cache dir)")
+    lim.add_argument("--no-memo", action="store_true", help="do not read or write the memo")
     s = p.add_argument_group("scoring")
     s.add_argument("--scale", type=float, help="score scale (default 1)")
     s.add_argument("--ks", metavar="K[,K]", help="cut-offs for precision@k, hit@k, ndcg@k")
@@ -57,8 +65,11 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxprec", description="Context precision (MAP) of "
-                                     "retrieved context, judged item by item, over Parquet.")
+    parser = argparse.ArgumentParser(
+        prog="ctxprec",
+        description="Context precision (MAP) of "
+        "retrieved context, judged item by item, over Parquet.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("score", help="score a dataset into OUTDIR")
     _add_data_flags(sc)
@@ -131,8 +142,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     progress = "off" if args.quiet else args.progress
-    result = score(args.input, args.output, cfg, overwrite=args.overwrite,
-                   incremental=args.incremental, progress=progress)
+    result = score(
+        args.input,
+        args.output,
+        cfg,
+        overwrite=args.overwrite,
+        incremental=args.incremental,
+        progress=progress,
+    )
     if args.quiet:
         print(json.dumps(_quiet_line(result.summary, args.output)))
     else:
@@ -172,8 +189,9 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
     ]
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
-        lines.append(f"  {rows['failed']} rows failed ({causes}); re-run the same command to "
-                     "retry only them")
+        lines.append(
+            f"  {rows['failed']} rows failed ({causes}); re-run the same command to retry only them"
+        )
     return "\n".join(lines)
 
 
@@ -183,13 +201,20 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
     state = args.outdir / STATE_DIR / "run.json"
     if not state.is_file():
-        raise CtxprecError(f"{args.outdir} holds no ctxprec run (no {state}); pass an OUTDIR "
-                           "written by `ctxprec score`")
+        raise CtxprecError(
+            f"{args.outdir} holds no ctxprec run (no {state}); pass an OUTDIR "
+            "written by `ctxprec score`"
+        )
     run = json.loads(state.read_text(encoding="utf-8"))
     manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
     describe = manifest.get("describe", {})
-    summary = build_summary(args.outdir, run, scale=float(describe.get("scale", 1.0)),
-                            group_by=args.group_by, ks=describe.get("ks", [1, 3, 5]))
+    summary = build_summary(
+        args.outdir,
+        run,
+        scale=float(describe.get("scale", 1.0)),
+        group_by=args.group_by,
+        ks=describe.get("ks", [1, 3, 5]),
+    )
     write_summary(args.outdir, summary)
     print(_human_line(summary, args.outdir))
     return 0
@@ -213,8 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("ctxprec: interrupted; finished parts are kept; run the same command again to "
-              "resume", file=sys.stderr)
+        print(
+            "ctxprec: interrupted; finished parts are kept; run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
@@ -222,8 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: a message, not a traceback
         if os.environ.get("CTXPREC_DEBUG"):
             traceback.print_exc()
-        print(f"ctxprec: internal error: {type(exc).__name__}: {exc} "
-              "(set CTXPREC_DEBUG=1 for the traceback; please report it)", file=sys.stderr)
+        print(
+            f"ctxprec: internal error: {type(exc).__name__}: {exc} "
+            "(set CTXPREC_DEBUG=1 for the traceback; please report it)",
+            file=sys.stderr,
+        )
         return 3
 
 

@@ -61,10 +61,21 @@ ENV_VARS: dict[str, str] = {
     "CTXPREC_BATCH_ROWS": "run.batch_rows",
 }
 
-_INT_KEYS = {"limits.concurrency", "judge.max_retries", "judge.max_output_tokens",
-             "run.batch_rows", "run.max_item_chars"}
-_FLOAT_KEYS = {"judge.temperature", "judge.timeout_s", "judge.retry_budget_s", "limits.rpm",
-               "limits.tpm", "scoring.scale"}
+_INT_KEYS = {
+    "limits.concurrency",
+    "judge.max_retries",
+    "judge.max_output_tokens",
+    "run.batch_rows",
+    "run.max_item_chars",
+}
+_FLOAT_KEYS = {
+    "judge.temperature",
+    "judge.timeout_s",
+    "judge.retry_budget_s",
+    "limits.rpm",
+    "limits.tpm",
+    "scoring.scale",
+}
 _BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by"}
 
@@ -79,9 +90,9 @@ class Price:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    judge: JudgeSettings = JudgeSettings()
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
     mode: str = "item"
-    columns: ColumnMap = ColumnMap()
+    columns: ColumnMap = field(default_factory=ColumnMap)
     expected_explicit: bool = False
     extractor: str | None = None
     concurrency: int = 32
@@ -207,8 +218,11 @@ def load_config(
     origins = dict.fromkeys(DEFAULTS, "defaults")
     file_values = _read_toml(path) if path is not None else {}
     prices = _prices(file_values.pop("prices", None), str(path))
-    for layer, origin in ((file_values, str(path)), (_from_env(env), "environment"),
-                          (dict(flags or {}), "command line")):
+    for layer, origin in (
+        (file_values, str(path)),
+        (_from_env(env), "environment"),
+        (dict(flags or {}), "command line"),
+    ):
         for key, value in layer.items():
             if value is None:
                 continue
@@ -292,5 +306,5 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     if not v["columns.context"] and not extractor:
         raise ConfigError(
             "no context given: map a list<string> column with --map context=COLUMN "
-            "or set [columns] extractor = \"module:function\""
+            'or set [columns] extractor = "module:function"'
         )

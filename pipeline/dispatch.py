@@ -133,8 +133,7 @@ class Dispatcher:
         assert job.row is not None
         replies = await self.judge.judge_row(*job.row)
         return [
-            (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens)
-            for r in replies
+            (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens) for r in replies
         ]
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:

@@ -53,8 +53,12 @@ def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bo
 
 def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict[str, Any]:
     """Figures for a run of `cfg` over `input`; reads the memo, never writes or calls."""
-    info = inspect_source(input, cfg.columns, use_extractor=cfg.extractor is not None,
-                          expected_explicit=cfg.expected_explicit)
+    info = inspect_source(
+        input,
+        cfg.columns,
+        use_extractor=cfg.extractor is not None,
+        expected_explicit=cfg.expected_explicit,
+    )
     with _no_key_needed(cfg):
         judge = create_judge(cfg.judge, stats=JudgeStats())
     prefix = judge_prefix(judge.identity())
@@ -62,8 +66,16 @@ def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict
     memo = Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
     per_row = cfg.mode == "row"
     seen: set[int] = set()
-    f: dict[str, Any] = dict(rows=0, rows_to_judge=0, items=0, memo_hits=0, duplicates=0,
-                             calls=0, input_tokens=0, memo_output_tokens=0)
+    f: dict[str, Any] = dict(
+        rows=0,
+        rows_to_judge=0,
+        items=0,
+        memo_hits=0,
+        duplicates=0,
+        calls=0,
+        input_tokens=0,
+        memo_output_tokens=0,
+    )
     try:
         for batch in iter_batches(info, cfg.columns, batch_rows=cfg.batch_rows):
             plans = plan_rows(batch.frame, extractor, cfg.max_item_chars)
@@ -72,16 +84,32 @@ def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict
             f["rows"] += len(plans)
             for plan in plans:
                 if plan.status == STATUS_OK:
-                    _count_row(plan.query or "", plan.expected, plan.items, plan.keys, found,
-                               seen, per_row, f)
+                    _count_row(
+                        plan.query or "",
+                        plan.expected,
+                        plan.items,
+                        plan.keys,
+                        found,
+                        seen,
+                        per_row,
+                        f,
+                    )
     finally:
         if memo is not None:
             memo.close()
     return _price(f, cfg, judge.model, latency_s)
 
 
-def _count_row(query: str, expected: str | None, items: list[str], keys: list[str],
-               found: dict[str, Any], seen: set[int], per_row: bool, f: dict[str, Any]) -> None:
+def _count_row(
+    query: str,
+    expected: str | None,
+    items: list[str],
+    keys: list[str],
+    found: dict[str, Any],
+    seen: set[int],
+    per_row: bool,
+    f: dict[str, Any],
+) -> None:
     f["items"] += len(items)
     todo = []
     for item, key in zip(items, keys, strict=True):
@@ -106,15 +134,21 @@ def _count_row(query: str, expected: str | None, items: list[str], keys: list[st
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
     per_call_out = (f["memo_output_tokens"] / f["memo_hits"]) if f["memo_hits"] else None
-    out_tokens = 0 if provider == "offline" else round(
-        f["calls"] * (per_call_out or DEFAULT_OUTPUT_TOKENS))
+    out_tokens = (
+        0 if provider == "offline" else round(f["calls"] * (per_call_out or DEFAULT_OUTPUT_TOKENS))
+    )
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
-    cost = None if price is None else (in_tokens * price.input_per_mtok
-                                       + out_tokens * price.output_per_mtok) / 1e6
+    cost = (
+        None
+        if price is None
+        else (in_tokens * price.input_per_mtok + out_tokens * price.output_per_mtok) / 1e6
+    )
     if provider == "offline":
         cost = 0.0
-    latency = latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
+    latency = (
+        latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
+    )
     bounds = {"concurrency": f["calls"] * latency / cfg.concurrency}
     if cfg.rpm:
         bounds["rpm"] = f["calls"] / cfg.rpm * 60.0
@@ -122,32 +156,46 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         bounds["tpm"] = (in_tokens + out_tokens) / cfg.tpm * 60.0
     limit = max(bounds, key=lambda k: bounds[k])
     return {
-        "judge_model": model, "rows": f["rows"], "rows_to_judge": f["rows_to_judge"],
-        "context_items": f["items"], "memo_hits": f["memo_hits"],
-        "in_run_duplicates": f["duplicates"], "calls": f["calls"],
-        "input_tokens": in_tokens, "output_tokens": out_tokens,
-        "output_tokens_per_call": per_call_out or (0 if provider == "offline"
-                                                   else DEFAULT_OUTPUT_TOKENS),
+        "judge_model": model,
+        "rows": f["rows"],
+        "rows_to_judge": f["rows_to_judge"],
+        "context_items": f["items"],
+        "memo_hits": f["memo_hits"],
+        "in_run_duplicates": f["duplicates"],
+        "calls": f["calls"],
+        "input_tokens": in_tokens,
+        "output_tokens": out_tokens,
+        "output_tokens_per_call": per_call_out
+        or (0 if provider == "offline" else DEFAULT_OUTPUT_TOKENS),
         "cost_usd": None if cost is None else round(cost, 6),
         "price_known": price is not None or provider == "offline",
-        "latency_s_assumed": latency, "wall_s": round(bounds[limit], 3), "bound_by": limit,
-        "concurrency": cfg.concurrency, "rpm": cfg.rpm, "tpm": cfg.tpm,
+        "latency_s_assumed": latency,
+        "wall_s": round(bounds[limit], 3),
+        "bound_by": limit,
+        "concurrency": cfg.concurrency,
+        "rpm": cfg.rpm,
+        "tpm": cfg.tpm,
     }
 
 
 def render_estimate(e: dict[str, Any]) -> str:
-    cost = "unknown (add a [prices] entry for this model)" if e["cost_usd"] is None \
+    cost = (
+        "unknown (add a [prices] entry for this model)"
+        if e["cost_usd"] is None
         else f"${e['cost_usd']:,.4f}"
-    return "\n".join([
-        f"ctxprec estimate for {e['judge_model']}",
-        f"  rows {e['rows']:,} ({e['rows_to_judge']:,} need the judge), "
-        f"context items {e['context_items']:,}",
-        f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
-        f"in-run duplicates {e['in_run_duplicates']:,})",
-        f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
-        f"({e['output_tokens_per_call']:.0f}/call)",
-        f"  cost {cost}",
-        f"  wall time ~{e['wall_s']:,.0f} s, bound by {e['bound_by']} "
-        f"(concurrency {e['concurrency']}, rpm {e['rpm']}, tpm {e['tpm']}, "
-        f"latency {e['latency_s_assumed']} s/call assumed)",
-    ])
+    )
+    return "\n".join(
+        [
+            f"ctxprec estimate for {e['judge_model']}",
+            f"  rows {e['rows']:,} ({e['rows_to_judge']:,} need the judge), "
+            f"context items {e['context_items']:,}",
+            f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
+            f"in-run duplicates {e['in_run_duplicates']:,})",
+            f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
+            f"({e['output_tokens_per_call']:.0f}/call)",
+            f"  cost {cost}",
+            f"  wall time ~{e['wall_s']:,.0f} s, bound by {e['bound_by']} "
+            f"(concurrency {e['concurrency']}, rpm {e['rpm']}, tpm {e['tpm']}, "
+            f"latency {e['latency_s_assumed']} s/call assumed)",
+        ]
+    )

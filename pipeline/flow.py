@@ -71,7 +71,9 @@ class _Run:
     failed_keys: set[str] = field(default_factory=set)
 
 
-def score(input: str | Path, outdir: str | Path, config: Config | None = None, **kw: Any) -> RunResult:
+def score(
+    input: str | Path, outdir: str | Path, config: Config | None = None, **kw: Any
+) -> RunResult:
     """Synchronous batch entry point (what `ctxprec score` runs)."""
     return anyio.run(lambda: run_score(str(input), Path(outdir), config or Config(), **kw))
 
@@ -96,7 +98,9 @@ async def run_score(
         identity = judge.identity()
         describe = _describe(input, info, cfg, identity)
         runlog = RunLog(outdir, fingerprint_of(describe), describe)
-        await anyio.to_thread.run_sync(lambda: runlog.open(overwrite=overwrite, incremental=incremental))
+        await anyio.to_thread.run_sync(
+            lambda: runlog.open(overwrite=overwrite, incremental=incremental)
+        )
         memo = await anyio.to_thread.run_sync(_open_memo, cfg)
         counters = RunCounters()
         run = _Run(
@@ -140,7 +144,9 @@ def _open_memo(cfg: Config) -> Memo | None:
     return Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
 
 
-def _describe(input: str, info: SourceInfo, cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
+def _describe(
+    input: str, info: SourceInfo, cfg: Config, identity: dict[str, object]
+) -> dict[str, Any]:
     files = []
     for f in info.files:
         st = f.stat()
@@ -148,8 +154,14 @@ def _describe(input: str, info: SourceInfo, cfg: Config, identity: dict[str, obj
     return {
         "input": input,
         "files": files,
-        "columns": [cfg.columns.id, cfg.columns.query, cfg.columns.expected, cfg.columns.context,
-                    cfg.columns.labels, list(cfg.columns.passthrough)],
+        "columns": [
+            cfg.columns.id,
+            cfg.columns.query,
+            cfg.columns.expected,
+            cfg.columns.context,
+            cfg.columns.labels,
+            list(cfg.columns.passthrough),
+        ],
         "extractor": cfg.extractor,
         "judge": identity,
         "judge_model": cfg.judge.model,
@@ -167,7 +179,9 @@ def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
     schema = output_schema(
         info.id_type, info.passthrough_fields, cfg.ks, labels=cfg.columns.labels is not None
     )
-    return TableSpec(schema, model, cfg.scale, cfg.ks, cfg.mode == "row", cfg.columns.labels is not None)
+    return TableSpec(
+        schema, model, cfg.scale, cfg.ks, cfg.mode == "row", cfg.columns.labels is not None
+    )
 
 
 async def _execute(run: _Run, stats: JudgeStats, progress_mode: str) -> None:
@@ -236,8 +250,15 @@ async def _process(run: _Run, batch: SourceBatch) -> None:
     run.counters.rows_failed += failed
 
 
-def _run_info(run: _Run, stats: JudgeStats, gate: RateGate, started_at: datetime, wall: float,
-              input: str, model: str) -> dict[str, Any]:
+def _run_info(
+    run: _Run,
+    stats: JudgeStats,
+    gate: RateGate,
+    started_at: datetime,
+    wall: float,
+    input: str,
+    model: str,
+) -> dict[str, Any]:
     c = run.counters
     price = run.cfg.price_for(model)
     return {
@@ -255,8 +276,9 @@ def _run_info(run: _Run, stats: JudgeStats, gate: RateGate, started_at: datetime
         "dedup_hits": c.dedup_hits,
         "judge": stats.as_dict(),
         "gate": gate.stats().as_dict(),
-        "price": None if price is None else {"input_per_mtok": price.input_per_mtok,
-                                             "output_per_mtok": price.output_per_mtok},
+        "price": None
+        if price is None
+        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok},
         "concurrency": run.cfg.concurrency,
         "rpm": run.cfg.rpm,
         "tpm": run.cfg.tpm,
@@ -264,10 +286,10 @@ def _run_info(run: _Run, stats: JudgeStats, gate: RateGate, started_at: datetime
 
 
 def _finish(run: _Run, run_info: dict[str, Any]) -> dict[str, Any]:
-    summary = build_summary(run.runlog.outdir, run_info, scale=run.cfg.scale,
-                            group_by=run.cfg.group_by, ks=run.cfg.ks)
+    summary = build_summary(
+        run.runlog.outdir, run_info, scale=run.cfg.scale, group_by=run.cfg.group_by, ks=run.cfg.ks
+    )
     write_summary(run.runlog.outdir, summary)
     run.runlog.save_json("run.json", run_info)
     run.runlog.finish()
     return summary
-

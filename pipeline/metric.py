@@ -96,14 +96,19 @@ def _ideal_dcg(count: pl.Expr, k: int) -> pl.Expr:
 
 def _rank_columns(ks: Sequence[int]) -> list[pl.Expr]:
     first = pl.col("_first")
-    cols = [pl.when(first.is_null()).then(0.0).otherwise(1.0 / (first + 1)).alias("reciprocal_rank")]
+    cols = [
+        pl.when(first.is_null()).then(0.0).otherwise(1.0 / (first + 1)).alias("reciprocal_rank")
+    ]
     for k in ks:
         top = pl.col(f"_top_{k}")
         ideal = _ideal_dcg(pl.col("relevant_count"), k)
         cols += [
             _true_div(top.cast(pl.Float64), float(k)).alias(f"precision_at_{k}"),
             (top > 0).alias(f"hit_at_{k}"),
-            pl.when(ideal > 0).then(pl.col(f"_dcg_{k}") / ideal).otherwise(0.0).alias(f"ndcg_at_{k}"),
+            pl.when(ideal > 0)
+            .then(pl.col(f"_dcg_{k}") / ideal)
+            .otherwise(0.0)
+            .alias(f"ndcg_at_{k}"),
         ]
     return cols
 

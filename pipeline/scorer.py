@@ -79,9 +79,17 @@ class ContextPrecisionScorer:
 
     id = "context-precision"
 
-    def __init__(self, judge: Judge, *, context: Sequence[str] | None,
-                 extractor: ContextExtractor | None, scale: float, reason: str,
-                 memo: Memo | None, stats: JudgeStats):
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        context: Sequence[str] | None,
+        extractor: ContextExtractor | None,
+        scale: float,
+        reason: str,
+        memo: Memo | None,
+        stats: JudgeStats,
+    ):
         self.judge = judge
         self.context = list(context) if context is not None else None
         self.extractor = extractor
@@ -105,8 +113,9 @@ class ContextPrecisionScorer:
             raise ConfigError(f"context item #{bad[0] + 1} is not a string")
         return list(items)
 
-    async def run(self, input: Any = None, output: Any = None, *,
-                  context: Sequence[str] | None = None) -> ScoreResult:
+    async def run(
+        self, input: Any = None, output: Any = None, *, context: Sequence[str] | None = None
+    ) -> ScoreResult:
         """Judge every item, then score. `output` is the expected output (None: query only)."""
         query = _text(input) or ""
         expected = _text(output)
@@ -116,17 +125,25 @@ class ContextPrecisionScorer:
         errors: list[str] = []
         async with anyio.create_task_group() as tg:
             for i, item in enumerate(items):
-                tg.start_soon(self._judge_one, i, ItemRequest(query, expected, item), version,
-                              replies, errors)
+                tg.start_soon(
+                    self._judge_one, i, ItemRequest(query, expected, item), version, replies, errors
+                )
         if errors:
             partial = [Verdict(r[0], r[1]) if r else None for r in replies]
-            raise ScoreFailedError(f"{len(errors)} of {len(items)} items failed: {errors[0]}",
-                                   partial)
+            raise ScoreFailedError(
+                f"{len(errors)} of {len(items)} items failed: {errors[0]}", partial
+            )
         got = [r for r in replies if r is not None]
         return await self._result(query, expected, got, version)
 
-    async def _judge_one(self, i: int, req: ItemRequest, version: str,
-                         out: list[tuple[bool, str, int, int] | None], errors: list[str]) -> None:
+    async def _judge_one(
+        self,
+        i: int,
+        req: ItemRequest,
+        version: str,
+        out: list[tuple[bool, str, int, int] | None],
+        errors: list[str],
+    ) -> None:
         key = memo_key(self._prefix, version, req.query, req.expected, req.item)
         if self.memo is not None:
             hit = await anyio.to_thread.run_sync(self.memo.get_many, [key])
@@ -138,23 +155,35 @@ class ContextPrecisionScorer:
         except JudgeError as exc:
             errors.append(f"item #{i + 1}: {exc.cause}: {exc}")
             return
-        entry = (reply.verdict.relevant, reply.verdict.reason, reply.input_tokens,
-                 reply.output_tokens)
+        entry = (
+            reply.verdict.relevant,
+            reply.verdict.reason,
+            reply.input_tokens,
+            reply.output_tokens,
+        )
         out[i] = entry
         if self.memo is not None:
             await anyio.to_thread.run_sync(self.memo.set_many, [(key, entry)])
 
-    async def _result(self, query: str, expected: str | None,
-                      got: list[tuple[bool, str, int, int]], version: str) -> ScoreResult:
+    async def _result(
+        self, query: str, expected: str | None, got: list[tuple[bool, str, int, int]], version: str
+    ) -> ScoreResult:
         relevant = [g[0] for g in got]
         score = map_score(relevant, self.scale)
         criterion = CRITERION if expected is not None else CRITERION_QUERY_ONLY
-        reason = build_reason(relevant, [g[1] for g in got], score=score, scale=self.scale,
-                              criterion=criterion)
+        reason = build_reason(
+            relevant, [g[1] for g in got], score=score, scale=self.scale, criterion=criterion
+        )
         if self.reason_mode == "llm" and got:
             reason = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
-        return ScoreResult(score, reason, [Verdict(g[0], g[1]) for g in got], version,
-                           sum(g[2] for g in got), sum(g[3] for g in got))
+        return ScoreResult(
+            score,
+            reason,
+            [Verdict(g[0], g[1]) for g in got],
+            version,
+            sum(g[2] for g in got),
+            sum(g[3] for g in got),
+        )
 
     async def aclose(self) -> None:
         await self.judge.aclose()
@@ -162,8 +191,9 @@ class ContextPrecisionScorer:
             self.memo.close()
 
 
-def create_context_precision_scorer(model: str = "offline",
-                                    options: Mapping[str, Any] | None = None) -> ContextPrecisionScorer:
+def create_context_precision_scorer(
+    model: str = "offline", options: Mapping[str, Any] | None = None
+) -> ContextPrecisionScorer:
     """As in the seed. options: context, context_extractor (wins over context), scale (1),
     reason ("verdicts" | "llm"), base_url, api_key_env, concurrency (8), rpm, tpm, timeout_s,
     max_retries, temperature (0), cache_dir (memo on disk; none by default)."""
@@ -171,8 +201,10 @@ def create_context_precision_scorer(model: str = "offline",
     context = opts.pop("context", None)
     extractor = opts.pop("context_extractor", None) or opts.pop("contextExtractor", None)
     if context is None and extractor is None:
-        raise ConfigError("create_context_precision_scorer needs options={'context': [...]} or "
-                          "options={'context_extractor': fn}")
+        raise ConfigError(
+            "create_context_precision_scorer needs options={'context': [...]} or "
+            "options={'context_extractor': fn}"
+        )
     scale = float(opts.pop("scale", 1.0))
     if scale < 0 or math.isnan(scale):
         raise ConfigError("scale must be zero or more")
@@ -180,15 +212,23 @@ def create_context_precision_scorer(model: str = "offline",
     gate = RateGate(int(opts.pop("concurrency", 8)), opts.pop("rpm", None), opts.pop("tpm", None))
     cache_dir = opts.pop("cache_dir", None)
     reason = str(opts.pop("reason", "verdicts"))
-    settings = JudgeSettings(model=model, **{k: v for k, v in opts.items()
-                                             if k in JudgeSettings.__dataclass_fields__})
+    settings = JudgeSettings(
+        model=model, **{k: v for k, v in opts.items() if k in JudgeSettings.__dataclass_fields__}
+    )
     unknown = set(opts) - set(JudgeSettings.__dataclass_fields__)
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     judge = create_judge(settings, gate=gate, stats=stats)
     memo = Memo(Path(cache_dir)) if cache_dir else None
-    return ContextPrecisionScorer(judge, context=context, extractor=extractor, scale=scale,
-                                  reason=reason, memo=memo, stats=stats)
+    return ContextPrecisionScorer(
+        judge,
+        context=context,
+        extractor=extractor,
+        scale=scale,
+        reason=reason,
+        memo=memo,
+        stats=stats,
+    )
 
 
 @dataclass
@@ -228,8 +268,9 @@ def _split_target_output(value: Any) -> tuple[Any, Sequence[str] | None]:
     return value, None
 
 
-async def _eval_one(item: EvalItem, scorers: Sequence[ContextPrecisionScorer],
-                    target: Target | None) -> None:
+async def _eval_one(
+    item: EvalItem, scorers: Sequence[ContextPrecisionScorer], target: Target | None
+) -> None:
     context: Sequence[str] | None = None
     if target is not None:
         try:
@@ -240,24 +281,27 @@ async def _eval_one(item: EvalItem, scorers: Sequence[ContextPrecisionScorer],
     expected = item.ground_truth if item.ground_truth is not None else item.output
     for scorer in scorers:
         try:
-            item.scorer_results[scorer.id] = await scorer.run(item.input, expected,
-                                                              context=context)
+            item.scorer_results[scorer.id] = await scorer.run(item.input, expected, context=context)
         except (JudgeError, ConfigError) as exc:
             item.errors[scorer.id] = str(exc)
 
 
-async def run_evals(data: Sequence[Mapping[str, Any]], scorers: Sequence[ContextPrecisionScorer],
-                    target: Target | None = None,
-                    on_item_complete: Callable[[EvalItem], Any] | None = None,
-                    concurrency: int = 8) -> EvalResult:
+async def run_evals(
+    data: Sequence[Mapping[str, Any]],
+    scorers: Sequence[ContextPrecisionScorer],
+    target: Target | None = None,
+    on_item_complete: Callable[[EvalItem], Any] | None = None,
+    concurrency: int = 8,
+) -> EvalResult:
     """Run `target` on each item's input, score its retrieved context with every scorer.
 
     Relevance is judged against the item's ground_truth when given, else the target's output.
     One failing item is reported as failed and does not stop the others.
     """
-    items = [EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth",
-                                                           d.get("groundTruth")))
-             for i, d in enumerate(data)]
+    items = [
+        EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))
+        for i, d in enumerate(data)
+    ]
     limiter = anyio.CapacityLimiter(max(1, concurrency))
 
     async def one(item: EvalItem) -> None:

@@ -61,33 +61,46 @@ class RunLog:
         if self.outdir.exists() and not self.outdir.is_dir():
             raise OutputError(f"output {self.outdir} is a file, not a folder; pass a folder path")
         manifest = self._read_manifest()
+        foreign = self._foreign_files()
+        if foreign:
+            raise OutputError(
+                f"output folder {self.outdir} holds files ctxprec did not write "
+                f"({', '.join(foreign[:3])}); choose a new or empty folder"
+            )
         if overwrite and self.outdir.exists():
             self._clear()
-            manifest = None
-        elif manifest is None and self._has_foreign_files():
+        elif self._other_run(manifest) and not incremental:
+            described = (manifest or {}).get("describe", {})
             raise OutputError(
-                f"output folder {self.outdir} is not empty and was not written by ctxprec; "
-                "choose a new folder, or pass --overwrite to replace its contents"
+                f"output folder {self.outdir} holds another run (input "
+                f"{described.get('input')!r}, judge {described.get('judge_model')!r}); "
+                "use a new folder, --overwrite to replace it, or --incremental to add to it"
             )
-        elif manifest is not None and manifest.get("fingerprint") != self.fingerprint:
-            if not incremental:
-                raise OutputError(
-                    f"output folder {self.outdir} holds another run "
-                    f"(input {manifest.get('describe', {}).get('input')!r}, judge "
-                    f"{manifest.get('describe', {}).get('judge_model')!r}); use a new folder, "
-                    "--overwrite to replace it, or --incremental to add to it"
-                )
         (self.state / "parts").mkdir(parents=True, exist_ok=True)
         (self.outdir / SUCCESS).unlink(missing_ok=True)
         self._write_manifest("running")
 
-    def _has_foreign_files(self) -> bool:
-        if not self.outdir.exists():
-            return False
-        return any(not p.name.startswith(".") for p in self.outdir.iterdir())
+    def _other_run(self, manifest: dict[str, Any] | None) -> bool:
+        return manifest is not None and manifest.get("fingerprint") != self.fingerprint
+
+    def _ours(self, path: Path) -> bool:
+        name = path.name
+        if name.startswith(".") or name in _OUR_FILES:
+            return True
+        if path.is_dir():
+            return "=" in name  # a Hive partition folder
+        return name.endswith(".parquet") and name.startswith("part-")
+
+    def _foreign_files(self) -> list[str]:
+        if not self.outdir.is_dir():
+            return []
+        return sorted(p.name for p in self.outdir.iterdir() if not self._ours(p))
 
     def _clear(self) -> None:
+        """Remove only what ctxprec writes (checked by `_foreign_files` before)."""
         for child in self.outdir.iterdir():
+            if child.name.startswith(".") and ".tmp" not in child.name:
+                continue  # hidden entries that are not our temp files (.git, .DS_Store) stay
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
             else:

@@ -23,6 +23,7 @@ STATUS_OK = "ok"
 STATUS_EMPTY = "empty_context"
 STATUS_FAILED = "failed"
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5)
+_STRING = pa.string()
 
 
 def rank_columns(ks: Sequence[int]) -> list[pa.Field]:
@@ -44,7 +45,7 @@ def _label_fields(labels: bool) -> list[pa.Field]:
 
 
 def output_schema(
-    id_type: pa.DataType = pa.string(),
+    id_type: pa.DataType = _STRING,
     passthrough: Sequence[pa.Field] = (),
     ks: Sequence[int] = DEFAULT_KS,
     labels: bool = False,

@@ -14,7 +14,9 @@ SAMPLE = REPO / "examples" / "sample.parquet"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No test touches the user's real memo folder."""
     monkeypatch.setenv("CTXPREC_CACHE_DIR", str(tmp_path_factory.mktemp("memo")))
 

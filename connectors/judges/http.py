@@ -90,7 +90,7 @@ def register_secret(value: str | None) -> None:
 
 def redact(text: str) -> str:
     """Remove known keys, auth header values and key-shaped tokens (sk-...) from text."""
-    for secret in _SECRETS:
+    for secret in tuple(_SECRETS):  # a copy: another thread may register a key meanwhile
         text = text.replace(secret, REDACTED)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
@@ -322,7 +322,7 @@ class HttpJudgeBase(abc.ABC):
     def _http_error(self, status: int, body: str, headers: Mapping[str, str]) -> JudgeError:
         raw = classify(status, body, headers)
         err = _final_error(raw, redact(str(raw)))
-        _log.debug("HTTP %d from %s (%s, retry_after=%s)", status, self.model, err.cause,
+        _log.debug("%s: %s (cause %s, retry_after=%s)", self.model, err, err.cause,
                    getattr(err, "retry_after", None))  # fmt: skip
         if status == 429 and isinstance(err, JudgeRetryableError):
             self.stats.rate_limited += 1

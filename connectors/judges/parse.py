@@ -25,7 +25,8 @@ _TOKEN = (
 )
 # A verdict word at the very start, optionally as "Relevant: no" / "Verdict: yes", after markup.
 _LEAD = re.compile(
-    r"^[\s*_#>\"'`(\[-]*(?:(?:relevant|is_relevant|verdict|answer)\s*[:=]\s*)?[\s*_\"'`]*" + _TOKEN,
+    r"^[\s*_#>\"'`(\[-]*(?:(?:relevant|is_relevant|verdict|answer)[*_\"'`]*\s*[:=]\s*)?"
+    r"[\s*_\"'`]*" + _TOKEN,
     re.IGNORECASE,
 )
 # "yes/no", "yes or no", "Yes No": a second, contradicting verdict word right after the first.

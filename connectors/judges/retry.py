@@ -113,7 +113,7 @@ def parse_retry_after(
 
 _QUOTA = re.compile(
     r"insufficient_quota|quota\W*(?:is\s+)?(?:exhausted|exceeded)|exceeded your current quota"
-    r"|billing|credit balance",
+    r"|check your plan and billing|billing hard limit|credit balance is too low",
     re.IGNORECASE,
 )
 _HINTS = {

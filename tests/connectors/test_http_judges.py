@@ -246,6 +246,15 @@ async def test_retry_budget_stops_long_waits(retry_clock: RetryClock) -> None:
     assert r.server.stats.total == 3 and caught.value.cause == "rate_limited"
 
 
+async def test_server_rpm_limit_answers_429_with_retry_after(retry_clock: RetryClock) -> None:
+    async with rig("openai", FakeJudgeConfig(rpm_limit=2), max_retries=1) as r:
+        await asyncio.gather(*(r.judge.judge_item(req(t)) for t in ITEMS[:2]))
+        with pytest.raises(JudgeRetryableError, match="HTTP 429"):
+            await r.judge.judge_item(req(ITEMS[2]))
+    assert r.server.stats.by_outcome == Counter(ok=2, rpm_429=2)
+    assert retry_clock.waits == [60.0] and r.gate.rate_limited_calls == [60.0, 60.0]
+
+
 @pytest.mark.parametrize(
     ("outcome", "cause"),
     [("400", "http_400"), ("401", "http_401"), ("403", "http_403"), ("404", "http_404"),
@@ -374,16 +383,15 @@ def test_thread_server_for_synchronous_code() -> None:
 
 def test_server_as_a_separate_process() -> None:
     cmd = [sys.executable, "-m", "tests.fakes.judge_server", "--style", "prose", "--seed", "3"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
-        reply = asyncio.run(_judge_once(JudgeSettings(model="openai/m", base_url=url)))
-        with urllib.request.urlopen(url.removesuffix("/v1") + "/_fake/stats") as response:
-            stats = json.load(response)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+            reply = asyncio.run(_judge_once(JudgeSettings(model="openai/m", base_url=url)))
+            with urllib.request.urlopen(url.removesuffix("/v1") + "/_fake/stats") as response:
+                stats = json.load(response)
+        finally:
+            proc.terminate()
     assert reply == expected_verdict(ITEMS[0])
     assert stats["total"] == 1 and stats["items_judged"] == 1

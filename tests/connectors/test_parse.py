@@ -41,6 +41,8 @@ from pipeline.errors import JudgeParseError
         ("Relevant: no", False, "(no reason given)"),
         ("Verdict: yes, it answers the query", True, "it answers the query"),
         ("**Yes** — direct answer", True, "direct answer"),
+        ("**Relevant**: no", False, "(no reason given)"),
+        ("**Verdict:** Yes - it names the year", True, "it names the year"),
         ("1", True, "(no reason given)"),
         ("0 - nothing useful", False, "nothing useful"),
         ("true", True, "(no reason given)"),

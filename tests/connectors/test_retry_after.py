@@ -116,6 +116,15 @@ def test_quota_429_is_fatal(body: str) -> None:
     assert err.cause == "quota_exhausted"
 
 
+def test_a_rate_limit_that_mentions_the_billing_page_stays_retryable() -> None:
+    body = (
+        '{"error": {"type": "requests", "message": "Rate limit reached on requests per day. '
+        "You can increase your rate limit by adding a payment method at "
+        'https://platform.openai.com/account/billing."}}'
+    )
+    assert isinstance(classify(429, body, {}), JudgeRetryableError)
+
+
 def test_error_detail_falls_back_to_the_text() -> None:
     err = classify(502, "<html>Bad gateway</html>\n\n", {})
     assert "<html>Bad gateway</html>" in str(err)
@@ -189,6 +198,7 @@ def test_missing_key_is_a_config_error(
 ) -> None:
     env = f"{provider.upper()}_API_KEY"
     monkeypatch.delenv(env, raising=False)
+    monkeypatch.delenv(f"{provider.upper()}_BASE_URL", raising=False)
     with pytest.raises(ConfigError, match=env):
         create_judge(JudgeSettings(model=f"{provider}/m", base_url=base_url))
 

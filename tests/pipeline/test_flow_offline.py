@@ -73,7 +73,9 @@ def test_same_command_again_on_a_finished_folder_is_a_no_op(tmp_path: Path) -> N
     assert _read(out).select("id", "score").equals(before)
 
 
-def test_output_folder_holding_another_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_folder_holding_another_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     assert _run(SAMPLE, "-o", out) == 0
     assert _run(SAMPLE, "-o", out, "--scale", "10") == 2
@@ -86,7 +88,9 @@ def test_partitioned_output_reads_as_one_table(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert _run(SAMPLE, "-o", out, "--passthrough", "retriever", "--partition-by", "retriever") == 0
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("retriever=")) == [
-        "retriever=bm25", "retriever=dense"]
+        "retriever=bm25",
+        "retriever=dense",
+    ]
     df = _read(out)
     assert df.height == 12 and set(df.get_column("retriever")) == {"bm25", "dense"}
 

@@ -34,12 +34,16 @@ def test_vectors_file_is_not_empty() -> None:
     assert len(CASES) >= 19
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c['note'] or c['verdicts']}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{i}-{c['note'] or c['verdicts']}" for i, c in enumerate(CASES)]
+)
 def test_per_row_function_matches_vector(case: dict) -> None:
     assert map_score(case["verdicts"], case["scale"]) == case["score"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{c['note'] or c['verdicts']}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{i}-{c['note'] or c['verdicts']}" for i, c in enumerate(CASES)]
+)
 def test_polars_stage_matches_vector(case: dict) -> None:
     if not case["verdicts"]:
         # rows without items never reach the stage; the pipeline scores them 0.0 (empty_context)

@@ -12,10 +12,20 @@ def test_key_changes_with_everything_that_changes_a_verdict() -> None:
     base = memo_key(p, "v1", "q", "e", "item")
     assert base == memo_key(p, "v1", "q", "e", "item")
     others = {
-        memo_key(judge_prefix({"provider": "openai", "model": "m2", "temperature": 0.0}),
-                 "v1", "q", "e", "item"),
-        memo_key(judge_prefix({"provider": "openai", "model": "m", "temperature": 0.7}),
-                 "v1", "q", "e", "item"),
+        memo_key(
+            judge_prefix({"provider": "openai", "model": "m2", "temperature": 0.0}),
+            "v1",
+            "q",
+            "e",
+            "item",
+        ),
+        memo_key(
+            judge_prefix({"provider": "openai", "model": "m", "temperature": 0.7}),
+            "v1",
+            "q",
+            "e",
+            "item",
+        ),
         memo_key(p, "v2", "q", "e", "item"),
         memo_key(p, "v1", "q2", "e", "item"),
         memo_key(p, "v1", "q", None, "item"),

@@ -1,0 +1,32 @@
+"""Output sinks: warehouse tables a run's scored part files are appended to (Delta Lake, DuckDB).
+The engines are imported only when a sink is used, so importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+from connectors.sinks.base import Sink, SinkResult
+from connectors.sinks.delta import DeltaSink
+from connectors.sinks.duckdb import DuckDBSink
+from pipeline.errors import ConfigError
+
+__all__ = ["Sink", "SinkResult", "parse_sink"]
+
+_FORMS = (
+    "use delta:PATH (e.g. delta:/data/scores) "
+    "or duckdb:FILE:TABLE (e.g. duckdb:evals.duckdb:scores)"
+)
+
+
+def parse_sink(spec: str) -> Sink:
+    """`delta:PATH` or `duckdb:FILE:TABLE` (the table is what follows the last colon)."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise ConfigError(f"sink {spec!r} is not understood; {_FORMS}")
+    if kind == "delta":
+        return DeltaSink(rest)
+    if kind == "duckdb":
+        file, sep, table = rest.rpartition(":")
+        if not sep or not file or not table:
+            raise ConfigError(f"sink {spec!r} names no DuckDB file and table; {_FORMS}")
+        return DuckDBSink(file, table)
+    raise ConfigError(f"unknown sink kind {kind!r} in {spec!r}; {_FORMS}")

@@ -1,0 +1,175 @@
+"""The sink protocol and what every warehouse sink shares: one conformed, counted stream of a
+run's part files, and the column comparison that guards an existing table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn, Protocol
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from pipeline.errors import CtxprecError, OutputError
+
+__all__ = [
+    "RowCounter",
+    "Sink",
+    "SinkResult",
+    "check_creatable",
+    "counted",
+    "error_summary",
+    "raise_append_error",
+    "raise_if_differs",
+    "read_parts",
+]
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What one append did: rows written, and rows skipped because their id was in the table."""
+
+    sink: str
+    rows_added: int
+    rows_skipped: int
+
+
+class Sink(Protocol):
+    """A warehouse table that a run's part files are appended to, each id at most once."""
+
+    name: str  # e.g. "delta:/data/scores": shown to the user, never holds a secret
+
+    def check(self, schema: pa.Schema) -> None:
+        """Before the run: the target is reachable or creatable, and an existing table has
+        exactly the columns of `schema` (same names and types) — else OutputError."""
+        ...
+
+    def append(
+        self, outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+    ) -> SinkResult:
+        """Add the rows of `files` (paths relative to `outdir`) whose id is not yet in the table,
+        in one transaction: on any error the table is left as it was."""
+        ...
+
+
+def read_parts(
+    outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+) -> pa.RecordBatchReader:
+    """One stream over the part files, every batch cast and ordered exactly as `schema`.
+
+    Hive partition columns are read from the relative paths (as strings, then cast).
+    """
+    paths = [outdir / rel for rel in files]
+    _check_part_columns(outdir, paths, schema, partition_by)
+    as_read = pa.schema(
+        [pa.field(f.name, pa.string()) if f.name in partition_by else f for f in schema]
+    )
+    partitioning = None
+    if partition_by:
+        keys = pa.schema([pa.field(name, pa.string()) for name in partition_by])
+        partitioning = ds.partitioning(keys, flavor="hive")
+    dataset = ds.dataset(
+        [str(p) for p in paths],
+        schema=as_read,
+        format="parquet",
+        partitioning=partitioning,
+        partition_base_dir=str(outdir),
+    )
+    batches = dataset.scanner(columns=schema.names).to_batches()
+    return pa.RecordBatchReader.from_batches(schema, _conform(batches, schema))
+
+
+def _conform(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        columns = [batch.column(f.name).cast(f.type) for f in schema]
+        yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _check_part_columns(
+    outdir: Path, paths: Sequence[Path], schema: pa.Schema, partition_by: Sequence[str]
+) -> None:
+    """Footers only: a missing file or column fails here, not as silent nulls mid-load."""
+    wanted = [name for name in schema.names if name not in partition_by]
+    for path in paths:
+        if not path.is_file():
+            raise OutputError(f"part file {path} is missing; rerun the scoring run for {outdir}")
+        have = set(pq.read_schema(path).names)
+        missing = [name for name in wanted if name not in have]
+        if missing:
+            raise OutputError(
+                f"part file {path} lacks column(s) {missing}; it was not written by this "
+                f"version of ctxprec: rerun the scoring run into a new folder"
+            )
+
+
+class RowCounter:
+    """How many rows passed through a stream made by `counted`, and the error that ended it."""
+
+    rows: int = 0
+    error: Exception | None = None
+
+
+def counted(reader: pa.RecordBatchReader) -> tuple[pa.RecordBatchReader, RowCounter]:
+    """The same stream, counting the rows the consumer pulls."""
+    counter = RowCounter()
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in reader:
+                counter.rows += batch.num_rows
+                yield batch
+        except Exception as exc:  # the engine only sees a C-stream error: keep the real one
+            counter.error = exc
+            raise
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches()), counter
+
+
+def raise_if_differs(sink: str, expected: Mapping[str, str], actual: Mapping[str, str]) -> None:
+    """Column name -> type name, both in the target's own type names; order does not matter."""
+    missing = [name for name in expected if name not in actual]
+    extra = [name for name in actual if name not in expected]
+    changed = [
+        f"{name} (table {actual[name]}, output {expected[name]})"
+        for name in expected
+        if name in actual and actual[name] != expected[name]
+    ]
+    problems = [
+        f"{label}: {', '.join(names)}"
+        for label, names in (("missing", missing), ("unexpected", extra), ("type", changed))
+        if names
+    ]
+    if problems:
+        raise OutputError(
+            f"{sink}: the existing table's columns differ from ctxprec's output "
+            f"({'; '.join(problems)}); append to a new table instead"
+        )
+
+
+def check_creatable(path: Path, sink: str) -> None:
+    """A local target that does not exist yet: its nearest existing ancestor is writable."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{sink}: cannot create {path}: {parent} is not a writable folder")
+
+
+def error_summary(exc: BaseException) -> str:
+    """The first line of an error, without the Python traceback engines append to theirs."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0].split(" Detail: Python exception")[0]
+
+
+def raise_append_error(sink: str, exc: Exception, counter: RowCounter) -> NoReturn:
+    """Report a failed append by its root cause: the source's own error when the stream broke."""
+    cause = counter.error or exc
+    if isinstance(cause, CtxprecError):
+        raise cause
+    raise OutputError(
+        f"{sink}: the append failed and the table is as it was: {error_summary(cause)}"
+    ) from cause
