@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_judge_flags(sc)
     sc.add_argument("-o", "--output", required=True, type=Path, help="output folder")
     sc.add_argument("--partition-by", metavar="COL[,COL]", help="Hive-partition the output")
+    sc.add_argument(
+        "--sink",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also append to a table: delta:PATH or duckdb:FILE.duckdb:TABLE",
+    )
     sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
     sc.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto")
@@ -112,6 +119,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "scoring.ks": args.ks,
         "output.group_by": args.group_by,
         "output.partition_by": getattr(args, "partition_by", None),
+        "output.sinks": getattr(args, "sink", None) or None,
     }
     for item in args.map:
         field, sep, column = item.partition("=")
@@ -154,6 +162,12 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print(json.dumps(_quiet_line(result.summary, args.output)))
     else:
         print(_human_line(result.summary, args.output))
+    for error in result.sink_errors:
+        print(
+            f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
+            "it was: fix the cause and run the same command again to load it",
+            file=sys.stderr,
+        )
     return result.exit_code
 
 
@@ -169,6 +183,8 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "retries": run.get("judge", {}).get("retries"),
         "rate_limited": run.get("judge", {}).get("rate_limited"),
         "failures": summary.get("failures"),
+        "sinks": run.get("sinks"),
+        "sink_errors": run.get("sink_errors"),
         "wall_s": run.get("wall_s"),
     }
 
@@ -187,6 +203,11 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
         f"{run.get('judge', {}).get('rate_limited', 0)} 429s, {float(run.get('wall_s', 0)):.1f} s",
         f"  summary: {outdir / 'summary.md'}",
     ]
+    for loaded in run.get("sinks") or []:
+        lines.append(
+            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
+            f"{loaded['rows_skipped']} already there"
+        )
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
         lines.append(

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "run.memo": True,
     "run.max_item_chars": 200_000,
     "output.partition_by": [],
+    "output.sinks": [],
     "output.group_by": None,
 }
 
@@ -77,7 +78,7 @@ _FLOAT_KEYS = {
     "scoring.scale",
 }
 _BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
-_LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by"}
+_LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class Config:
     memo: bool = True
     max_item_chars: int = 200_000
     partition_by: tuple[str, ...] = ()
+    sinks: tuple[str, ...] = ()
     group_by: str | None = None
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
@@ -272,6 +274,7 @@ def _build(
         memo=v["run.memo"],
         max_item_chars=v["run.max_item_chars"],
         partition_by=tuple(v["output.partition_by"]),
+        sinks=tuple(v["output.sinks"]),
         group_by=v["output.group_by"],
         prices=prices,
         source_file=path,

@@ -49,10 +49,13 @@ class PartRecord:
 class RunLog:
     """The state of one output folder. Methods do blocking I/O: call them from a thread."""
 
-    def __init__(self, outdir: Path, fingerprint: str, describe: Mapping[str, Any]):
+    def __init__(
+        self, outdir: Path, fingerprint: str, describe: Mapping[str, Any], config_fingerprint: str
+    ):
         self.outdir = outdir
         self.state = outdir / STATE_DIR
-        self.fingerprint = fingerprint
+        self.fingerprint = fingerprint  # input + configuration: one run
+        self.config_fingerprint = config_fingerprint  # configuration only: incremental runs
         self.describe = dict(describe)
 
     # -- opening -------------------------------------------------------------------------
@@ -69,6 +72,12 @@ class RunLog:
             )
         if overwrite and self.outdir.exists():
             self._clear()
+        elif incremental and self._other_config(manifest):
+            raise OutputError(
+                f"output folder {self.outdir} was scored with another judge configuration "
+                "(model, prompt, scale, columns or k's differ); --incremental adds rows only "
+                "under the same configuration: use a new folder for this one"
+            )
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
             raise OutputError(
@@ -79,6 +88,11 @@ class RunLog:
         (self.state / "parts").mkdir(parents=True, exist_ok=True)
         (self.outdir / SUCCESS).unlink(missing_ok=True)
         self._write_manifest("running")
+
+    def _other_config(self, manifest: dict[str, Any] | None) -> bool:
+        return manifest is not None and manifest.get("config_fingerprint") != (
+            self.config_fingerprint
+        )
 
     def _other_run(self, manifest: dict[str, Any] | None) -> bool:
         return manifest is not None and manifest.get("fingerprint") != self.fingerprint
@@ -119,7 +133,12 @@ class RunLog:
         return data
 
     def _write_manifest(self, status: str) -> None:
-        body = {"fingerprint": self.fingerprint, "status": status, "describe": self.describe}
+        body = {
+            "fingerprint": self.fingerprint,
+            "config_fingerprint": self.config_fingerprint,
+            "status": status,
+            "describe": self.describe,
+        }
         atomic_write_text(self.state / "manifest.json", json.dumps(body, indent=2, default=str))
 
     # -- parts ---------------------------------------------------------------------------

@@ -61,7 +61,9 @@ def read_parts(
 ) -> pa.RecordBatchReader:
     """One stream over the part files, every batch cast and ordered exactly as `schema`.
 
-    Hive partition columns are read from the relative paths (as strings, then cast).
+    Hive partition columns are read from the relative paths (as strings, then cast). Rows with
+    status `failed` are held back: a sink keeps each id once, so a failed row loaded now would
+    block the scored row of the re-run that fills it in.
     """
     paths = [outdir / rel for rel in files]
     _check_part_columns(outdir, paths, schema, partition_by)
@@ -79,7 +81,8 @@ def read_parts(
         partitioning=partitioning,
         partition_base_dir=str(outdir),
     )
-    batches = dataset.scanner(columns=schema.names).to_batches()
+    keep = ds.field("status") != "failed"
+    batches = dataset.scanner(columns=schema.names, filter=keep).to_batches()
     return pa.RecordBatchReader.from_batches(schema, _conform(batches, schema))
 
 

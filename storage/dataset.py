@@ -1,0 +1,61 @@
+"""The scored dataset already in an output folder: which ids it holds (for incremental runs) and
+dropping rows that are about to be re-scored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from storage.runlog import STATE_DIR
+
+__all__ = ["drop_ids", "part_files", "scored_ids"]
+
+
+def part_files(outdir: Path) -> list[Path]:
+    """Every committed-looking part file below `outdir` (not state, not temp files)."""
+    if not outdir.is_dir():
+        return []
+    out = []
+    for path in sorted(outdir.rglob("*.parquet")):
+        rel = path.relative_to(outdir)
+        if rel.parts[0] == STATE_DIR or any(p.startswith(".") for p in rel.parts):
+            continue
+        out.append(path)
+    return out
+
+
+def scored_ids(outdir: Path) -> pl.DataFrame:
+    """id and status of every row in the folder (one small scan of two columns)."""
+    files = part_files(outdir)
+    if not files:
+        return pl.DataFrame({"id": [], "status": []}, schema={"id": pl.String, "status": pl.String})
+    frames = [pl.scan_parquet(f, hive_partitioning=False).select("id", "status") for f in files]
+    return pl.concat(frames, how="vertical_relaxed").collect()
+
+
+def drop_ids(outdir: Path, ids: Collection[object]) -> int:
+    """Rewrite (atomically) each part file holding any of `ids` without those rows."""
+    if not ids:
+        return 0
+    wanted = list(ids)
+    dropped = 0
+    for path in part_files(outdir):
+        table = pq.read_table(path)
+        hit = pc.is_in(
+            table.column("id"), value_set=pa.array(wanted, type=table.schema.field("id").type)
+        )
+        n = pc.sum(hit).as_py() or 0
+        if not n:
+            continue
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table.filter(pc.invert(hit)), tmp, compression="zstd")
+        os.replace(tmp, path)
+        dropped += int(n)
+    return dropped
