@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from connectors.judges.base import ItemRequest
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
+from connectors.sources import INPUT_ERROR
 from pipeline.dispatch import Dispatcher, ItemOutcome
 from pipeline.errors import ConfigError
 from pipeline.metric import map_stage, rank_column_names
@@ -38,7 +39,10 @@ def load_extractor(spec: str) -> Extractor:
             "with the module importable (on PYTHONPATH or installed)"
         ) from None
     if not callable(fn):
-        raise ConfigError(f"context extractor {spec!r} is not callable")
+        raise ConfigError(
+            f"context extractor {spec!r} is not callable; name a function that takes the row "
+            "(a dict) and returns its context items as a list of strings"
+        )
     extractor: Extractor = fn
     return extractor
 
@@ -124,9 +128,18 @@ def plan_rows(frame: pl.DataFrame, extractor: Extractor | None, max_chars: int) 
         if "expected" in frame.columns
         else [None] * len(queries)
     )
+    problems = (
+        frame.get_column(INPUT_ERROR).to_list()
+        if INPUT_ERROR in frame.columns
+        else [None] * len(queries)
+    )
     plans = []
-    for query, expected, context in zip(queries, expecteds, contexts, strict=True):
-        if isinstance(context, _ExtractorFailure):
+    for query, expected, context, problem in zip(
+        queries, expecteds, contexts, problems, strict=True
+    ):
+        if problem is not None:  # found while reading the row (e.g. text that is not UTF-8)
+            plans.append(RowPlan(None, None, [], STATUS_FAILED, problem))
+        elif isinstance(context, _ExtractorFailure):
             plans.append(RowPlan(query, None, [], STATUS_FAILED, context.message))
         else:
             plans.append(_plan_row(query, expected, context, max_chars))
@@ -279,7 +292,7 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
     data: dict[str, Any] = {}
     frame = job.frame
     for name in spec.schema.names:
-        if name in frame.columns and name not in ("context", "query", "expected"):
+        if name in frame.columns:  # a passthrough named like a normalized column *is* it
             data[name] = frame.get_column(name).to_arrow()
         elif name == "scored_at":
             data[name] = [now] * len(cols)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import traceback
@@ -250,8 +251,24 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setup_logging() -> None:
+    """CTXPREC_LOG_LEVEL=debug|info|warning turns on stdlib logging to stderr, keys redacted."""
+    level = os.environ.get("CTXPREC_LOG_LEVEL", "").strip().upper()
+    if not level:
+        return
+    from connectors.judges.http import RedactingFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("ctxprec")
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level, logging.INFO))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging()
     commands = {"score": _cmd_score, "summary": _cmd_summary, "estimate": _cmd_estimate}
     try:
         return commands[args.command](args)

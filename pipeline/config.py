@@ -298,8 +298,16 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
         raise bad("scoring.scale", "zero or more")
     if v["run.batch_rows"] < 1:
         raise bad("run.batch_rows", "at least 1")
-    if v["judge.max_retries"] < 0 or v["judge.timeout_s"] <= 0:
-        raise ConfigError("judge.max_retries must be >= 0 and judge.timeout_s > 0")
+    cache = Path(v["run.cache_dir"]).expanduser() if v["run.cache_dir"] else None
+    if cache is not None and cache.exists() and not cache.is_dir():
+        raise ConfigError(
+            f"run.cache_dir from {origins['run.cache_dir']} is {cache}, a file, not a folder; "
+            "give a folder for the memo (created if missing) or turn it off with --no-memo"
+        )
+    if v["judge.max_retries"] < 0:
+        raise bad("judge.max_retries", "0 or more")
+    if v["judge.timeout_s"] <= 0:
+        raise bad("judge.timeout_s", "a positive number of seconds")
     ks = v["scoring.ks"]
     if not ks or any(not str(k).isdigit() or int(k) < 1 for k in ks):
         raise bad("scoring.ks", "a list of whole numbers >= 1")

@@ -14,6 +14,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from connectors.judges.base import ItemRequest, Judge
+from connectors.judges.http import redact
 from pipeline.errors import JudgeError
 from storage.memo import Memo, MemoEntry
 
@@ -148,7 +149,7 @@ class Dispatcher:
 
     def _fail(self, job: _Job, exc: JudgeError) -> None:
         self.counters.calls_failed += 1
-        message = f"{exc.cause}: {exc}"
+        message = redact(f"{exc.cause}: {exc}")  # the error column never carries a key
         for key, outcome in zip(job.keys, job.outcomes, strict=True):
             outcome.error = message
             self._pending.pop(key, None)

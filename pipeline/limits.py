@@ -33,6 +33,8 @@ MIN_RPM = 1.0
 FAST_SLOPE = 2.0  # growth below TARGET x ceiling, in ceilings per minute of rate-bound sending
 SLOW_SLOPE = 0.03  # growth above it: a probe that doubles each minute without a 429
 TARGET = 0.95
+SIGNIFICANT_SHARE = 0.1  # 429s below this share of the last minute's requests are noise
+SIGNIFICANT_COUNT = 3  # ... and so are fewer than this many
 _SPACING = 1.0 + 1e-9  # keeps float rounding from fitting R + 1 requests into 60 s
 _MAX_SPINS = 10_000
 
@@ -220,14 +222,23 @@ class RateGate:
                 self._pause_until = max(self._pause_until, now + retry_after)
             return
         self._epoch += 1
-        self._streak = self._streak + 1 if now - self._last_fresh < WINDOW_S else 0
+        significant = self._significant()
+        recent = now - self._last_fresh < WINDOW_S
+        self._streak = self._streak + 1 if recent and significant else 0
         self._last_fresh = now
         backoff = min(DEFAULT_PAUSE_S * 2**self._streak, MAX_PAUSE_S)
         pause = backoff if retry_after is None else max(retry_after, 0.0)
         self._pause_until = max(self._pause_until, now + pause)
         self._counts["pauses"] += 1
-        if self._adaptive:
+        if self._adaptive and significant:
             self._decrease(now)
+
+    def _significant(self) -> bool:
+        """Is the server really pushing back? A few 429s among many accepted requests (a
+        provider's random blips) are retried after their pause but do not cut the rate:
+        cutting on noise would spiral the rate down for nothing."""
+        rejects = len(self._rejects)
+        return rejects >= SIGNIFICANT_COUNT and rejects >= SIGNIFICANT_SHARE * len(self._admits)
 
     def used_tokens(self, estimated: int, actual: int) -> None:
         """Correct the TPM budget: extra tokens become debt, unused ones come back."""

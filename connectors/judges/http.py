@@ -186,6 +186,17 @@ _REASK_ROW = (
 _REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
 
 
+_FRESH_CONVERSATIONS = 1
+
+
+class _Unreadable(Exception):
+    """A conversation whose reply stayed unreadable after its re-ask."""
+
+    def __init__(self, error: JudgeParseError, tokens_in: int, tokens_out: int):
+        super().__init__(str(error))
+        self.error, self.tokens_in, self.tokens_out = error, tokens_in, tokens_out
+
+
 class HttpJudgeBase(abc.ABC):
     """One shared aiohttp session and the attempt/retry loop; providers give the shapes."""
 
@@ -345,7 +356,29 @@ class HttpJudgeBase(abc.ABC):
         self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
         max_tokens: int,
     ) -> tuple[T, int, int]:  # fmt: skip
-        """One call; on an unreadable reply one re-ask showing the model its reply, then fail."""
+        """A conversation: one call, and on an unreadable reply one re-ask showing the model its
+        reply. A conversation that stays unreadable is started afresh once (a transient garbage
+        reply twice in a row is not a broken model), then the item fails as `unparseable`."""
+        spent_in = spent_out = 0
+        for fresh in range(1 + _FRESH_CONVERSATIONS):
+            if fresh:
+                self.stats.retries += 1
+            try:
+                value, t_in, t_out = await self._conversation(
+                    system, user, schema, parse, reask, max_tokens
+                )
+            except _Unreadable as bad:
+                spent_in, spent_out = spent_in + bad.tokens_in, spent_out + bad.tokens_out
+                error = bad.error
+                continue
+            return value, spent_in + t_in, spent_out + t_out
+        self.stats.failures["unparseable"] += 1
+        raise error
+
+    async def _conversation(
+        self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
+        max_tokens: int,
+    ) -> tuple[T, int, int]:  # fmt: skip
         messages = [{"role": "user", "content": user}]
         text, tokens_in, tokens_out = await self._complete(system, messages, schema, max_tokens)
         try:
@@ -360,10 +393,10 @@ class HttpJudgeBase(abc.ABC):
         try:
             return parse(again), tokens_in + more_in, tokens_out + more_out
         except JudgeParseError as err:
-            self.stats.failures["unparseable"] += 1
             clip = " ".join(again.split())[:200]
             message = f"{self.model}: reply unreadable after one re-ask ({err}); reply: {clip!r}"
-            raise JudgeParseError(redact(message), cause="unparseable") from err
+            error = JudgeParseError(redact(message), cause="unparseable")
+            raise _Unreadable(error, tokens_in + more_in, tokens_out + more_out) from err
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         system, user = prompts.item_messages(request)

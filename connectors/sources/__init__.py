@@ -2,6 +2,7 @@
 
 from connectors.sources.parquet import (
     DEFAULT_EXPECTED,
+    INPUT_ERROR,
     ColumnMap,
     SourceBatch,
     SourceInfo,
@@ -12,6 +13,7 @@ from connectors.sources.parquet import (
 
 __all__ = [
     "DEFAULT_EXPECTED",
+    "INPUT_ERROR",
     "ColumnMap",
     "SourceBatch",
     "SourceInfo",

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connectors.sources.validate import (
+    INPUT_ERROR,
     NORMALIZED_TYPES,
     ColumnTypes,
     Wanted,
@@ -22,15 +23,18 @@ from connectors.sources.validate import (
     check_names,
     check_partition_overlap,
     dataset_partitions,
+    detail,
     file_columns,
     merge_columns,
     open_parquet,
     read_schema,
 )
 from pipeline.errors import ConfigError, InputError
+from storage.runlog import STATE_DIR
 
 __all__ = [
     "DEFAULT_EXPECTED",
+    "INPUT_ERROR",
     "ColumnMap",
     "SourceBatch",
     "SourceInfo",
@@ -90,11 +94,29 @@ def _sorted(paths: Collection[Path]) -> list[Path]:
     return sorted(set(paths), key=lambda p: p.as_posix())
 
 
+def _outside_outputs(paths: Sequence[Path], root: Path) -> list[Path]:
+    """Leave out the part files of ctxprec output folders below `root`: an output folder put
+    inside the input folder must not be read as input by the next run (resume, incremental)."""
+    known: dict[Path, bool] = {}
+
+    def is_output(folder: Path) -> bool:
+        if folder not in known:
+            known[folder] = (folder / STATE_DIR / "manifest.json").is_file()
+        return known[folder]
+
+    kept = []
+    for path in paths:
+        parts = path.relative_to(root).parts
+        if not any(is_output(root.joinpath(*parts[:i])) for i in range(1, len(parts))):
+            kept.append(path)
+    return kept
+
+
 def _folder_files(folder: Path) -> list[Path]:
     found = [
         p for p in folder.rglob("*.parquet") if p.is_file() and _visible(p.relative_to(folder))
     ]
-    return _sorted(found)
+    return _sorted(_outside_outputs(found, folder))
 
 
 def _glob_root(pattern: str) -> Path:
@@ -114,6 +136,7 @@ def _glob_files(pattern: str) -> list[Path]:
         if not _visible(path.relative_to(root)):
             continue
         found += _folder_files(path) if path.is_dir() else [path] if path.is_file() else []
+    found = _outside_outputs(found, root)
     if not found:
         raise InputError(
             f"glob `{pattern}` matched no Parquet files; check the pattern (and quote it so the "
@@ -129,8 +152,9 @@ def resolve_inputs(spec: str | Path) -> list[Path]:
         files = _folder_files(path)
         if not files:
             raise InputError(
-                f"folder {path} holds no *.parquet files (names starting with '_' or '.' are "
-                "skipped); point at the folder with the data or use a glob"
+                f"folder {path} holds no *.parquet files (names starting with '_' or '.' and "
+                "ctxprec output folders are skipped); point at the folder with the data or use "
+                "a glob"
             )
         return files
     if path.exists():
@@ -305,19 +329,87 @@ def _frame_exprs(
     return exprs
 
 
+_NOT_UTF8 = (
+    "invalid_input: column `{}` holds bytes that are not valid UTF-8 (read with U+FFFD in their "
+    "place); re-export the data as UTF-8"
+)
+
+
+def _decode(raw: bytes | None) -> tuple[str | None, bool]:
+    if raw is None:
+        return None, True
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False
+
+
+def _repair_text(column: pa.Array) -> tuple[pa.Array, list[int]] | None:
+    """A string or list<string> column with its non-UTF-8 values decoded with U+FFFD, and the
+    rows that held them; None for other types. Only used once a batch failed validation."""
+    t = column.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        raw = column.view(pa.large_binary() if pa.types.is_large_string(t) else pa.binary())
+        pairs = [_decode(v) for v in raw.to_pylist()]
+        bad = [row for row, (_, ok) in enumerate(pairs) if not ok]
+        return pa.array([text for text, _ in pairs], t), bad
+    is_list = pa.types.is_list(t) or pa.types.is_large_list(t)
+    if not is_list or not pa.types.is_string(t.value_type):
+        return None
+    item = pa.field(t.value_field.name, pa.binary())
+    as_bytes = column.view(pa.large_list(item) if pa.types.is_large_list(t) else pa.list_(item))
+    rows: list[list[str | None] | None] = []
+    bad = []
+    for row, items in enumerate(as_bytes.to_pylist()):
+        if items is None:
+            rows.append(None)
+            continue
+        decoded = [_decode(v) for v in items]
+        rows.append([text for text, _ in decoded])
+        if not all(ok for _, ok in decoded):
+            bad.append(row)
+    return pa.array(rows, t), bad
+
+
+def _repair_utf8(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[str | None]] | None:
+    """Non-UTF-8 text is a row-level problem: such rows get an `INPUT_ERROR` naming the column
+    (their text decoded with U+FFFD); None when the batch is invalid for another reason."""
+    problems: list[str | None] = [None] * batch.num_rows
+    arrays = []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        try:
+            column.validate(full=True)
+        except pa.ArrowInvalid:
+            repaired = _repair_text(column)
+            if repaired is None or not repaired[1]:
+                return None
+            column = repaired[0]
+            for row in repaired[1]:
+                problems[row] = problems[row] or _NOT_UTF8.format(field.name)
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema), problems
+
+
 def _to_frame(
     batch: pa.RecordBatch, path: Path, first_row: int, exprs: list[pl.Expr]
 ) -> pl.DataFrame:
+    problems: list[str | None] | None = None
     try:
         batch.validate(full=True)
     except pa.ArrowInvalid as exc:
-        raise InputError(
-            f"{path} rows {first_row}-{first_row + batch.num_rows - 1} hold invalid data ({exc}); "
-            "the strings must be valid UTF-8: re-export the file"
-        ) from exc
+        repaired = _repair_utf8(batch)
+        if repaired is None:
+            raise InputError(
+                f"{path} rows {first_row}-{first_row + batch.num_rows - 1} hold invalid data "
+                f"({detail(exc)}); re-export the file or leave it out of the input"
+            ) from exc
+        batch, problems = repaired
     frame = pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
-    return frame.select(exprs)
+    frame = frame.select(exprs)
+    if problems is not None:
+        frame = frame.with_columns(pl.Series(INPUT_ERROR, problems, pl.String))
+    return frame
 
 
 def _read(
@@ -332,8 +424,8 @@ def _read(
             return
         except (pa.ArrowException, OSError) as exc:
             raise InputError(
-                f"cannot read {path} after row {first_row} ({exc}); the file is corrupt: "
-                "re-export it or leave it out of the input"
+                f"cannot read {path} after row {first_row} ({detail(exc)}); the file is "
+                "corrupt: re-export it or leave it out of the input"
             ) from exc
         yield batch
         first_row += batch.num_rows

@@ -17,6 +17,7 @@ from pipeline.errors import InputError
 from storage.schema import output_schema
 
 __all__ = [
+    "INPUT_ERROR",
     "NORMALIZED_TYPES",
     "Wanted",
     "canonical_type",
@@ -24,6 +25,7 @@ __all__ = [
     "check_names",
     "check_partition_overlap",
     "dataset_partitions",
+    "detail",
     "file_columns",
     "merge_columns",
     "open_parquet",
@@ -37,7 +39,9 @@ NORMALIZED_TYPES: dict[str, pa.DataType] = {
     "context": pa.list_(pa.string()),
     "labels": pa.list_(pa.bool_()),
 }
-_RESERVED_FRAME = frozenset({"id", "source_row", *NORMALIZED_TYPES})
+# normalized frame column: a row-level problem found while reading the row (else null)
+INPUT_ERROR = "_input_error"
+_RESERVED_FRAME = frozenset({"id", "source_row", INPUT_ERROR, *NORMALIZED_TYPES})
 _RANK_COLUMN = re.compile(r"(precision|hit|ndcg)_at_\d+")
 _ROW_BITS = 32
 _MAX_LISTED = 20
@@ -68,12 +72,19 @@ def open_parquet(path: Path) -> pq.ParquetFile:
         raise InputError(_unreadable(path, exc)) from exc
 
 
+def detail(exc: BaseException, limit: int = 300) -> str:
+    """A library error's text on one line (Arrow's can hold newlines and stray bytes)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _unreadable(path: Path, exc: Exception) -> str:
     with path.open("rb") as fh:
         magic = fh.read(4)
+    why = detail(exc)
     if magic != b"PAR1":
-        return f"{path} is not a Parquet file ({exc}); convert it to Parquet or leave it out"
-    return f"{path} is a corrupt or truncated Parquet file ({exc}); re-export it or leave it out"
+        return f"{path} is not a Parquet file ({why}); convert it to Parquet or leave it out"
+    return f"{path} is a corrupt or truncated Parquet file ({why}); re-export it or leave it out"
 
 
 def read_schema(pf: pq.ParquetFile, path: Path) -> pa.Schema:
@@ -317,4 +328,19 @@ def check_ids(files: Sequence[Path], id_column: str, id_type: pa.DataType) -> No
         _check_nulls(ids, files, id_column)
         _check_unique(ids, files, id_column)
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"cannot read the id column `{id_column}` of the input: {exc}") from exc
+        where = _unreadable_ids(files, id_column, as_string=id_type == pa.string())
+        raise InputError(
+            f"cannot read the id column `{id_column}` of {where} ({detail(exc)}); ids must be "
+            "readable (string ids valid UTF-8): re-export the file, or map another column with "
+            "--map id=COLUMN"
+        ) from exc
+
+
+def _unreadable_ids(files: Sequence[Path], id_column: str, as_string: bool) -> str:
+    """The first file whose id column cannot be read (only called once the scan failed)."""
+    for path in files:
+        try:
+            _id_frame([path], id_column, as_string).collect(engine="streaming")
+        except pl.exceptions.PolarsError:
+            return str(path)
+    return "the input"

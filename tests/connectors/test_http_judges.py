@@ -286,20 +286,31 @@ async def test_unreadable_reply_is_reasked_once(provider: str) -> None:
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_unreadable_twice_fails_never_not_relevant(provider: str) -> None:
-    config = FakeJudgeConfig(script=["garbage_content", "garbage_content"])
+async def test_unreadable_conversations_fail_never_not_relevant(provider: str) -> None:
+    # each conversation: the call and its one re-ask; an unreadable one is started afresh once
+    config = FakeJudgeConfig(script=["garbage_content"] * 4)
     async with rig(provider, config) as r:
         with pytest.raises(JudgeParseError) as caught:
             await r.judge.judge_item(req(ITEMS[4]))
     assert caught.value.cause == "unparseable" and "re-ask" in str(caught.value)
-    assert r.stats.failures == Counter(unparseable=1) and r.server.stats.total == 2
+    assert r.stats.failures == Counter(unparseable=1) and r.server.stats.total == 4
+    assert r.stats.reasks == 2 and r.stats.retries == 1
 
 
-async def test_row_count_mismatch_fails_after_one_reask() -> None:
-    async with rig("openai", FakeJudgeConfig(script=["row_mismatch", "row_mismatch"])) as r:
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_unreadable_twice_then_a_fresh_conversation_succeeds(provider: str) -> None:
+    config = FakeJudgeConfig(script=["garbage_content", "garbage_content", "ok"])
+    async with rig(provider, config) as r:
+        reply = await r.judge.judge_item(req(ITEMS[4]))
+    assert reply.verdict.relevant == expected_verdict(ITEMS[4])
+    assert r.server.stats.total == 3 and not r.stats.failures
+
+
+async def test_row_count_mismatch_fails_after_one_reask_per_conversation() -> None:
+    async with rig("openai", FakeJudgeConfig(script=["row_mismatch"] * 4)) as r:
         with pytest.raises(JudgeParseError):
             await r.judge.judge_row("q", "e", ITEMS[:3])
-    assert r.stats.reasks == 1
+    assert r.stats.reasks == 2 and r.server.stats.total == 4
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sources import (
+    INPUT_ERROR,
     ColumnMap,
     SourceBatch,
     SourceInfo,
@@ -427,8 +428,11 @@ def test_hive_layout_errors(tmp_path: Path) -> None:
     fails("`dt` is both a Hive partition folder (dt=...) and a column in", tmp_path)
 
 
-def test_invalid_utf8_is_an_input_error_not_a_crash(tmp_path: Path) -> None:
+def test_invalid_utf8_is_a_row_problem_not_a_crash(tmp_path: Path) -> None:
     raw = pa.array([b"\xff\xfe", b"ok", b"fine"], pa.binary()).view(pa.string())
     info = inspect(write(tmp_path / "x.parquet", query=raw))
-    with pytest.raises(InputError, match="the strings must be valid UTF-8"):
-        batches(info)
+    (batch,) = batches(info)
+    problems = batch.frame.get_column(INPUT_ERROR).to_list()
+    assert problems[0] is not None and "column `query`" in problems[0] and "UTF-8" in problems[0]
+    assert problems[1:] == [None, None]
+    assert batch.frame.get_column("query").to_list() == ["\ufffd\ufffd", "ok", "fine"]

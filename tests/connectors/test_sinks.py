@@ -62,7 +62,7 @@ def write_run(
     outdir: Path, table: pa.Table, partition_by: Sequence[str], parts: int = 2
 ) -> list[str]:
     """Commit `table` as `parts` part files of a fresh OUTDIR; the relative paths written."""
-    log = RunLog(outdir, "fingerprint", {"input": "logs.parquet"})
+    log = RunLog(outdir, "fingerprint", {"input": "logs.parquet"}, "config")
     log.open()
     files: list[str] = []
     size = -(-table.num_rows // parts)

@@ -227,13 +227,32 @@ async def test_adaptive_429_multiplies_rate_by_0_7_once_per_epoch() -> None:
     for _ in range(60):  # one minute at exactly 60/min
         async with gate.slot(1):
             pass
-    gate.rate_limited(0.0)
-    rate = gate.stats().current_rpm
-    assert rate is not None
-    assert 0.7 * 58 <= rate <= 0.7 * 60
-    gate.rate_limited(0.0)  # the same attempt's epoch again: stale, no second cut
+    async with gate.slot(1):  # the 1st 429: below the significant share, no cut
+        gate.rate_limited(0.0)
+    assert gate.stats().current_rpm == 60
+    for _ in range(9):  # the server keeps pushing back: 10 of 70 is a significant share
+        async with gate.slot(1):
+            gate.rate_limited(0.0)
     stats = gate.stats()
-    assert (stats.current_rpm, stats.pauses, stats.rate_limited) == (rate, 1, 2)
+    rate = stats.current_rpm
+    assert rate is not None and stats.pauses == 10
+    assert 1.0 <= rate <= 0.7 * 60
+    gate.rate_limited(0.0)  # the same attempt's epoch again: stale, no further cut
+    stats = gate.stats()
+    assert (stats.current_rpm, stats.pauses, stats.rate_limited) == (rate, 10, 11)
+
+
+async def test_a_few_random_429s_pause_but_do_not_cut_the_rate() -> None:
+    clock = FakeClock()
+    gate = RateGate(4, 600, None, clock=clock)
+    for i in range(300):
+        async with gate.slot(1):
+            if i % 50 == 49:  # 2 % of calls: provider noise, not a limit
+                gate.rate_limited(0.5)
+    stats = gate.stats()
+    assert stats.rate_limited == stats.pauses == 6
+    assert stats.current_rpm == 600  # never cut
+    assert stats.waited_pause_s == pytest.approx(5 * 0.5, abs=0.2)  # the 6th is not waited
 
 
 @pytest.mark.parametrize("retry_after", [True, False])
@@ -254,8 +273,10 @@ async def test_adaptive_converges_to_unknown_server_limit(retry_after: bool) -> 
     await run_workers(workers, worker)
     after_first_minute = count_between(server.accepted, 60.0, 180.0) / 2
     assert after_first_minute >= 0.9 * limit
-    assert len(server.rejected) <= workers + 20  # the first contact's in-flight calls, then few
-    assert count_between(server.rejected, 60.0, 180.0) <= 20
+    # 429s below a 10 % share are treated as noise (retried, no cut): after the first contact
+    # the gate probes up to the limit and lives with a small share of 429s there
+    assert count_between(server.rejected, 60.0, 180.0) <= 0.1 * after_first_minute * 2
+    assert len(server.rejected) <= workers * 2 + 0.1 * limit * 3
     assert gate.stats().ceiling_rpm is not None
 
 

@@ -1,0 +1,355 @@
+"""Shared helpers of the benchmarks: synthetic Parquet inputs, the fake judge server as a separate
+process, per-process CPU/RSS measurement of subprocesses (os.wait4), and result files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa_dev_distractor_500.parquet"
+PYTHON = sys.executable
+CTXPREC = str(Path(PYTHON).with_name("ctxprec"))
+SUFFIX_WIDTH = 13  # " #RRRRRRRR.PP": makes every generated item unique
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+# -------------------------------------------------------------------------- subprocesses
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One finished subprocess: exit code, wall seconds, CPU seconds, peak RSS (MiB), output."""
+
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    maxrss_mib: float
+    stdout: str
+    stderr: str
+
+    @property
+    def cpu_s(self) -> float:
+        return self.user_s + self.sys_s
+
+
+def _reap(proc: subprocess.Popen[str], started: float) -> tuple[int, float, Any]:
+    """Wait for exactly this child with os.wait4: its own rusage, not all children's."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, wall, usage
+
+
+def run_measured(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout_s: float | None = None,
+    interrupt_after_s: float | None = None,
+    on_poll: Callable[[int], None] | None = None,
+) -> Measured:
+    """Run `cmd`, return its wall time, user+sys CPU and peak RSS (from wait4 of that pid).
+
+    `interrupt_after_s`: send SIGINT after that many seconds (a run cut short on purpose);
+    `timeout_s`: SIGKILL after that many. `on_poll(pid)` is called about 20 times a second while
+    the child runs. Output goes to temp files (no pipe can fill up and stall the child)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, text=True, env=env, cwd=ROOT)
+        try:
+            limit = interrupt_after_s if interrupt_after_s is not None else timeout_s
+            _wait_until(proc, started + (math.inf if limit is None else limit), on_poll)
+            if not _exited(proc.pid):
+                proc.send_signal(signal.SIGKILL if interrupt_after_s is None else signal.SIGINT)
+            code, wall, usage = _reap(proc, started)
+        except BaseException:
+            _kill(proc)
+            raise
+        out.seek(0)
+        err.seek(0)
+        return Measured(
+            code,
+            wall,
+            usage.ru_utime,
+            usage.ru_stime,
+            usage.ru_maxrss / 1024,
+            out.read(),
+            err.read(),
+        )
+
+
+def _exited(pid: int) -> bool:
+    """Has the child exited? Peeks without reaping (the rusage must come from wait4 later)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_until(
+    proc: subprocess.Popen[str], deadline: float, on_poll: Callable[[int], None] | None = None
+) -> None:
+    while time.perf_counter() < deadline and not _exited(proc.pid):
+        if on_poll is not None:
+            on_poll(proc.pid)
+        time.sleep(0.05)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
+
+
+def check_ok(m: Measured, what: str, allowed: Sequence[int] = (0,)) -> None:
+    """Stop the benchmark with the child's stderr when it failed."""
+    if m.returncode not in allowed:
+        tail = "\n".join((m.stderr or m.stdout).strip().splitlines()[-15:])
+        raise SystemExit(f"{what} exited with {m.returncode}:\n{tail}")
+
+
+def ctxprec_cmd(input_path: Path, outdir: Path, *extra: str) -> list[str]:
+    """`ctxprec score INPUT -o OUTDIR --progress off --quiet EXTRA...`."""
+    return [
+        CTXPREC,
+        "score",
+        str(input_path),
+        "-o",
+        str(outdir),
+        "--progress",
+        "off",
+        "--quiet",
+        *extra,
+    ]
+
+
+def quiet_line(m: Measured) -> dict[str, Any]:
+    """The JSON line `ctxprec score --quiet` prints last."""
+    for line in reversed(m.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            parsed: dict[str, Any] = json.loads(line)
+            return parsed
+    return {}
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for ctxprec children: no proxies, no inherited CTXPREC_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
+    for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        env.pop(k, None)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+# -------------------------------------------------------------------------- fake judge server
+
+
+@dataclass
+class FakeServer:
+    """A `tests.fakes.judge_server` process: base URL (…/v1), root URL, and its Popen."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    started: float
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.root}/_fake/stats", timeout=30) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+            return data
+
+    def stop(self) -> Measured:
+        """SIGTERM, then wait4: the server's own CPU and peak RSS."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+        try:
+            code, wall, usage = _reap_with_timeout(self.proc, self.started, 10.0)
+        except ChildProcessError:
+            return Measured(0, 0.0, 0.0, 0.0, 0.0, "", "")
+        return Measured(code, wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss / 1024, "", "")
+
+
+def _reap_with_timeout(
+    proc: subprocess.Popen[str], started: float, timeout_s: float
+) -> tuple[int, float, Any]:
+    _wait_until(proc, time.perf_counter() + timeout_s)
+    if not _exited(proc.pid):
+        proc.kill()
+    return _reap(proc, started)
+
+
+@contextlib.contextmanager
+def fake_server(*args: str) -> Iterator[FakeServer]:
+    """Start `python -m tests.fakes.judge_server --port 0 ARGS` and always stop it."""
+    cmd = [PYTHON, "-m", "tests.fakes.judge_server", "--port", "0", *args]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        env=child_env(),
+    )
+    server: FakeServer | None = None
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise SystemExit(f"fake judge server did not start (got {url!r})")
+        server = FakeServer(proc, url, started)
+        yield server
+    finally:
+        if server is not None and proc.returncode is None:
+            server.stop()
+        _kill(proc)
+
+
+# -------------------------------------------------------------------------- synthetic inputs
+
+
+def _base_rows(items_per_row: int) -> list[tuple[str, str, list[str]]]:
+    """HotpotQA rows that have exactly `items_per_row` contexts: (query, expected, items)."""
+    import polars as pl
+
+    df = pl.read_parquet(DATA, columns=["question", "ground_truth", "contexts"])
+    df = df.filter(pl.col("contexts").list.len() >= items_per_row)
+    return [
+        (q, e, list(c)[:items_per_row])
+        for q, e, c in zip(df["question"], df["ground_truth"], df["contexts"], strict=True)
+    ]
+
+
+def _fit(text: str, chars: int | None) -> str:
+    if chars is None:
+        return text
+    body = chars - SUFFIX_WIDTH
+    while len(text) < body:
+        text = f"{text} {text}"
+    return text[:body]
+
+
+def make_dataset(
+    path: Path,
+    rows: int,
+    *,
+    items_per_row: int = 10,
+    item_chars: int | None = None,
+    chunk_rows: int = 50_000,
+) -> Path:
+    """Write `rows` rows tiled from HotpotQA: new ids, each item unique (suffix " #row.pos").
+
+    `item_chars` None keeps the HotpotQA texts (~560 chars on average); a number makes every
+    item exactly that long. Columns: id, query, expected_output, contexts (ctxprec defaults).
+    Written in chunks, so memory stays bounded even for millions of rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = [
+        (q, e, [_fit(t, item_chars) for t in items]) for q, e, items in _base_rows(items_per_row)
+    ]
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("query", pa.string()),
+            ("expected_output", pa.string()),
+            ("contexts", pa.list_(pa.string())),
+        ]
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, chunk_rows):
+            stop = min(rows, start + chunk_rows)
+            writer.write_table(_chunk(base, start, stop, schema), row_group_size=chunk_rows)
+    return path
+
+
+def _chunk(base: list[tuple[str, str, list[str]]], start: int, stop: int, schema: Any) -> Any:
+    import pyarrow as pa
+
+    ids, queries, expected, contexts = [], [], [], []
+    n = len(base)
+    for r in range(start, stop):
+        q, e, items = base[r % n]
+        ids.append(f"b{r:08d}")
+        queries.append(q)
+        expected.append(e)
+        contexts.append([f"{t} #{r:08d}.{p:02d}" for p, t in enumerate(items)])
+    return pa.table([ids, queries, expected, contexts], schema=schema)
+
+
+def dataset_items(path: Path) -> int:
+    """Total context items in a generated file."""
+    import polars as pl
+
+    return int(pl.scan_parquet(path).select(pl.col("contexts").list.len().sum()).collect().item())
+
+
+# -------------------------------------------------------------------------- results
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    """bench/results/<name>.json (git-ignored)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | result
+    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n", encoding="utf-8")
+    return path
+
+
+def _jsonable(value: object) -> object:
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)  # type: ignore[call-overload]
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def print_block(title: str, lines: Sequence[str]) -> None:
+    """A clear block of figures on stdout."""
+    bar = "=" * max(len(title), 60)
+    print(f"\n{bar}\n{title}\n{bar}")
+    for line in lines:
+        print(line)
+    sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def workdir(keep: Path | None = None) -> Iterator[Path]:
+    """A temp directory for inputs and outputs (or `keep` when given, left in place)."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="ctxprec-bench-") as tmp:
+        yield Path(tmp)

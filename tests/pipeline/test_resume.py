@@ -1,0 +1,173 @@
+"""Kill and resume with real processes: SIGKILL at random moments, Ctrl-C, then the same command
+again; the result equals an uninterrupted run and finished judge calls are not repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import REPO
+
+HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+CONCURRENCY = 8
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    """The fake judge in its own process (30 ± 10 ms a call)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fakes.judge_server",
+            "--port",
+            "0",
+            "--latency-ms",
+            "30",
+            "--jitter-ms",
+            "10",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def stats(url: str) -> dict[str, object]:
+    root = url.rsplit("/v1", 1)[0]
+    with urllib.request.urlopen(f"{root}/_fake/stats", timeout=5) as reply:
+        data: dict[str, object] = json.loads(reply.read())
+    return data
+
+
+def command(src: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "score",
+        str(src),
+        "-o",
+        str(out),
+        "--model",
+        "openai/judge",
+        *HOTPOT_MAP,
+        "--batch-rows",
+        "10",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--progress",
+        "off",
+    ]
+
+
+def environment(url: str, cache: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="sk-test-resume", CTXPREC_CACHE_DIR=str(cache))
+    return env
+
+
+def table(out: Path) -> pl.DataFrame:
+    cols = ["id", "score", "status", "verdicts", "relevant_count", "context_count"]
+    return pl.read_parquet(out / "*.parquet").select(cols).sort("id")
+
+
+@pytest.fixture
+def src(hotpot: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "in.parquet"
+    pl.read_parquet(hotpot).head(150).write_parquet(path)
+    return path
+
+
+def test_sigkill_at_random_moments_then_resume(src: Path, tmp_path: Path, server: str) -> None:
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = environment(server, cache)
+    rng = random.Random(20261130)
+    kills = 0
+    for delay in (0.05, *(rng.uniform(0.4, 2.0) for _ in range(3))):
+        proc = subprocess.Popen(
+            command(src, out),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        assert not (out / "_SUCCESS").exists() or proc.returncode == 0
+    assert kills >= 2
+    done = subprocess.run(command(src, out), cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (out / "_SUCCESS").exists()
+    resumed_calls = int(stats(server)["total"])  # type: ignore[arg-type]
+
+    clean_out, clean_cache = tmp_path / "clean", tmp_path / "clean-cache"
+    clean = subprocess.run(
+        command(src, clean_out),
+        cwd=REPO,
+        env=environment(server, clean_cache),
+        capture_output=True,
+        text=True,
+    )
+    assert clean.returncode == 0, clean.stderr
+    unique_calls = int(stats(server)["total"]) - resumed_calls  # type: ignore[arg-type]
+
+    resumed = table(out)
+    assert resumed.get_column("id").is_unique().all()
+    assert resumed.equals(table(clean_out))
+    # at most the calls in flight at each kill were repeated
+    assert unique_calls <= resumed_calls <= unique_calls + kills * CONCURRENCY
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_finished_parts(
+    src: Path, tmp_path: Path, server: str
+) -> None:
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = environment(server, cache)
+    proc = subprocess.Popen(
+        command(src, out),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not list(out.glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "resume" in err and "Traceback" not in err
+    kept = list(out.glob("*.parquet"))
+    assert kept and not (out / "_SUCCESS").exists()
+    calls_before = int(stats(server)["total"])  # type: ignore[arg-type]
+    done = subprocess.run(command(src, out), cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert table(out).height == 150
+    run = json.loads((out / "_ctxprec" / "run.json").read_text())
+    assert run["rows_skipped"] >= 10  # finished parts were not redone
+    assert int(stats(server)["total"]) - calls_before < 1500  # type: ignore[arg-type]
