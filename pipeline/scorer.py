@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from connectors.judges import ItemRequest, Judge, JudgeSettings, JudgeStats, Verdict, create_judge
 from connectors.judges.prompts import (
@@ -286,6 +287,18 @@ async def _eval_one(
             item.errors[scorer.id] = str(exc)
 
 
+async def _notify(callback: Callable[[EvalItem], Any] | None, item: EvalItem) -> None:
+    """Call the user's callback; its failure is recorded on the item, never fatal to the run."""
+    if callback is None:
+        return
+    try:
+        res = callback(item)
+        if inspect.isawaitable(res):
+            await res
+    except Exception as exc:
+        item.errors["on_item_complete"] = f"{type(exc).__name__}: {exc}"
+
+
 async def run_evals(
     data: Sequence[Mapping[str, Any]],
     scorers: Sequence[ContextPrecisionScorer],
@@ -302,19 +315,21 @@ async def run_evals(
         EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))
         for i, d in enumerate(data)
     ]
-    limiter = anyio.CapacityLimiter(max(1, concurrency))
+    send, recv = anyio.create_memory_object_stream[EvalItem](max(1, concurrency))
 
-    async def one(item: EvalItem) -> None:
-        async with limiter:
-            await _eval_one(item, scorers, target)
-        if on_item_complete is not None:
-            res = on_item_complete(item)
-            if inspect.isawaitable(res):
-                await res
+    async def worker(queue: MemoryObjectReceiveStream[EvalItem]) -> None:
+        async with queue:
+            async for item in queue:
+                await _eval_one(item, scorers, target)
+                await _notify(on_item_complete, item)
 
     async with anyio.create_task_group() as tg:
-        for item in items:
-            tg.start_soon(one, item)
+        for _ in range(max(1, concurrency)):
+            tg.start_soon(worker, recv.clone())
+        recv.close()
+        async with send:
+            for item in items:
+                await send.send(item)
     scores: dict[str, float | None] = {}
     for scorer in scorers:
         vals = [i.scorer_results[scorer.id].score for i in items if scorer.id in i.scorer_results]

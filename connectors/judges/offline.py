@@ -60,11 +60,13 @@ __all__ = [
     "OfflineJudge",
 ]
 
-HEURISTIC_VERSION = "offline-v1"
+HEURISTIC_VERSION = "offline-v2"
 PHRASE_THRESHOLD = 0.6  # share of the query's word pairs found in the item (rule 3)
 MIN_PHRASE_HITS = 2  # and at least this many of them
 MIN_ANSWER_CHARS = 3  # shorter answers ("no", "7", "UK") are too common to count (rule 1)
 MAX_TITLE_CHARS = 120  # a first line longer than this is text, not a title (rule 2)
+TERM_SHARE = 0.5  # share of a sentence answer's own key terms found in the item (rule 1b)
+MIN_SENTENCE_TOKENS = 5  # an expected output this long is a sentence, not a short answer
 MAX_SUBJECT_TOKENS = 8  # a lead-derived subject longer than this is a clause, not a name
 
 # variant -> phrase threshold (None: rule 3 off)
@@ -126,6 +128,7 @@ class _Query:
     answer: str | None  # padded answer phrase when rule 1 applies
     answer_display: str
     answer_note: str  # why rule 1 was skipped ("" when it applies)
+    terms: tuple[str, ...] = ()  # rule 1b: a sentence answer's content words absent from the query
 
 
 @lru_cache(maxsize=4096)
@@ -171,7 +174,17 @@ def _prepare(query: str, expected: str | None) -> _Query:
         else:
             answer = _phrase(ans)
             note = f"it lacks the expected answer {display}"
+    terms: tuple[str, ...] = ()
+    if expected is not None:
+        ans_tokens = _tokens(expected)
+        if len(ans_tokens) >= MIN_SENTENCE_TOKENS:
+            in_query = set(tokens)
+            terms = tuple(dict.fromkeys(
+                t for t in ans_tokens
+                if t not in _STOPWORDS and t not in in_query and (len(t) >= 3 or t.isdigit())
+            ))  # fmt: skip
     return _Query(
+        terms=terms,
         padded=padded_query,
         tokens=tokens,
         capitalised=capitalised,
@@ -250,6 +263,8 @@ class OfflineJudge:
             "min_answer_chars": MIN_ANSWER_CHARS,
             "max_title_chars": MAX_TITLE_CHARS,
             "max_subject_tokens": MAX_SUBJECT_TOKENS,
+            "term_share": TERM_SHARE,
+            "min_sentence_tokens": MIN_SENTENCE_TOKENS,
         }
 
     def decide(self, query: str, expected: str | None, item: str) -> Verdict:
@@ -259,6 +274,16 @@ class OfflineJudge:
 
         if q.answer is not None and q.answer in padded:
             return Verdict(True, f"Contains the expected answer {q.answer_display}.")
+
+        if q.terms:
+            present = [t for t in q.terms if f" {t} " in padded]
+            if present and len(present) >= TERM_SHARE * len(q.terms):
+                listed = ", ".join(present[:5]) + (", …" if len(present) > 5 else "")
+                return Verdict(
+                    True,
+                    f"Holds {len(present)} of {len(q.terms)} key terms of the expected "
+                    f"output ({listed}).",
+                )
 
         subject = _subject(item)
         if subject is not None and _names_subject(q, _tokens(subject)):
@@ -281,7 +306,7 @@ class OfflineJudge:
             parts.append(f"its subject {_quote(subject)} is not named in the query")
         parts.append(f"it shares only {shared}")
         text = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-        return Verdict(False, f"Not relevant: {text}.")
+        return Verdict(False, text[:1].upper() + text[1:] + ".")
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         self.stats.requests += 1

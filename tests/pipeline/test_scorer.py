@@ -1,0 +1,142 @@
+"""The seed's API end to end: create_context_precision_scorer(...).run() and run_evals, with the
+offline judge and against the loopback fake OpenAI/Anthropic server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import (
+    ConfigError,
+    ScoreFailedError,
+    create_context_precision_scorer,
+    map_score,
+    run_evals,
+)
+from tests.fakes.judge_server import (
+    FakeJudgeConfig,
+    FakeJudgeServer,
+    expected_verdict,
+    running_fake_judge,
+)
+
+ITEMS = [
+    "Canberra was chosen as the capital of Australia in 1908.",
+    "Sydney is the largest city in Australia.",
+    "Australia's capital, Canberra, is home to Parliament House.",
+]
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeJudgeServer]:
+    async with running_fake_judge(FakeJudgeConfig()) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-api")
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-api")
+        yield server
+
+
+async def test_offline_run_gives_score_reason_and_verdicts() -> None:
+    scorer = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+    result = await scorer.run(
+        input="What is the capital of Australia?", output="Canberra is the capital of Australia."
+    )
+    relevant = [v.relevant for v in result.verdicts]
+    assert len(relevant) == 3 and all(v.reason for v in result.verdicts)
+    assert result.score == map_score(relevant)
+    assert "relevant" in result.reason and "Criterion" in result.reason
+    assert "MAP" in result.reason or "No item is relevant" in result.reason
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-test", "anthropic/claude-test"])
+async def test_run_equals_map_of_server_verdicts_on_real_rows(
+    model: str, fake: FakeJudgeServer, hotpot: Path
+) -> None:
+    rows = pl.read_parquet(hotpot).head(15).iter_rows(named=True)
+    for row in rows:
+        scorer = create_context_precision_scorer(model=model, options={"context": row["contexts"]})
+        result = await scorer.run(input=row["question"], output=row["ground_truth"])
+        verdicts = [expected_verdict(c, fake.config) for c in row["contexts"]]
+        assert [v.relevant for v in result.verdicts] == verdicts
+        assert result.score == map_score(verdicts)
+        assert result.input_tokens > 0
+        await scorer.aclose()
+
+
+async def test_extractor_wins_over_context_and_scale_applies(fake: FakeJudgeServer) -> None:
+    seen: list[tuple[object, object]] = []
+
+    def extractor(inp: object, out: object) -> list[str]:
+        seen.append((inp, out))
+        return ITEMS[::-1]
+
+    scorer = create_context_precision_scorer(
+        model="openai/x",
+        options={"context": ["ignored"], "context_extractor": extractor, "scale": 10},
+    )
+    result = await scorer.run(input="q?", output="a.")
+    verdicts = [expected_verdict(c, fake.config) for c in ITEMS[::-1]]
+    assert seen == [("q?", "a.")] and result.score == map_score(verdicts, 10)
+    assert "ignored" not in fake.stats.items
+
+
+def test_neither_context_nor_extractor_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="context"):
+        create_context_precision_scorer(model="offline", options={"scale": 1})
+
+
+async def test_query_only_when_no_expected_output(fake: FakeJudgeServer) -> None:
+    scorer = create_context_precision_scorer(model="openai/x", options={"context": ITEMS})
+    await scorer.run(input="What is the capital of Australia?")
+    assert fake.stats.query_only == 3
+
+
+async def test_failed_item_raises_with_partial_verdicts(fake: FakeJudgeServer) -> None:
+    fake.config.script = ["400"]  # the first call fails for good (fatal)
+    scorer = create_context_precision_scorer(
+        model="openai/x", options={"context": ITEMS, "max_retries": 0, "concurrency": 1}
+    )
+    with pytest.raises(ScoreFailedError) as caught:
+        await scorer.run(input="q", output="a")
+    partial = caught.value.verdicts
+    assert partial.count(None) == 1 and len(partial) == 3
+
+
+async def test_llm_written_reason(fake: FakeJudgeServer) -> None:
+    scorer = create_context_precision_scorer(
+        model="openai/x", options={"context": ITEMS, "reason": "llm"}
+    )
+    result = await scorer.run(input="q", output="a")
+    assert result.reason and fake.stats.total == 4  # three verdicts and one reason call
+
+
+async def test_run_evals_reports_a_failing_item_and_keeps_the_others() -> None:
+    scorer = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+    done: list[int] = []
+
+    async def target(question: str) -> dict[str, object]:
+        if question == "boom":
+            raise RuntimeError("retriever down")
+        return {"output": "Canberra.", "context": ITEMS}
+
+    data = [
+        {"input": "What is the capital of Australia?", "ground_truth": "Canberra"},
+        {"input": "boom"},
+        {"input": "Capital of Australia?", "ground_truth": "Canberra"},
+    ]
+    result = await run_evals(
+        data=data,
+        scorers=[scorer],
+        target=target,
+        on_item_complete=lambda item: done.append(item.index),
+        concurrency=2,
+    )
+    assert sorted(done) == [0, 1, 2]
+    assert [i.index for i in result.failed] == [1]
+    assert "retriever down" in result.items[1].errors["target"]
+    scores = [i.scorer_results["context-precision"].score for i in result.items if not i.failed]
+    assert result.scores["context-precision"] == pytest.approx(sum(scores) / len(scores))
