@@ -18,7 +18,7 @@ DATASET = (
     / "datasets"
     / "hotpotqa_dev_distractor_500.parquet"
 )
-# Measured on that file with offline-v1: κ 0.791 (query + expected), 0.696 (query only).
+# Measured on that file with offline-v2: κ 0.791 (query + expected), 0.696 (query only).
 KAPPA_FLOOR_EXPECTED = 0.74
 KAPPA_FLOOR_QUERY_ONLY = 0.64
 
@@ -65,7 +65,7 @@ def test_identity_is_stable_and_names_what_changes_a_verdict() -> None:
     a, b = make().identity(), make().identity()
     assert a == b
     assert a["provider"] == "offline"
-    assert a["heuristic"] == "offline-v1"
+    assert a["heuristic"] == "offline-v2"
     assert a["phrase_threshold"] == 0.6
     assert make("strict").identity() != a
     assert make("default").identity() == a

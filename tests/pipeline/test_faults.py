@@ -159,25 +159,24 @@ def test_hostile_items_do_not_change_verdicts(tmp_path: Path) -> None:
         }
     ).write_parquet(src)
     config = FakeJudgeConfig(overrides=dict.fromkeys(hostile[:3], False) | {hostile[3]: True})
-    with FakeJudgeThread(config) as server:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("OPENAI_BASE_URL", server.url)
-            mp.setenv("OPENAI_API_KEY", KEY)
-            assert (
-                main(
-                    [
-                        "score",
-                        str(src),
-                        "-o",
-                        str(tmp_path / "o"),
-                        "--model",
-                        "openai/j",
-                        "--progress",
-                        "off",
-                    ]
-                )
-                == 0
+    with FakeJudgeThread(config) as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_BASE_URL", server.url)
+        mp.setenv("OPENAI_API_KEY", KEY)
+        assert (
+            main(
+                [
+                    "score",
+                    str(src),
+                    "-o",
+                    str(tmp_path / "o"),
+                    "--model",
+                    "openai/j",
+                    "--progress",
+                    "off",
+                ]
             )
+            == 0
+        )
     df = pl.read_parquet(tmp_path / "o" / "*.parquet").sort("id")
     assert df.get_column("verdicts").to_list() == [
         [False, False, False, True],
