@@ -92,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(es)
     _add_judge_flags(es)
     es.add_argument("--json", action="store_true", help="print JSON")
+    es.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="also save it in OUTDIR, so the summary of a later score run into "
+        "OUTDIR shows estimate vs actual",
+    )
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
     sm.add_argument("outdir", type=Path)
     sm.add_argument("--group-by")
@@ -248,6 +255,12 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     cfg = _config(args)
     est = estimate(args.input, cfg)
     print(json.dumps(est, indent=2) if args.json else render_estimate(est))
+    if args.output is not None:
+        from storage.runlog import STATE_DIR, atomic_write_text
+
+        state = args.output / STATE_DIR
+        state.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
     return 0
 
 

@@ -19,7 +19,7 @@ from storage.schema import STATUS_OK
 
 __all__ = ["DEFAULT_LATENCY_S", "DEFAULT_OUTPUT_TOKENS", "estimate", "render_estimate"]
 
-DEFAULT_OUTPUT_TOKENS = 40  # {"relevant": ..., "reason": "one sentence"}
+DEFAULT_OUTPUT_TOKENS = 24  # {"relevant": ..., "reason": "one short sentence"}: ~15-35 tokens
 DEFAULT_LATENCY_S = {"offline": 0.0}
 _HTTP_LATENCY_S = 1.0
 

@@ -32,7 +32,8 @@ from pipeline.batch import (
 )
 from pipeline.config import Config
 from pipeline.dispatch import Dispatcher, RunCounters
-from pipeline.errors import CtxprecError
+from pipeline.errors import ConfigError, CtxprecError
+from pipeline.estimate import estimate
 from pipeline.limits import RateGate
 from pipeline.progress import Progress
 from pipeline.publish import check_sinks, publish
@@ -43,7 +44,9 @@ from storage.report import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
 from storage.schema import SCHEMA_VERSION, STATUS_FAILED, output_schema
 
-__all__ = ["RunResult", "run_score", "score"]
+__all__ = ["AUTO_ESTIMATE_ROWS", "RunResult", "run_score", "score"]
+
+AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
 
 
 @dataclass
@@ -153,6 +156,7 @@ async def _prepare(
     describe = {**config_part, **_input_identity(input, info, cfg)}
     runlog = RunLog(outdir, fingerprint_of(describe), describe, fingerprint_of(config_part))
     spec = _table_spec(info, cfg, judge.model)
+    _check_output_columns(cfg, spec)
     await anyio.to_thread.run_sync(check_sinks, cfg.sinks, spec.schema)
     await anyio.to_thread.run_sync(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
@@ -173,7 +177,29 @@ async def _prepare(
     if incremental:
         run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, info, cfg)
+    elif info.total_rows <= AUTO_ESTIMATE_ROWS and runlog.load_json("estimate.json") is None:
+        # a small input: price it first, so the summary can show estimate vs actual
+        try:
+            est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg))
+        except CtxprecError:
+            pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
+        else:
+            runlog.save_json("estimate.json", est)
     return run
+
+
+def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
+    """--partition-by and --group-by name output columns: checked before any judge call."""
+    names = spec.schema.names
+    wanted = [("--partition-by", c) for c in cfg.partition_by]
+    if cfg.group_by:
+        wanted.append(("--group-by", cfg.group_by))
+    for flag, col in wanted:
+        if col not in names:
+            raise ConfigError(
+                f"{flag} {col}: `{col}` is not an output column; copy it from the input with "
+                f"--passthrough {col} (output columns: {', '.join(names)})"
+            )
 
 
 def _inspect(input: str, cfg: Config) -> SourceInfo:
@@ -262,14 +288,20 @@ async def _feed(run: _Run) -> None:
         run.info, run.cfg.columns, batch_rows=run.cfg.batch_rows, skip=run.skip_parts
     )
     in_flight = anyio.Semaphore(_batches_in_flight(run.cfg))
+    failure: CtxprecError | None = None
     async with anyio.create_task_group() as tg:
         while True:
             await in_flight.acquire()
-            batch = await anyio.to_thread.run_sync(next, batches, None)
+            try:
+                batch = await anyio.to_thread.run_sync(next, batches, None)
+            except CtxprecError as exc:  # unreadable data: finish the batches in flight first
+                failure, batch = exc, None
             if batch is None:
                 in_flight.release()
                 break
             tg.start_soon(_process_then_release, run, batch, in_flight)
+    if failure is not None:
+        raise failure
 
 
 def _batches_in_flight(cfg: Config) -> int:
@@ -344,6 +376,10 @@ def _run_info(
 
 def _finish(run: _Run, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     outdir = run.runlog.outdir
+    if not run.runlog.committed() and not run.cfg.partition_by:
+        # an input with no rows still gives a readable (empty) dataset in the documented schema
+        empty = {"part-empty.parquet": run.spec.schema.empty_table()}
+        run.runlog.commit_part("empty", empty, rows=0, failed=0)
     loaded, errors = publish(run.cfg.sinks, run.runlog, run.spec.schema, run.cfg.partition_by)
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors

@@ -545,11 +545,6 @@ def test_summary_of_a_folder_that_holds_no_run(
     no_traceback(err)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flow.py: group_by is looked up only when the summary is built (after every judge "
-    "call; the summary then says the column is missing); _prepare should check it up front",
-)
 def test_group_by_a_column_that_is_not_in_the_output(
     tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -558,11 +553,6 @@ def test_group_by_a_column_that_is_not_in_the_output(
     refused(capsys, fake, [source, "-o", tmp_path / "out", "--group-by", "nosuch"], fragments)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flow.py: partition_by is checked only when the first part is written (ValueError "
-    "in pipeline.writer after judge calls); _prepare should check it against spec.schema",
-)
 def test_partition_by_a_column_that_is_not_in_the_output(
     tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -610,11 +600,6 @@ def test_corrupt_data_page_stops_the_run_with_a_one_line_message(
     assert len(statuses(out)) == 40
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flow.py: a read error in _feed cancels the batches already in flight; they "
-    "should finish and commit before the error is raised",
-)
 def test_rows_read_before_a_corrupt_page_are_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -664,7 +649,7 @@ def test_output_path_that_is_a_file(
     assert out.read_text(encoding="utf-8") == "keep me"
 
 
-@pytest.mark.parametrize("flag", [[], ["--overwrite"]])
+@pytest.mark.parametrize("flag", [[], ["--overwrite"]], ids=["plain", "overwrite"])
 def test_output_folder_with_foreign_files(
     flag: list[str], tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -864,6 +849,7 @@ def extractor_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         ("numbers", "invalid_input: context item #1 is int, not a string"),
         ("whole_text", "invalid_input: context is str, not a list of strings"),
     ],
+    ids=["raises", "returns_ints", "returns_a_string"],
 )
 def test_extractor_problems_fail_only_that_row(
     function: str,
@@ -938,11 +924,6 @@ def test_zero_row_file_finishes_with_an_empty_summary(
     assert (out / "summary.md").read_text(encoding="utf-8").strip()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flow.py: a run without rows commits no part, so the folder holds no Parquet file "
-    "(readers fail with 'no files'); it should commit one empty part in the output schema",
-)
 def test_zero_row_file_writes_an_empty_table_in_the_output_schema(
     tmp_path: Path, fake: FakeJudgeServer
 ) -> None:
