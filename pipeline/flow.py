@@ -19,6 +19,7 @@ import anyio
 import polars as pl
 
 from connectors.judges import Judge, JudgeStats, create_judge
+from connectors.judges.prompts import prompt_version_for
 from connectors.sources import SourceBatch, SourceInfo, inspect_source, iter_batches
 from pipeline.batch import (
     BatchJob,
@@ -355,6 +356,9 @@ def _run_info(
         "wall_s": wall,
         "input": input,
         "judge_model": model,
+        "prompt_version": " / ".join(
+            prompt_version_for(e, run.spec.per_row) for e in ("expected", None)
+        ),
         "incremental": bool(run.run_tag),
         "rows_this_run": c.rows_done - c.rows_skipped,
         "rows_skipped": c.rows_skipped,
