@@ -74,15 +74,24 @@ def _round_half_up_expr(expr: pl.Expr) -> pl.Expr:
     return _true_div(((expr + _EPSILON) * 100.0 + 0.5).floor(), 100.0)
 
 
-def _rank_aggs(position: str, relevant: str, ks: Sequence[int]) -> list[pl.Expr]:
+def _rank_inputs(position: str, relevant: str, ks: Sequence[int]) -> list[pl.Expr]:
+    """Per-item columns whose plain per-row sums/mins give the rank metrics (no filtered aggs)."""
     rel = pl.col(relevant)
     pos = pl.col(position)
-    gain = pl.when(rel).then(1.0 / (pos + 2).cast(pl.Float64).log(2)).otherwise(0.0)
-    aggs = [pos.filter(rel).min().alias("_first")]
+    cols = [pl.when(rel).then(pos).otherwise(None).alias("_first")]
+    gain = 1.0 / (pos + 2).cast(pl.Float64).log(2)
     for k in ks:
-        top = pos < k
-        aggs.append((rel & top).sum().alias(f"_top_{k}"))
-        aggs.append(gain.filter(top).sum().alias(f"_dcg_{k}"))
+        top = rel & (pos < k)
+        cols.append(top.cast(pl.Int64).alias(f"_top_{k}"))
+        cols.append(pl.when(top).then(gain).otherwise(0.0).alias(f"_dcg_{k}"))
+    return cols
+
+
+def _rank_aggs(ks: Sequence[int]) -> list[pl.Expr]:
+    aggs = [pl.col("_first").min()]
+    for k in ks:
+        aggs.append(pl.col(f"_top_{k}").sum())
+        aggs.append(pl.col(f"_dcg_{k}").sum())
     return aggs
 
 
@@ -144,16 +153,19 @@ def map_stage(
     precision = (
         pl.when(pl.col(relevant)).then((seen - before_row) / (pl.col(position) + 1)).otherwise(0.0)
     )
+    lf = items.lazy()
+    schema = lf.collect_schema()
+    if schema[position] != pl.Int64 or schema[relevant] != pl.Boolean:
+        lf = lf.with_columns(pl.col(position).cast(pl.Int64), pl.col(relevant).cast(pl.Boolean))
+    extra = _rank_inputs(position, relevant, ks)
     out = (
-        items.lazy()
-        .select(pl.col(key), pl.col(position).cast(pl.Int64), pl.col(relevant).cast(pl.Boolean))
-        .with_columns(precision.alias("_p"))
+        lf.select(key, position, relevant, precision.alias("_p"), *extra)
         .group_by(key, maintain_order=True)
         .agg(
             pl.col("_p").sum().alias("_sum"),
             pl.col(relevant).sum().cast(pl.Int64).alias("relevant_count"),
             pl.len().cast(pl.Int64).alias("context_count"),
-            *_rank_aggs(position, relevant, ks),
+            *_rank_aggs(ks),
         )
         .with_columns(
             pl.when(pl.col("relevant_count") > 0)
