@@ -5,18 +5,21 @@ then the vectorized reduce and the scored Arrow table in the documented schema.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import polars as pl
 import pyarrow as pa
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from connectors.judges.base import ItemRequest
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
 from connectors.sources import INPUT_ERROR
-from pipeline.dispatch import Dispatcher, ItemOutcome
+from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.errors import ConfigError
 from pipeline.metric import map_stage, rank_column_names
 from pipeline.reason import build_reason, failed_reason
@@ -163,38 +166,58 @@ def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[
 async def resolve_items(
     plans: Sequence[RowPlan], found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
 ) -> None:
-    """Fill entries from the memo, from this run's earlier calls, or from new judge calls."""
+    """Fill entries from the memo, from this run's earlier calls, or from new judge calls.
+
+    Submitting and collecting run side by side, so rows complete (and show in the progress bar)
+    while later rows of the batch are still being sent out.
+    """
+    send, recv = anyio.create_memory_object_stream[RowPlan](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_collect, recv, dispatcher.counters)
+        async with send:
+            for plan in plans:
+                await _lookup(plan, found, dispatcher, per_row)
+                send.send_nowait(plan)
+
+
+async def _lookup(
+    plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
+) -> None:
+    if plan.status != STATUS_OK:
+        return
     counters = dispatcher.counters
-    for plan in plans:
-        if plan.status != STATUS_OK:
+    counters.items += len(plan.items)
+    missing: list[int] = []
+    for i, key in enumerate(plan.keys):
+        entry = found.get(key)
+        if entry is not None:
+            counters.memo_hits += 1
+            plan.entries[i] = entry
             continue
-        counters.items += len(plan.items)
-        missing: list[int] = []
-        for i, key in enumerate(plan.keys):
-            entry = found.get(key)
-            if entry is not None:
-                counters.memo_hits += 1
-                plan.entries[i] = entry
-                continue
-            known = dispatcher.known(key)
-            if known is None:
-                missing.append(i)
-            elif isinstance(known, ItemOutcome):
-                counters.dedup_hits += 1
-                plan.waits.append((i, known))
-            else:
-                counters.dedup_hits += 1
-                plan.entries[i] = known
-        if missing:
-            await _submit(plan, missing, dispatcher, per_row)
-    for plan in plans:
-        for i, outcome in plan.waits:
-            await outcome.event.wait()
-            plan.entries[i] = outcome.entry
-            if outcome.error is not None and plan.error is None:
-                plan.error = f"{outcome.error} (item #{i + 1})"
-        if plan.error is not None and plan.status == STATUS_OK:
-            plan.status = STATUS_FAILED
+        known = dispatcher.known(key)
+        if known is None:
+            missing.append(i)
+        elif isinstance(known, ItemOutcome):
+            counters.dedup_hits += 1
+            plan.waits.append((i, known))
+        else:
+            counters.dedup_hits += 1
+            plan.entries[i] = known
+    if missing:
+        await _submit(plan, missing, dispatcher, per_row)
+
+
+async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCounters) -> None:
+    async with plans:
+        async for plan in plans:
+            for i, outcome in plan.waits:
+                await outcome.event.wait()
+                plan.entries[i] = outcome.entry
+                if outcome.error is not None and plan.error is None:
+                    plan.error = f"{outcome.error} (item #{i + 1})"
+            if plan.error is not None and plan.status == STATUS_OK:
+                plan.status = STATUS_FAILED
+            counters.rows_judged += 1
 
 
 async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool) -> None:

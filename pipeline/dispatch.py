@@ -16,7 +16,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from connectors.judges.base import ItemRequest, Judge
 from connectors.judges.http import redact
 from pipeline.errors import JudgeError
-from storage.memo import Memo, MemoEntry
+from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
 
@@ -27,7 +27,8 @@ _RECENT_CAP = 200_000  # completed verdicts kept in memory for late duplicates
 class RunCounters:
     """What this run did, for the progress bar and the summary."""
 
-    rows_done: int = 0
+    rows_done: int = 0  # rows in committed parts (resume accounting)
+    rows_judged: int = 0  # rows whose verdicts are all in (the progress bar)
     rows_skipped: int = 0
     rows_failed: int = 0
     items: int = 0
@@ -64,7 +65,7 @@ class Dispatcher:
     """Owns the worker tasks. Use `async with Dispatcher(...) as d:` inside a task group."""
 
     def __init__(
-        self, judge: Judge, memo: Memo | None, counters: RunCounters, concurrency: int
+        self, judge: Judge, memo: MemoStore | None, counters: RunCounters, concurrency: int
     ) -> None:
         self.judge = judge
         self.memo = memo

@@ -38,6 +38,11 @@ class Progress:
         self._started = time.monotonic()
         self._last_log = 0.0
 
+    def _rows(self) -> int:
+        """Rows judged so far, plus rows finished by an earlier run or skipped."""
+        c = self.counters
+        return min(self.total, c.rows_skipped + c.rows_judged)
+
     def _postfix(self) -> str:
         c, s = self.counters, self.stats
         elapsed = max(time.monotonic() - self._started, 1e-9)
@@ -64,7 +69,7 @@ class Progress:
     def refresh(self, final: bool = False) -> None:
         if self._bar is not None:
             bar = self._bar
-            bar.n = self.counters.rows_done  # type: ignore[attr-defined]
+            bar.n = self._rows()  # type: ignore[attr-defined]
             bar.set_postfix_str(self._postfix(), refresh=False)  # type: ignore[attr-defined]
             bar.refresh()  # type: ignore[attr-defined]
             if final:
@@ -74,9 +79,10 @@ class Progress:
         now = time.monotonic()
         if self.mode == "log" and (final or now - self._last_log >= self.log_every_s):
             self._last_log = now
-            pct = 100.0 * self.counters.rows_done / self.total if self.total else 100.0
+            rows = self._rows()
+            pct = 100.0 * rows / self.total if self.total else 100.0
             print(
-                f"ctxprec: {self.counters.rows_done}/{self.total} rows ({pct:.0f}%) "
+                f"ctxprec: {rows}/{self.total} rows ({pct:.0f}%) "
                 + self._postfix(),
                 file=self.stream,
                 flush=True,
