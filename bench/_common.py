@@ -311,6 +311,41 @@ def dataset_items(path: Path) -> int:
     return int(pl.scan_parquet(path).select(pl.col("contexts").list.len().sum()).collect().item())
 
 
+# -------------------------------------------------------------------------- machine load
+
+
+def _cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_cores(seconds: float = 1.0) -> float:
+    """How many cores were busy over `seconds` (all processes: call it while idle yourself)."""
+    b0, t0 = _cpu_times()
+    time.sleep(seconds)
+    b1, t1 = _cpu_times()
+    cores = os.cpu_count() or 1
+    return (b1 - b0) / (t1 - t0) * cores if t1 > t0 else 0.0
+
+
+def load_line(busy: float) -> str:
+    """A line for the figures block: how busy the machine was before the benchmark started."""
+    warn = "  <- figures are NOT from an idle machine" if busy > 0.3 else ""
+    return f"machine: {os.cpu_count()} CPUs; other processes used {busy:.2f} cores at start{warn}"
+
+
+def wait_for_idle(max_busy: float = 0.3, timeout_s: float = 300.0) -> float:
+    """Wait (up to `timeout_s`) until other processes use under `max_busy` cores; returns the
+    last reading. Timing figures taken while something else runs on this box are not worth much."""
+    deadline = time.monotonic() + timeout_s
+    busy = busy_cores()
+    while busy > max_busy and time.monotonic() < deadline:
+        busy = busy_cores(2.0)
+    return busy
+
+
 # -------------------------------------------------------------------------- results
 
 
@@ -318,7 +353,11 @@ def write_result(name: str, result: dict[str, Any]) -> Path:
     """bench/results/<name>.json (git-ignored)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")} | result
+    payload = {
+        "benchmark": name,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "loadavg_at_end": os.getloadavg(),
+    } | result
     path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n", encoding="utf-8")
     return path
 

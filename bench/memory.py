@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    busy_cores,
     check_ok,
     child_env,
     ctxprec_cmd,
+    load_line,
     make_dataset,
     print_block,
     quiet_line,
@@ -116,14 +118,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 5,000 and 50,000 rows")
     parser.add_argument("--workdir", type=Path, help="keep outputs here (default: temp)")
     args = parser.parse_args(argv)
+    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
     sizes = sorted([5_000, 50_000] if args.quick else args.rows)
     with workdir(args.workdir) as work:
         runs = [measure(rows, args.item_chars, work) for rows in sizes]
-    print_block("memory: peak RSS of ctxprec score vs input size", report(runs, args.item_chars))
+    print_block(
+        "memory: peak RSS of ctxprec score vs input size",
+        [*report(runs, args.item_chars), load_line(busy)],
+    )
     ratio = runs[-1]["maxrss_mib"] / runs[0]["maxrss_mib"]
     path = write_result(
         "memory",
         {
+            "busy_cores_at_start": busy,
             "quick": args.quick,
             "item_chars": args.item_chars,
             "runs": runs,

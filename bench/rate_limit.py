@@ -32,10 +32,12 @@ from typing import Any
 
 from _common import (
     FakeServer,
+    busy_cores,
     check_ok,
     child_env,
     ctxprec_cmd,
     fake_server,
+    load_line,
     make_dataset,
     print_block,
     run_measured,
@@ -226,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 130 s per mode")
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
+    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
     if args.quick:
         args.duration = 130.0
     items = int(args.duration * args.rpm / 60 * 4) + 100  # never runs out before the cut
@@ -234,10 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with ThreadPoolExecutor(1 if args.sequential else 2) as pool:
             futures = {m: pool.submit(run_mode, m, data, work, args) for m in args.modes}
             runs = {m: f.result() for m, f in futures.items()}
-    print_block("rate limit: 429s with --rpm R, and adaptive rate without it", report(runs, args))
+    print_block(
+        "rate limit: 429s with --rpm R, and adaptive rate without it",
+        [*report(runs, args), load_line(busy)],
+    )
     path = write_result(
         "rate_limit",
         {
+            "busy_cores_at_start": busy,
             "quick": args.quick,
             "rpm": args.rpm,
             "latency_ms": args.latency_ms,

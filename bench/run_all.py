@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from _common import BENCH, PYTHON, RESULTS, ROOT
+from _common import BENCH, PYTHON, RESULTS, ROOT, wait_for_idle
 
 Row = tuple[str, str, str, str]  # benchmark, figure, goal, result
 
@@ -151,11 +151,14 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 }
 
 
-def run_one(name: str, args: list[str]) -> tuple[int, float, str]:
-    """Run bench/<name>.py ARGS with inherited stdout; (exit code, seconds, command shown)."""
+def run_one(name: str, args: list[str], wait_idle_s: float) -> tuple[int, float, str]:
+    """Run bench/<name>.py ARGS with inherited stdout; (exit code, seconds, command shown).
+    Waits first (up to `wait_idle_s`) until other processes leave the CPUs alone."""
     cmd = [PYTHON, str(BENCH / f"{name}.py"), *args]
     shown = shlex.join(["python", f"bench/{name}.py", *args])
-    print(f"\n### {shown}", flush=True)
+    busy = wait_for_idle(timeout_s=wait_idle_s)
+    note = f" (warning: other processes keep {busy:.1f} cores busy)" if busy > 0.3 else ""
+    print(f"\n### {shown}{note}", flush=True)
     started = time.perf_counter()
     code = subprocess.run(cmd, cwd=ROOT, check=False).returncode
     return code, time.perf_counter() - started, shown
@@ -179,13 +182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
     parser.add_argument("--only", nargs="+", choices=list(PLAN), help="run only these")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=300.0,
+        help="before each benchmark, wait up to this many seconds for other processes to go idle",
+    )
     args = parser.parse_args(argv)
     started = time.time()
     done: dict[str, tuple[int, float, str]] = {}
     for name, bench_args in PLAN.items():
         if args.only and name not in args.only:
             continue
-        done[name] = run_one(name, ["--quick"] if args.quick else bench_args)
+        done[name] = run_one(name, ["--quick"] if args.quick else bench_args, args.wait_idle)
     total = time.time() - started
     print("\n## Benchmark results\n")
     print("\n".join(table(done, started)))

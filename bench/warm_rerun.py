@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    busy_cores,
     check_ok,
     child_env,
     ctxprec_cmd,
     dataset_items,
+    load_line,
     make_dataset,
     print_block,
     quiet_line,
@@ -80,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2,000 rows")
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
+    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
     rows = 2_000 if args.quick else args.rows
     with workdir(args.workdir) as work:
         data = make_dataset(work / f"rows-{rows}.parquet", rows, item_chars=args.item_chars)
@@ -89,9 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         warm = scored_run(data, work / "out-warm", cache, items)
     if warm["memo_hits"] != items or warm["judge_calls"] != 0:
         raise SystemExit(f"warm run was not all memo hits: {warm}")
-    print_block("warm re-run: offline judge, same memo", report(cold, warm, rows))
+    print_block(
+        "warm re-run: offline judge, same memo", [*report(cold, warm, rows), load_line(busy)]
+    )
     path = write_result(
-        "warm_rerun", {"quick": args.quick, "rows": rows, "cold": cold, "warm": warm}
+        "warm_rerun",
+        {
+            "busy_cores_at_start": busy,
+            "quick": args.quick,
+            "rows": rows,
+            "cold": cold,
+            "warm": warm,
+        },
     )
     print(f"\nresult: {path}")
     return 0

@@ -203,7 +203,12 @@ async def _lookup(
         else:
             counters.dedup_hits += 1
             plan.entries[i] = known
-    if missing:
+    if missing and dispatcher.decider is not None and not per_row:
+        assert plan.query is not None
+        for i in missing:
+            request = ItemRequest(plan.query, plan.expected, plan.items[i])
+            plan.entries[i] = dispatcher.decide_now(plan.keys[i], request)
+    elif missing:
         await _submit(plan, missing, dispatcher, per_row)
 
 

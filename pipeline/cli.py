@@ -6,12 +6,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
     sc.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto")
     sc.add_argument("--quiet", action="store_true", help="print only one JSON line at the end")
+    en = sc.add_argument_group("engine")
+    en.add_argument("--engine", choices=["local", "dask"], default="local", help="where to run")
+    en.add_argument("--scheduler", metavar="ADDRESS", help="dask: an existing cluster's scheduler")
+    en.add_argument("--workers", type=int, help="dask: local cluster size (default: one per core)")
     es = sub.add_parser("estimate", help="what a score run would cost, without judge calls")
     _add_data_flags(es)
     _add_judge_flags(es)
@@ -154,11 +159,18 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from pipeline.flow import score
+    from pipeline.flow import RunResult, score
 
     cfg = _config(args)
     progress = "off" if args.quiet else args.progress
-    result = score(
+    run: Callable[..., RunResult] = score
+    if args.engine == "dask":
+        from connectors.engines import score_dask
+
+        run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
+    elif args.scheduler or args.workers:
+        raise CtxprecError("--scheduler and --workers are for --engine dask; add it")
+    result = run(
         args.input,
         args.output,
         cfg,

@@ -13,14 +13,14 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from connectors.judges.base import ItemRequest, Judge
+from connectors.judges.base import ItemRequest, Judge, SyncDecider
 from connectors.judges.http import redact
 from pipeline.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
 
-_RECENT_CAP = 200_000  # completed verdicts kept in memory for late duplicates
+_RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
 @dataclass
@@ -71,6 +71,7 @@ class Dispatcher:
         self.memo = memo
         self.counters = counters
         self.concurrency = concurrency
+        self.decider = judge if isinstance(judge, SyncDecider) else None
         self._pending: dict[str, ItemOutcome] = {}
         self._recent: OrderedDict[str, MemoEntry] = OrderedDict()
         send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
@@ -104,6 +105,18 @@ class Dispatcher:
         self.counters.judge_calls += 1
         await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
         return outcome
+
+    def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
+        """Judge inline with a synchronous judge: no stream, no task switch, no event."""
+        assert self.decider is not None
+        verdict = self.decider.decide(request.query, request.expected, request.item)
+        entry: MemoEntry = (verdict.relevant, verdict.reason, 0, 0)
+        self.counters.judge_calls += 1
+        self.counters.calls_done += 1
+        self._remember(key, entry)
+        if self.memo is not None:
+            self._memo_send.send_nowait((key, entry))
+        return entry
 
     async def submit_row(
         self, query: str, expected: str | None, items: Sequence[str], keys: Sequence[str]

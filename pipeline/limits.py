@@ -207,17 +207,23 @@ class RateGate:
             await self._admit(max(est_tokens, 0))
             yield
 
-    def rate_limited(self, retry_after: float | None) -> None:
+    @property
+    def epoch(self) -> int:
+        """Admissions since the last fresh 429 share this number (see `rate_limited`)."""
+        return self._epoch
+
+    def rate_limited(self, retry_after: float | None, *, epoch: int | None = None) -> None:
         """The server said 429: pause all admissions, and in adaptive mode slow down (x0.7).
 
         Only a 429 for an attempt admitted since the last fresh one starts a new pause and slows
-        the rate; 429s of older attempts only extend the pause to their Retry-After.
+        the rate; 429s of older attempts only extend the pause to their Retry-After. `epoch`
+        says when the attempt was admitted, for a 429 reported from another task or process.
         """
         now = self._clock.now()
         self._counts["rate_limited"] += 1
         self._rejects.append(now)
         _prune(self._rejects, now - WINDOW_S)
-        if not self._is_fresh():
+        if not self._is_fresh(epoch):
             if retry_after is not None:
                 self._pause_until = max(self._pause_until, now + retry_after)
             return
@@ -310,7 +316,9 @@ class RateGate:
         if rpm_bound and self._adaptive:
             self._grow(now)
 
-    def _is_fresh(self) -> bool:
+    def _is_fresh(self, epoch: int | None = None) -> bool:
+        if epoch is not None:
+            return epoch == self._epoch
         tag = _ADMISSION.get()
         return tag is None or tag[0] is not self or tag[1] == self._epoch
 

@@ -11,11 +11,19 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import platformdirs
 
-__all__ = ["MEMO_RECIPE", "Memo", "MemoEntry", "default_cache_dir", "judge_prefix", "memo_key"]
+__all__ = [
+    "MEMO_RECIPE",
+    "Memo",
+    "MemoEntry",
+    "MemoStore",
+    "default_cache_dir",
+    "judge_prefix",
+    "memo_key",
+]
 
 MEMO_RECIPE = "ctxprec-memo-v1"  # change when the recipe below changes
 
@@ -51,6 +59,17 @@ def memo_key(
     return "v1-" + h.hexdigest()
 
 
+class MemoStore(Protocol):
+    """What the flow needs of a memo (`Memo`, or an engine's memo that also shares verdicts);
+    the methods block: call them from a worker thread."""
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]: ...
+
+    def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int: ...
+
+    def close(self) -> None: ...
+
+
 class Memo:
     """A thin wrapper over diskcache.Cache; call its methods from a worker thread."""
 
@@ -68,13 +87,14 @@ class Memo:
         )
 
     def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]:
+        # plain reads, no transaction: in WAL mode they never wait for the memo writer
+        # (a `transact()` here would take SQLite's write lock and stall behind every write)
         found: dict[str, MemoEntry] = {}
-        cache = self._cache
-        with cache.transact():
-            for key in keys:
-                value = cache.get(key)
-                if value is not None:
-                    found[key] = value
+        get = self._cache.get
+        for key in keys:
+            value = get(key)
+            if value is not None:
+                found[key] = value
         return found
 
     def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:

@@ -6,6 +6,7 @@ once its commit record exists. `_SUCCESS` (and a "complete" manifest) marks a fi
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -142,9 +143,10 @@ class RunLog:
         atomic_write_text(self.state / "manifest.json", json.dumps(body, indent=2, default=str))
 
     # -- parts ---------------------------------------------------------------------------
-    def committed(self) -> dict[str, PartRecord]:
+    def committed(self, prefix: str = "") -> dict[str, PartRecord]:
+        """The commit records (of the parts whose key starts with `prefix`)."""
         records: dict[str, PartRecord] = {}
-        for path in sorted((self.state / "parts").glob("*.json")):
+        for path in sorted((self.state / "parts").glob(f"{glob.escape(prefix)}*.json")):
             try:
                 raw = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):

@@ -20,6 +20,7 @@ __all__ = [
     "JudgeSettings",
     "JudgeStats",
     "NullGate",
+    "SyncDecider",
     "Verdict",
     "estimate_tokens",
 ]
@@ -129,6 +130,14 @@ class NullGate:
 
     def used_tokens(self, estimated: int, actual: int) -> None:
         return None
+
+
+@runtime_checkable
+class SyncDecider(Protocol):
+    """A judge that needs no I/O (the offline heuristic) may also decide synchronously; the
+    pipeline then judges its items inline instead of through the worker pool."""
+
+    def decide(self, query: str, expected: str | None, item: str) -> Verdict: ...
 
 
 @runtime_checkable

@@ -441,12 +441,15 @@ def _file_batches(
     path = info.files[index]
     with open_parquet(path) as pf:
         count = -(-pf.metadata.num_rows // batch_rows)  # iter_batches yields full batches
-        if all(_key(index, b) in done for b in range(count)):
+        todo = [b for b in range(count) if _key(index, b) not in done]
+        if not todo:
             return
         parts = _partition_values(path, info.partition_columns)
         exprs = _frame_exprs(info, columns, read_schema(pf, path).names, parts)
         first_row = 0
         for b, batch in enumerate(_read(pf, path, batch_rows, _read_columns(info, columns))):
+            if b > todo[-1]:
+                return  # the rest is done (or another task's share of the file)
             if _key(index, b) not in done:  # committed parts are read past, never converted
                 frame = _to_frame(batch, path, first_row, exprs)
                 yield SourceBatch(_key(index, b), path, first_row, frame)
@@ -459,11 +462,14 @@ def iter_batches(
     *,
     batch_rows: int,
     skip: Collection[str] = (),
+    only_files: Collection[int] | None = None,
 ) -> Iterator[SourceBatch]:
     """Normalized batches of every file in order; keys `f"{file:05d}-{batch:05d}"` are stable
-    for the same files and `batch_rows`. Keys in `skip` are not yielded (whole files not read)."""
+    for the same files and `batch_rows`. Keys in `skip` are not yielded (whole files not read);
+    `only_files` (indexes into `info.files`) reads just those files, keys keep the global index."""
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be at least 1, got {batch_rows}")
     done = frozenset(skip)
-    for index in range(len(info.files)):
+    wanted = range(len(info.files)) if only_files is None else sorted(set(only_files))
+    for index in wanted:
         yield from _file_batches(info, columns, index, batch_rows, done)

@@ -1,0 +1,339 @@
+"""The Dask engine: the driver prepares and finishes a run as the local engine does; each input
+file (or slice of a big one) is a task that runs the same stage on a worker, with cluster-wide
+limits leased from a coordinator on the scheduler and verdicts shared through OUTDIR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pyarrow.parquet as pq
+
+from connectors.judges import JudgeStats
+from pipeline.config import Config
+from pipeline.dispatch import RunCounters
+from pipeline.driver import RunPlan, RunResult, StageResult, finish_run, prepare_run
+from pipeline.errors import ConfigError, CtxprecError
+from pipeline.flow import run_stage
+from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
+from pipeline.limits import GateStats
+from storage.memo import Memo, MemoStore, default_cache_dir
+from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
+
+__all__ = [
+    "TASK_RETRIES",
+    "TASK_ROWS",
+    "Task",
+    "install_coordinator",
+    "plan_tasks",
+    "remove_coordinator",
+    "scheduler_lease",
+    "score_dask",
+]
+
+TASK_ROWS = 50_000  # a file with more rows is split into tasks of about this many
+TASK_RETRIES = 2  # retries of a task that raised (a dead worker's tasks are rescheduled anyway)
+INSTALL_HINT = "pip install 'ctxprec[dask]'"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Task:
+    """Batches [first, stop) of input file `file` (of `batches` in all)."""
+
+    file: int
+    first: int
+    stop: int
+    batches: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.file:05d}-{self.first:05d}"
+
+    def skip(self) -> frozenset[str]:
+        """The file's batch keys that belong to other tasks."""
+        others = (b for b in range(self.batches) if not self.first <= b < self.stop)
+        return frozenset(f"{self.file:05d}-{b:05d}" for b in others)
+
+
+def plan_tasks(plan: RunPlan, task_rows: int = TASK_ROWS) -> list[Task]:
+    """One task per file; files over `task_rows` rows are cut at batch boundaries."""
+    batch_rows = plan.cfg.batch_rows
+    per_task = max(1, task_rows // batch_rows)
+    tasks = []
+    for index, path in enumerate(plan.info.files):
+        batches = max(1, -(-pq.read_metadata(path).num_rows // batch_rows))
+        for first in range(0, batches, per_task):
+            tasks.append(Task(index, first, min(first + per_task, batches), batches))
+    return tasks
+
+
+def score_dask(
+    input: str | Path,
+    outdir: str | Path,
+    cfg: Config,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    overwrite: bool = False,
+    incremental: bool = False,
+    progress: str = "auto",
+    task_rows: int = TASK_ROWS,
+) -> RunResult:
+    """`ctxprec score --engine dask`: on the cluster at `scheduler`, or on a local cluster of
+    `workers` processes (default: one per core). Output and summary are the local engine's."""
+    _require_distributed()
+    started, started_at = time.monotonic(), datetime.now(UTC)
+    prepare = partial(prepare_run, str(input), Path(outdir), cfg)
+    plan = _portable(_run_async(partial(prepare, overwrite=overwrite, incremental=incremental)))
+    tasks = plan_tasks(plan, task_rows)
+    limited = cfg.rpm is not None or cfg.tpm is not None
+    run_id = uuid.uuid4().hex[:12] if limited else None
+    with _client(scheduler, workers) as client:
+        n_workers = len(client.scheduler_info().get("workers", {}))
+        if run_id is not None:
+            install_coordinator(client, run_id, cfg.rpm, cfg.tpm, cfg.adaptive)
+        try:
+            results, errors = _run_tasks(client, plan, tasks, run_id, progress)
+        finally:
+            central = remove_coordinator(client, run_id) if run_id else None
+    if errors:  # other tasks' parts are committed: the same command resumes with the rest
+        raise errors[0]
+    result = _merge(plan, results, central)
+    engine = {"name": "dask", "workers": n_workers, "tasks": len(tasks)}
+    return finish_run(plan, result, started_at, time.monotonic() - started, engine)
+
+
+def _require_distributed() -> None:
+    try:
+        _distributed()
+    except ImportError:
+        raise ConfigError(
+            f"--engine dask needs dask.distributed, which is not installed: {INSTALL_HINT}"
+        ) from None
+
+
+def _distributed() -> Any:
+    """dask.distributed, imported on first use (an optional dependency, and a heavy one)."""
+    return importlib.import_module("distributed")
+
+
+def _run_async(fn: Any) -> Any:
+    try:
+        return anyio.run(fn)
+    except BaseExceptionGroup as group:
+        raise _leaf(group) from None
+
+
+def _leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception to show for a group: a user-facing error if there is one."""
+    match, _ = group.split((CtxprecError, KeyboardInterrupt))
+    leaf: BaseException = match if match is not None else group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
+
+
+def _portable(plan: RunPlan) -> RunPlan:
+    """What a task on another machine needs: absolute paths, and the judge's base URL as the
+    driver resolved it (API keys stay in each worker's environment)."""
+    info = dataclasses.replace(plan.info, files=tuple(f.resolve() for f in plan.info.files))
+    runlog = plan.runlog
+    runlog.outdir = runlog.outdir.resolve()
+    runlog.state = runlog.state.resolve()
+    cfg = plan.cfg
+    base = plan.identity.get("base_url")
+    if isinstance(base, str) and not cfg.judge.base_url:
+        cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, base_url=base))
+    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg)
+
+
+@contextlib.contextmanager
+def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    dd = _distributed()
+    if scheduler:
+        with dd.Client(scheduler) as client:
+            yield client
+        return
+    n = workers or os.cpu_count() or 1
+    with (
+        dd.LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        dd.Client(cluster) as client,
+    ):
+        yield client
+
+
+def _run_tasks(
+    client: Any, plan: RunPlan, tasks: list[Task], run_id: str | None, progress: str
+) -> tuple[list[StageResult], list[BaseException]]:
+    prefix = f"ctxprec-{run_id or uuid.uuid4().hex[:12]}"
+    futures = [
+        client.submit(
+            _run_task, plan, task, run_id, key=f"{prefix}-{task.name}", pure=False,
+            retries=TASK_RETRIES,
+        )
+        for task in tasks
+    ]  # fmt: skip
+    results: list[StageResult] = []
+    errors: list[BaseException] = []
+    rows = plan.rows_skipped
+    for future in _distributed().as_completed(futures):
+        outcome = future.result() if future.status == "finished" else future.exception()
+        if isinstance(outcome, StageResult):
+            results.append(outcome)
+            rows += outcome.counters.rows_done
+        else:
+            errors.append(outcome)
+        if progress != "off":
+            done = len(results) + len(errors)
+            print(
+                f"ctxprec: {done}/{len(tasks)} tasks, {rows}/{plan.info.total_rows} rows",
+                file=sys.stderr,
+                flush=True,
+            )
+    return results, errors
+
+
+def _merge(
+    plan: RunPlan, results: list[StageResult], central: dict[str, Any] | None
+) -> StageResult:
+    counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
+    stats = JudgeStats()
+    gate = GateStats()
+    extra: dict[str, Any] = {}
+    for result in results:
+        _add(counters, result.counters)
+        _add(stats, result.stats)
+        gate = _sum_gate(gate, result.gate)
+        for key, value in result.extra.items():
+            extra[key] = extra.get(key, 0) + value
+    if central is not None:  # rates, pauses and waits are the coordinator's
+        own = GateStats(**central["gate"])
+        gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
+        extra.update(leases=central["leases"], permits=central["permits"])
+    return StageResult(counters, stats, gate, extra)
+
+
+def _add(total: Any, part: Any) -> None:
+    """Add a dataclass of counters (ints, floats, dicts of counts) into another."""
+    for f in dataclasses.fields(total):
+        mine, theirs = getattr(total, f.name), getattr(part, f.name)
+        if isinstance(mine, dict):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+        else:
+            setattr(total, f.name, mine + theirs)
+
+
+def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
+    summed = {
+        f.name: getattr(a, f.name) + getattr(b, f.name)
+        for f in dataclasses.fields(GateStats)
+        if f.name not in ("current_rpm", "ceiling_rpm")
+    }
+    return GateStats(**summed, current_rpm=b.current_rpm, ceiling_rpm=b.ceiling_rpm)
+
+
+# ---------------------------------------------------------------- on a worker
+
+
+def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | CtxprecError:
+    """One task: the stage over the task's batches, on its own event loop in this thread. A
+    user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help."""
+    try:
+        result: StageResult = _run_async(partial(_task_main, plan, task, run_id))
+    except CtxprecError as exc:
+        return exc
+    return result
+
+
+async def _task_main(plan: RunPlan, task: Task, run_id: str | None) -> StageResult:
+    stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
+    if plan.cfg.memo:
+        stage = partial(stage, open_memo=partial(_shared_memo, plan, task.file))
+    if run_id is None:
+        return await stage()
+    gate = LeasedGate(scheduler_lease(run_id), plan.cfg.concurrency)
+    async with gate.running():
+        result: StageResult = await stage(gate=gate)
+    return result
+
+
+def _shared_memo(plan: RunPlan, file: int) -> MemoStore:
+    local = Memo(plan.cfg.cache_dir or default_cache_dir())
+    store = VerdictStore(verdict_dir(plan.runlog.outdir, plan.info.files[file]))
+    return SharedMemo(local, store)
+
+
+def scheduler_lease(run_id: str) -> LeaseFn:
+    """On a worker: lease calls to the run's coordinator over the worker's scheduler connection."""
+    worker = _distributed().get_worker()
+    call = getattr(worker.scheduler, _op(run_id))
+    loop = worker.loop.asyncio_loop
+
+    async def lease(ests: list[int], debt: int, reports: list[Report]) -> Grant:
+        sent = call(ests=ests, debt=debt, reports=[list(r) for r in reports])
+        reply = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(sent, loop))
+        return Grant(tuple(reply["offsets"]), int(reply["epoch"]), float(reply["ahead"]))
+
+    return lease
+
+
+# ---------------------------------------------------------------- on the scheduler
+
+_COORDINATORS: dict[str, LeaseCoordinator] = {}  # in the scheduler's process, by run
+
+
+def install_coordinator(
+    client: Any, run_id: str, rpm: float | None, tpm: float | None, adaptive: bool
+) -> None:
+    """Start the run's `LeaseCoordinator` in the scheduler (a handler on its server)."""
+    client.run_on_scheduler(_install, run_id, rpm, tpm, adaptive)
+
+
+def remove_coordinator(client: Any, run_id: str) -> dict[str, Any]:
+    """Stop it; its figures: gate statistics, lease calls and permits granted."""
+    figures: dict[str, Any] = client.run_on_scheduler(_uninstall, run_id)
+    return figures
+
+
+def _op(run_id: str) -> str:
+    return f"ctxprec_lease_{run_id}"
+
+
+def _install(
+    run_id: str, rpm: float | None, tpm: float | None, adaptive: bool, dask_scheduler: Any = None
+) -> None:
+    coordinator = LeaseCoordinator(rpm, tpm, adaptive=adaptive)
+
+    async def lease(ests: list[int], debt: int, reports: list[list[Any]]) -> dict[str, Any]:
+        told = [(r[0], r[1]) for r in reports]
+        grant = await coordinator.lease(ests, debt, told)
+        return {"offsets": list(grant.offsets), "epoch": grant.epoch, "ahead": grant.ahead}
+
+    _COORDINATORS[run_id] = coordinator
+    dask_scheduler.handlers[_op(run_id)] = lease
+
+
+def _uninstall(run_id: str, dask_scheduler: Any = None) -> dict[str, Any]:
+    dask_scheduler.handlers.pop(_op(run_id), None)
+    coordinator = _COORDINATORS.pop(run_id)
+    return {
+        "gate": coordinator.stats().as_dict(),
+        "leases": coordinator.leases,
+        "permits": coordinator.permits,
+    }

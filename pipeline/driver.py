@@ -1,0 +1,275 @@
+"""The driver's part of a run, around the stages: before the first judge call, check everything
+and open (or resume) the output folder (`prepare_run`); after the last, publish to sinks and write
+the summary, run.json and `_SUCCESS` (`finish_run`). Every engine runs these two on its client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import polars as pl
+
+from connectors.judges import JudgeStats, create_judge
+from connectors.judges.prompts import prompt_version_for
+from connectors.sources import SourceInfo, inspect_source
+from pipeline.batch import TableSpec, load_extractor
+from pipeline.config import Config
+from pipeline.dispatch import RunCounters
+from pipeline.errors import ConfigError, CtxprecError
+from pipeline.estimate import estimate
+from pipeline.limits import GateStats
+from pipeline.publish import check_sinks, publish
+from storage.dataset import drop_ids, scored_ids
+from storage.report import build_summary, write_summary
+from storage.runlog import RunLog, fingerprint_of
+from storage.schema import SCHEMA_VERSION, STATUS_FAILED, output_schema
+
+__all__ = [
+    "AUTO_ESTIMATE_ROWS",
+    "RunPlan",
+    "RunResult",
+    "StageResult",
+    "finish_run",
+    "prepare_run",
+]
+
+AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
+
+
+@dataclass
+class RunResult:
+    outdir: Path
+    rows: int
+    failed: int
+    summary: dict[str, Any]
+    counters: RunCounters
+    stats: JudgeStats
+    sink_errors: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed or self.sink_errors else 0
+
+
+@dataclass
+class RunPlan:
+    """What the driver settled before any judge call; picklable, so an engine can ship it."""
+
+    input: str
+    cfg: Config
+    info: SourceInfo
+    runlog: RunLog
+    spec: TableSpec
+    identity: dict[str, object]
+    skip_parts: frozenset[str] = frozenset()  # parts an earlier run finished
+    rows_skipped: int = 0  # and their rows
+    skip_ids: pl.Series | None = None
+    run_tag: str = ""
+
+
+@dataclass
+class StageResult:
+    """What stages did, summed: counters, judge statistics and gate statistics."""
+
+    counters: RunCounters
+    stats: JudgeStats
+    gate: GateStats
+    extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
+
+
+async def prepare_run(
+    input: str, outdir: Path, cfg: Config, *, overwrite: bool = False, incremental: bool = False
+) -> RunPlan:
+    """Everything before the first judge call: check input, judge, output columns and sinks;
+    open (or resume) the folder; decide what a resumed or incremental run skips."""
+    info = await anyio.to_thread.run_sync(_inspect, input, cfg)
+    if cfg.extractor:
+        load_extractor(cfg.extractor)  # a bad one fails before the folder is touched
+    judge = create_judge(cfg.judge)
+    identity = judge.identity()
+    await judge.aclose()
+    config_part = _config_identity(cfg, identity)
+    describe = {**config_part, **_input_identity(input, info, cfg)}
+    runlog = RunLog(outdir, fingerprint_of(describe), describe, fingerprint_of(config_part))
+    spec = _table_spec(info, cfg, judge.model)
+    _check_output_columns(cfg, spec)
+    await anyio.to_thread.run_sync(check_sinks, cfg.sinks, spec.schema)
+    await anyio.to_thread.run_sync(
+        lambda: runlog.open(overwrite=overwrite, incremental=incremental)
+    )
+    run = RunPlan(input, cfg, info, runlog, spec, identity)
+    if incremental:
+        run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
+        run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, info, cfg)
+    elif (
+        info.total_rows <= AUTO_ESTIMATE_ROWS
+        and not judge.model.startswith("offline")
+        and runlog.load_json("estimate.json") is None
+    ):
+        # a small input for a paid judge: price it first, so the summary can show estimate vs
+        # actual (the offline judge costs nothing: no pass over the input for it)
+        try:
+            est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg))
+        except CtxprecError:
+            pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
+        else:
+            runlog.save_json("estimate.json", est)
+    await anyio.to_thread.run_sync(_plan_resume, run)
+    return run
+
+
+def _plan_resume(plan: RunPlan) -> None:
+    """A resumed run skips the parts committed without failures; torn files are removed."""
+    records = plan.runlog.committed()
+    if not plan.run_tag:  # incremental runs commit under a new tag: nothing of theirs is done
+        done = {k: r for k, r in records.items() if r.failed == 0}
+        plan.skip_parts = frozenset(done)
+        plan.rows_skipped = sum(r.rows for r in done.values())
+    plan.runlog.remove_stale({f for r in records.values() for f in r.files})
+
+
+def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
+    """--partition-by and --group-by name output columns: checked before any judge call."""
+    names = spec.schema.names
+    wanted = [("--partition-by", c) for c in cfg.partition_by]
+    if cfg.group_by:
+        wanted.append(("--group-by", cfg.group_by))
+    for flag, col in wanted:
+        if col not in names:
+            raise ConfigError(
+                f"{flag} {col}: `{col}` is not an output column; copy it from the input with "
+                f"--passthrough {col} (output columns: {', '.join(names)})"
+            )
+
+
+def _inspect(input: str, cfg: Config) -> SourceInfo:
+    return inspect_source(
+        input,
+        cfg.columns,
+        use_extractor=cfg.extractor is not None,
+        expected_explicit=cfg.expected_explicit,
+    )
+
+
+def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
+    """Everything that changes a row's scored output (not which rows there are)."""
+    c = cfg.columns
+    return {
+        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)],
+        "extractor": cfg.extractor,
+        "judge": identity,
+        "judge_model": cfg.judge.model,
+        "mode": cfg.mode,
+        "scale": cfg.scale,
+        "ks": list(cfg.ks),
+        "max_item_chars": cfg.max_item_chars,
+        "partition_by": list(cfg.partition_by),
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]:
+    files = []
+    for f in info.files:
+        st = f.stat()
+        files.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+    return {"input": input, "files": files, "batch_rows": cfg.batch_rows}
+
+
+def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
+    labels = cfg.columns.labels is not None
+    schema = output_schema(info.id_type, info.passthrough_fields, cfg.ks, labels=labels)
+    return TableSpec(schema, model, cfg.scale, cfg.ks, cfg.mode == "row", labels)
+
+
+def _incremental_skip(outdir: Path, info: SourceInfo, cfg: Config) -> pl.Series:
+    """Ids already scored (ok or empty_context) are skipped; failed rows of ids in this input
+    are dropped from the folder first, so that this run can score them again."""
+    have = scored_ids(outdir)
+    failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
+    if failed.len():
+        incoming = pl.concat(
+            [pl.scan_parquet(f).select(pl.col(cfg.columns.id).alias("id")) for f in info.files],
+            how="vertical_relaxed",
+        ).collect()
+        retry = incoming.filter(pl.col("id").is_in(failed.implode())).get_column("id")
+        drop_ids(outdir, retry.to_list())
+    return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
+
+
+def finish_run(
+    plan: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
+) -> RunResult:
+    """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
+    run_info = _run_info(plan, result, started_at, wall, engine)
+    summary, sink_errors = _finish(plan, run_info)
+    rows = summary.get("rows", {})
+    return RunResult(
+        plan.runlog.outdir,
+        int(rows.get("total", 0)),
+        int(rows.get("failed", 0)),
+        summary,
+        result.counters,
+        result.stats,
+        tuple(sink_errors),
+    )
+
+
+def _run_info(
+    run: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
+) -> dict[str, Any]:
+    c, stats = result.counters, result.stats
+    model = run.spec.judge_model
+    price = run.cfg.price_for(model)
+    return {
+        "started_at": started_at.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "wall_s": wall,
+        "input": run.input,
+        "judge_model": model,
+        "prompt_version": " / ".join(
+            prompt_version_for(e, run.spec.per_row) for e in ("expected", None)
+        ),
+        "incremental": bool(run.run_tag),
+        "rows_this_run": c.rows_done - c.rows_skipped,
+        "rows_skipped": c.rows_skipped,
+        "items_this_run": c.items,
+        "judge_calls": c.judge_calls,
+        "calls_failed": c.calls_failed,
+        "memo_hits": c.memo_hits,
+        "dedup_hits": c.dedup_hits,
+        "judge": stats.as_dict(),
+        "gate": result.gate.as_dict(),
+        "price": None
+        if price is None
+        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok},
+        "concurrency": run.cfg.concurrency,
+        "rpm": run.cfg.rpm,
+        "tpm": run.cfg.tpm,
+        "engine": {**engine, **result.extra},
+    }
+
+
+def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    outdir = run.runlog.outdir
+    if not run.runlog.committed() and not run.cfg.partition_by:
+        # an input with no rows still gives a readable (empty) dataset in the documented schema
+        empty = {"part-empty.parquet": run.spec.schema.empty_table()}
+        run.runlog.commit_part("empty", empty, rows=0, failed=0)
+    loaded, errors = publish(run.cfg.sinks, run.runlog, run.spec.schema, run.cfg.partition_by)
+    run_info["sinks"] = loaded
+    run_info["sink_errors"] = errors
+    estimate = run.runlog.load_json("estimate.json")
+    if estimate is not None:
+        run_info["estimate"] = estimate
+    summary = build_summary(
+        outdir, run_info, scale=run.cfg.scale, group_by=run.cfg.group_by, ks=run.cfg.ks
+    )
+    write_summary(outdir, summary)
+    run.runlog.save_json("run.json", run_info)
+    run.runlog.finish()
+    return summary, errors

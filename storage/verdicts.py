@@ -1,0 +1,120 @@
+"""The shared verdict store: verdicts appended as Arrow IPC files under OUTDIR/_ctxprec/verdicts,
+one folder per input file, so any machine that sees OUTDIR reuses every verdict paid for there
+(diskcache is one host's memo). Files appear by rename: a killed writer leaves no torn file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from storage.memo import MemoEntry, MemoStore
+from storage.runlog import STATE_DIR
+
+__all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "verdict_dir"]
+
+FLUSH_S = 1.0  # a killed worker loses at most this much of its newest verdicts
+_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("relevant", pa.bool_()),
+        ("reason", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+    ]
+)
+
+
+def verdict_dir(outdir: Path, source: Path) -> Path:
+    """The folder of the verdicts judged for one input file (named by its absolute path)."""
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+    return outdir / STATE_DIR / "verdicts" / digest
+
+
+class VerdictStore:
+    """Append-only verdict files in one folder; blocking I/O: call from a worker thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        flush_s: float = FLUSH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self._flush_s = flush_s
+        self._clock = clock
+        self._buffer: list[tuple[str, MemoEntry]] = []
+        self._last_flush = clock()
+        self.files_written = 0
+
+    def read(self) -> list[tuple[str, MemoEntry]]:
+        """Every verdict in the folder (files other writers may still be adding to it)."""
+        found: list[tuple[str, MemoEntry]] = []
+        if not self.directory.is_dir():
+            return found
+        for path in sorted(self.directory.glob("*.arrow")):
+            try:
+                with ipc.open_file(path) as reader:
+                    table = reader.read_all()
+            except (OSError, pa.ArrowInvalid):
+                continue  # unreadable: those verdicts are judged again, never made up
+            columns = [table.column(name).to_pylist() for name in _SCHEMA.names]
+            for key, rel, reason, tokens_in, tokens_out in zip(*columns, strict=True):
+                found.append((key, (rel, reason, tokens_in, tokens_out)))
+        return found
+
+    def append(self, entries: Iterable[tuple[str, MemoEntry]]) -> None:
+        """Buffer verdicts; write them out once `flush_s` passed since the last write."""
+        self._buffer.extend(entries)
+        if self._buffer and self._clock() - self._last_flush >= self._flush_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self._last_flush = self._clock()
+        if not self._buffer:
+            return
+        rows, self._buffer = self._buffer, []
+        keys, entries = zip(*rows, strict=True)
+        columns = [list(keys), *(list(col) for col in zip(*entries, strict=True))]
+        table = pa.Table.from_arrays(
+            [pa.array(col, f.type) for col, f in zip(columns, _SCHEMA, strict=True)],
+            schema=_SCHEMA,
+        )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        target = self.directory / f"{uuid.uuid4().hex}.arrow"
+        tmp = target.with_name(f".{target.name}.tmp")
+        with ipc.new_file(tmp, _SCHEMA) as writer:
+            writer.write_table(table)
+        os.replace(tmp, target)
+        self.files_written += 1
+
+
+class SharedMemo:
+    """The local memo, seeded from the verdict store when opened; new verdicts go to both."""
+
+    def __init__(self, local: MemoStore, store: VerdictStore) -> None:
+        self.local = local
+        self.store = store
+        self.imported = local.set_many(store.read())
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]:
+        return self.local.get_many(keys)
+
+    def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:
+        rows = list(entries)
+        self.store.append(rows)
+        return self.local.set_many(rows)
+
+    def close(self) -> None:
+        try:
+            self.store.flush()
+        finally:
+            self.local.close()

@@ -1,0 +1,273 @@
+"""`--engine dask` on a real local Dask cluster (2 worker processes) against the fake judge in its
+own process: same output as the local engine, one rate limit for the cluster, a killed worker,
+a restart on "other machines" (a fresh memo) that repeats no finished call, a failing task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.engines.dask import plan_tasks
+from pipeline.cli import main
+from pipeline.config import load_config
+from pipeline.driver import StageResult, prepare_run
+from pipeline.flow import run_stage
+from tests.conftest import REPO
+from tests.fakes.judge_server import expected_verdict
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+COLUMNS = ["id", "score", "status", "verdicts", "verdict_reasons", "relevant_count", "input_tokens"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Client]:
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+        ) as local,
+        distributed.Client(local) as client,
+    ):
+        yield client
+
+
+def start_server(*flags: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.judge_server", "--port", "0", *flags],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:"), url
+    return proc, url
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    proc, url = start_server("--latency-ms", "20")
+    try:
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + "/_fake/stats", timeout=5) as reply:
+        data: dict[str, Any] = json.loads(reply.read())
+    return data
+
+
+def split(hotpot: Path, folder: Path, files: int, rows: int, start: int = 0) -> Path:
+    folder.mkdir()
+    frame = pl.read_parquet(hotpot)
+    for i in range(files):
+        frame.slice(start + i * rows, rows).write_parquet(folder / f"part{i}.parquet")
+    return folder
+
+
+def score(
+    src: Path, out: Path, url: str, cache: Path, *flags: object, cluster: Client | None = None
+) -> int:
+    engine = ["--engine", "dask", "--scheduler", cluster.scheduler.address] if cluster else []
+    judge = ["--model", "openai/judge", "--base-url", url]
+    args = ["score", src, "-o", out, *judge, *HOTPOT_MAP, "--cache-dir", cache]
+    return main([*map(str, args), "--progress", "off", *engine, *map(str, flags)])
+
+
+def table(out: Path) -> pl.DataFrame:
+    return pl.read_parquet(out / "**/*.parquet").select(COLUMNS).sort("id")
+
+
+def run_json(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "_ctxprec" / "run.json").read_text())
+    return data
+
+
+def test_same_output_and_summary_as_the_local_engine(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str
+) -> None:
+    src = split(hotpot, tmp_path / "in", files=3, rows=50)
+    flags = ("--batch-rows", 10)
+    assert score(src, tmp_path / "local", server, tmp_path / "c1", *flags) == 0
+    assert score(src, tmp_path / "dask", server, tmp_path / "c2", *flags, cluster=cluster) == 0
+    local, dask = table(tmp_path / "local"), table(tmp_path / "dask")
+    assert dask.height == 150 and dask.get_column("id").is_unique().all()
+    assert dask.equals(local)
+    summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "dask")]
+    for key in ("rows", "score", "failures", "rank_metrics", "parts"):
+        assert summaries[0][key] == summaries[1][key], key
+    runs = [run_json(tmp_path / d) for d in ("local", "dask")]
+    for key in ("rows_this_run", "items_this_run", "judge_calls", "memo_hits", "calls_failed"):
+        assert runs[0][key] == runs[1][key], key
+    assert runs[0].keys() == runs[1].keys()
+    assert runs[1]["engine"] == {"name": "dask", "workers": 2, "tasks": 3}
+    assert (tmp_path / "dask" / "_SUCCESS").exists()
+
+
+def test_one_request_rate_for_the_whole_cluster(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str
+) -> None:
+    rpm = 2400  # 40 a second, for about 6 s
+    src = split(hotpot, tmp_path / "in", files=2, rows=12)
+    out = tmp_path / "out"
+    assert score(src, out, server, tmp_path / "c", "--rpm", rpm, cluster=cluster) == 0
+    got = stats(server)
+    per_second = rpm / 60
+    windows = [got["per_second"][k] for k in sorted(got["per_second"], key=int)]
+    assert got["total"] == run_json(out)["judge_calls"] > 200
+    assert max(windows) <= per_second + 2  # both workers together, not each
+    full = windows[:-1]  # the last second is a part of one
+    assert sum(full) / len(full) > 0.9 * per_second  # and the limit is used
+    engine = run_json(out)["engine"]
+    assert engine["permits"] == got["total"]
+    assert engine["leases"] < got["total"] / 4  # start times leased in blocks
+
+
+def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
+    cluster: Client, hotpot: Path, tmp_path: Path
+) -> None:
+    proc, url = start_server("--latency-ms", "30")
+    src = split(hotpot, tmp_path / "in", files=4, rows=30)
+    out = tmp_path / "out"
+    codes: list[int] = []
+    flags = ("--batch-rows", 10, "--concurrency", 4)
+    run = threading.Thread(
+        target=lambda: codes.append(score(src, out, url, tmp_path / "c", *flags, cluster=cluster))
+    )
+    try:
+        run.start()
+        parts = out / "_ctxprec" / "parts"
+        deadline = time.monotonic() + 30
+        while len(list(parts.glob("*.json"))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        busy = [w for w, keys in cluster.processing().items() if keys]
+        assert busy and not (out / "_SUCCESS").exists()  # killed mid-run
+        pids = cluster.run(os.getpid, workers=busy[:1])
+        os.kill(next(iter(pids.values())), signal.SIGKILL)
+        run.join(60)
+        calls = stats(url)["total"]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert codes == [0]
+    done = pl.read_parquet(out / "*.parquet")
+    assert done.height == 120 and done.get_column("id").is_unique().all()
+    source = pl.read_parquet(src / "*.parquet").select("id", "contexts")
+    for row in done.join(source, on="id").iter_rows(named=True):
+        assert row["verdicts"] == [expected_verdict(item) for item in row["contexts"]]
+    unique = sum(  # what the four tasks call without a kill (each de-duplicates its file)
+        pl.read_parquet(f).explode("contexts").select(["question", "ground_truth", "contexts"])
+        .n_unique()
+        for f in src.glob("*.parquet")
+    )  # fmt: skip
+    assert unique <= calls <= unique + 40  # only the dead worker's calls in flight were repeated
+
+
+def test_restart_elsewhere_repeats_no_finished_judge_call(
+    cluster: Client, hotpot: Path, tmp_path: Path
+) -> None:
+    """A run where 10% of calls fail, then the same command with a fresh memo (other machines):
+    only the failed calls go to the judge again; the verdicts come from OUTDIR."""
+    proc, url = start_server("--latency-ms", "10", "--p-500", "0.1", "--seed", "7")
+    src = split(hotpot, tmp_path / "in", files=3, rows=30)
+    out = tmp_path / "out"
+    flags = ("--batch-rows", 10, "--max-retries", 0)
+    try:
+        assert score(src, out, url, tmp_path / "c1", *flags, cluster=cluster) == 1
+        first = run_json(out)
+        before = stats(url)["total"]
+        assert first["calls_failed"] > 0
+        assert score(src, out, url, tmp_path / "c2", *flags, cluster=cluster) in (0, 1)
+        again = stats(url)["total"] - before
+    finally:
+        proc.kill()
+        proc.wait()
+    second = run_json(out)
+    assert again == second["judge_calls"] == first["calls_failed"]
+    assert second["memo_hits"] > 0
+    assert table(out).get_column("id").is_unique().all() and table(out).height == 90
+
+
+def corrupt_second_row_group(hotpot: Path, path: Path) -> None:
+    table = pl.read_parquet(hotpot).slice(400, 40).to_arrow()
+    pq.write_table(table, path, row_group_size=20, compression="snappy")
+    good = path.read_bytes()
+    column = table.schema.get_field_index("contexts")
+    chunk = pq.ParquetFile(path).metadata.row_group(1).column(column)
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    path.write_bytes(good[: start + 10] + b"\x13" * (end - start - 10) + good[end:])
+
+
+def test_a_failing_task_keeps_the_other_tasks_output(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = split(hotpot, tmp_path / "in", files=2, rows=30)
+    corrupt_second_row_group(hotpot, src / "part2.parquet")
+    out = tmp_path / "out"
+    assert score(src, out, server, tmp_path / "c", "--batch-rows", 10, cluster=cluster) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "part2.parquet after row 20" in err
+    assert "Traceback" not in err
+    kept = pl.read_parquet(out / "*.parquet")
+    assert kept.height == 80  # both good files, and the rows before the corrupt page
+    assert not (out / "_SUCCESS").exists()
+
+
+def test_without_dask_installed_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails as if not installed
+    src = tmp_path / "in.parquet"
+    pl.DataFrame({"id": [1], "query": ["q"], "contexts": [["c"]]}).write_parquet(src)
+    assert main(["score", str(src), "-o", str(tmp_path / "out"), "--engine", "dask"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'ctxprec[dask]'" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    assert main(["score", str(src), "-o", str(tmp_path / "out"), "--workers", "2"]) == 2
+    assert "--engine dask" in capsys.readouterr().err
+
+
+def test_slices_of_a_big_file_cover_it_once(hotpot: Path, tmp_path: Path, server: str) -> None:
+    """The engine's tasks, run here one after another: a file cut into slices is scored once,
+    and a slice run again (its worker died after committing) reads its parts past."""
+    src = tmp_path / "big.parquet"
+    pl.read_parquet(hotpot).head(60).write_parquet(src)
+    flags = {"judge.model": "openai/judge", "judge.base_url": server, "run.batch_rows": 10}
+    flags |= {"columns.query": "question", "columns.expected": "ground_truth"}
+    cfg = load_config(None, flags | {"run.cache_dir": str(tmp_path / "c")})
+
+    async def tasks() -> tuple[list[StageResult], StageResult]:
+        plan = await prepare_run(str(src), tmp_path / "out", cfg)
+        slices = plan_tasks(plan, task_rows=20)
+        assert [(t.first, t.stop) for t in slices] == [(0, 2), (2, 4), (4, 6)]
+        results = [await run_stage(plan, files=[t.file], skip=t.skip()) for t in slices]
+        again = await run_stage(plan, files=[0], skip=slices[1].skip())
+        return results, again
+
+    results, again = anyio.run(tasks)
+    assert [r.counters.rows_done for r in results] == [20, 20, 20]
+    assert again.counters.rows_done == 20 and again.counters.judge_calls == 0
+    done = pl.read_parquet(tmp_path / "out" / "*.parquet")
+    assert done.height == 60 and done.get_column("id").is_unique().all()
