@@ -207,7 +207,7 @@ async def _lookup(
         assert plan.query is not None
         for i in missing:
             request = ItemRequest(plan.query, plan.expected, plan.items[i])
-            plan.entries[i] = dispatcher.decide_now(plan.keys[i], request)
+            plan.entries[i] = await dispatcher.decide_now(plan.keys[i], request)
     elif missing:
         await _submit(plan, missing, dispatcher, per_row)
 

@@ -4,9 +4,8 @@ of identical items, and a memo writer that group-commits verdicts as calls compl
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -20,6 +19,7 @@ from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
 
+_MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
@@ -77,7 +77,8 @@ class Dispatcher:
         send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
-        msend, mrecv = anyio.create_memory_object_stream[tuple[str, MemoEntry]](math.inf)
+        # bounded: a judge faster than the memo's disk (the offline one) waits for the writer
+        msend, mrecv = anyio.create_memory_object_stream[tuple[str, MemoEntry]](_MEMO_QUEUE)
         self._memo_send: MemoryObjectSendStream[tuple[str, MemoEntry]] = msend
         self._memo_recv: MemoryObjectReceiveStream[tuple[str, MemoEntry]] = mrecv
 
@@ -106,7 +107,7 @@ class Dispatcher:
         await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
         return outcome
 
-    def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
+    async def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
         """Judge inline with a synchronous judge: no stream, no task switch, no event."""
         assert self.decider is not None
         verdict = self.decider.decide(request.query, request.expected, request.item)
@@ -114,8 +115,7 @@ class Dispatcher:
         self.counters.judge_calls += 1
         self.counters.calls_done += 1
         self._remember(key, entry)
-        if self.memo is not None:
-            self._memo_send.send_nowait((key, entry))
+        await self._to_memo(((key, entry),))
         return entry
 
     async def submit_row(
@@ -139,6 +139,7 @@ class Dispatcher:
                     self._fail(job, exc)
                 else:
                     self._succeed(job, entries)
+                    await self._to_memo(zip(job.keys, entries, strict=True))
 
     async def _call(self, job: _Job) -> list[MemoEntry]:
         if job.request is not None:
@@ -157,9 +158,12 @@ class Dispatcher:
             outcome.entry = entry
             self._remember(key, entry)
             self._pending.pop(key, None)
-            if self.memo is not None:
-                self._memo_send.send_nowait((key, entry))
             outcome.event.set()
+
+    async def _to_memo(self, entries: Iterable[tuple[str, MemoEntry]]) -> None:
+        if self.memo is not None:
+            for pair in entries:
+                await self._memo_send.send(pair)
 
     def _fail(self, job: _Job, exc: JudgeError) -> None:
         self.counters.calls_failed += 1

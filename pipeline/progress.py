@@ -82,8 +82,7 @@ class Progress:
             rows = self._rows()
             pct = 100.0 * rows / self.total if self.total else 100.0
             print(
-                f"ctxprec: {rows}/{self.total} rows ({pct:.0f}%) "
-                + self._postfix(),
+                f"ctxprec: {rows}/{self.total} rows ({pct:.0f}%) " + self._postfix(),
                 file=self.stream,
                 flush=True,
             )
