@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -330,10 +331,46 @@ def busy_cores(seconds: float = 1.0) -> float:
     return (b1 - b0) / (t1 - t0) * cores if t1 > t0 else 0.0
 
 
-def load_line(busy: float) -> str:
-    """A line for the figures block: how busy the machine was before the benchmark started."""
-    warn = "  <- figures are NOT from an idle machine" if busy > 0.3 else ""
-    return f"machine: {os.cpu_count()} CPUs; other processes used {busy:.2f} cores at start{warn}"
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of every child it has reaped so far."""
+    usages = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return sum(u.ru_utime + u.ru_stime for u in usages)
+
+
+class CpuAudit:
+    """Did anything else use the CPUs while a benchmark ran? Busy cores before the start, and
+    the average cores used by other processes during the run: all CPU time on the machine
+    (/proc/stat) minus this process's and its reaped children's (call `others` after the
+    children are reaped)."""
+
+    def __init__(self) -> None:
+        self.busy_at_start = busy_cores()
+        self._busy0, _ = _cpu_times()
+        self._own0 = _own_cpu_s()
+        self._t0 = time.monotonic()
+
+    def others(self) -> float:
+        busy1, _ = _cpu_times()
+        machine_s = (busy1 - self._busy0) / os.sysconf("SC_CLK_TCK")
+        own_s = _own_cpu_s() - self._own0
+        return max(0.0, machine_s - own_s) / max(time.monotonic() - self._t0, 1e-9)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"busy_cores_at_start": self.busy_at_start, "other_cores_during": self.others()}
+
+
+def load_line(audit: CpuAudit) -> str:
+    """A line for the figures block: how busy other processes kept the machine."""
+    during = audit.others()
+    noisy = audit.busy_at_start > 0.3 or during > 0.3
+    warn = "  <- NOT an idle machine: timing figures are suspect" if noisy else ""
+    return (
+        f"machine: {os.cpu_count()} CPUs; other processes used {audit.busy_at_start:.2f} cores "
+        f"at start, {during:.2f} on average during the run{warn}"
+    )
 
 
 def wait_for_idle(max_busy: float = 0.3, timeout_s: float = 300.0) -> float:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
+    CpuAudit,
     FakeServer,
-    busy_cores,
     check_ok,
     child_env,
     ctxprec_cmd,
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 130 s per mode")
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
-    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
+    audit = CpuAudit()  # other processes' CPU use: timing figures need an idle machine
     if args.quick:
         args.duration = 130.0
     items = int(args.duration * args.rpm / 60 * 4) + 100  # never runs out before the cut
@@ -239,12 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs = {m: f.result() for m, f in futures.items()}
     print_block(
         "rate limit: 429s with --rpm R, and adaptive rate without it",
-        [*report(runs, args), load_line(busy)],
+        [*report(runs, args), load_line(audit)],
     )
     path = write_result(
         "rate_limit",
         {
-            "busy_cores_at_start": busy,
+            **audit.as_dict(),
             "quick": args.quick,
             "rpm": args.rpm,
             "latency_ms": args.latency_ms,

@@ -22,7 +22,7 @@ from typing import Any
 import _common  # noqa: F401  (puts the project root on sys.path)
 import numpy as np
 import polars as pl
-from _common import busy_cores, load_line, print_block, verdict, write_result
+from _common import CpuAudit, load_line, print_block, verdict, write_result
 
 from pipeline.metric import average_precision, map_stage, round_half_up
 
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 rows")
     args = parser.parse_args(argv)
-    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
+    audit = CpuAudit()  # other processes' CPU use: timing figures need an idle machine
     rows = 100_000 if args.quick else args.rows
     matrix = make_verdicts(rows, args.items, args.relevant, args.seed)
     n = matrix.size
@@ -114,11 +114,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{convert_s:.3f} s = {n / convert_s / 1e6:.2f} M verdicts/s; stage/that: "
         f"{convert_s / stage_s:.1f}x",
     ]
-    print_block("reduce stage: map_stage vs a plain Python loop", [*lines, load_line(busy)])
+    print_block("reduce stage: map_stage vs a plain Python loop", [*lines, load_line(audit)])
     path = write_result(
         "reduce_stage",
         {
-            "busy_cores_at_start": busy,
+            **audit.as_dict(),
             "quick": args.quick,
             "rows": rows,
             "items": args.items,

@@ -29,8 +29,8 @@ from typing import Any
 from _common import (
     BENCH,
     PYTHON,
+    CpuAudit,
     Measured,
-    busy_cores,
     check_ok,
     child_env,
     ctxprec_cmd,
@@ -216,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 1,500 / 4,000 calls")
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
-    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
+    audit = CpuAudit()  # other processes' CPU use: timing figures need an idle machine
     calls = [-(-n // 10) * 10 for n in ([1500, 4000] if args.quick else args.calls)]
     if len(calls) != len(args.concurrency):
         parser.error("give one --calls figure per --concurrency level")
@@ -233,12 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = report(results, fixed)
     print_block(
         "throughput: ctxprec vs a bare aiohttp loop (fake judge, separate process)",
-        [*lines, load_line(busy)],
+        [*lines, load_line(audit)],
     )
     path = write_result(
         "throughput",
         {
-            "busy_cores_at_start": busy,
+            **audit.as_dict(),
             "quick": args.quick,
             "latency_ms": args.latency_ms,
             "jitter_ms": args.jitter_ms,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    busy_cores,
+    CpuAudit,
     check_ok,
     child_env,
     ctxprec_cmd,
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: 2,000 rows")
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
-    busy = busy_cores()  # other processes' CPU use: timing figures need an idle machine
+    audit = CpuAudit()  # other processes' CPU use: timing figures need an idle machine
     rows = 2_000 if args.quick else args.rows
     with workdir(args.workdir) as work:
         data = make_dataset(work / f"rows-{rows}.parquet", rows, item_chars=args.item_chars)
@@ -93,12 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if warm["memo_hits"] != items or warm["judge_calls"] != 0:
         raise SystemExit(f"warm run was not all memo hits: {warm}")
     print_block(
-        "warm re-run: offline judge, same memo", [*report(cold, warm, rows), load_line(busy)]
+        "warm re-run: offline judge, same memo", [*report(cold, warm, rows), load_line(audit)]
     )
     path = write_result(
         "warm_rerun",
         {
-            "busy_cores_at_start": busy,
+            **audit.as_dict(),
             "quick": args.quick,
             "rows": rows,
             "cold": cold,
