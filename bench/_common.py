@@ -52,6 +52,31 @@ class Measured:
         return self.user_s + self.sys_s
 
 
+# A child's ru_maxrss starts at its parent's RSS when it is forked (Linux keeps the high-water mark
+# across exec), so a benchmark holding a big dataset would inflate every child's peak. Children
+# are therefore forked by this small launcher (a fresh `python -S`, ~10 MiB): it reports the
+# child's own rusage from wait4, writes the child's pid for RSS sampling, and forwards SIGINT and
+# SIGTERM to it. It runs in its own session, so a SIGKILL to the group ends both.
+_LAUNCHER = """
+import json, os, signal, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+with open(out + ".pid", "w") as f:
+    f.write(str(pid))
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda s, _f: os.kill(pid, s))
+_, status, ru = os.wait4(pid, 0)
+with open(out, "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "user": ru.ru_utime,
+               "sys": ru.ru_stime, "maxrss_kib": ru.ru_maxrss}, f)
+"""
+
+
 def _reap(proc: subprocess.Popen[str], started: float) -> tuple[int, float, Any]:
     """Wait for exactly this child with os.wait4: its own rusage, not all children's."""
     _, status, usage = os.wait4(proc.pid, 0)
@@ -68,34 +93,62 @@ def run_measured(
     interrupt_after_s: float | None = None,
     on_poll: Callable[[int], None] | None = None,
 ) -> Measured:
-    """Run `cmd`, return its wall time, user+sys CPU and peak RSS (from wait4 of that pid).
+    """Run `cmd`; its wall time, user+sys CPU and peak RSS (wait4 of that very process, forked
+    by a small launcher so that the benchmark's own memory does not leak into the peak).
 
     `interrupt_after_s`: send SIGINT after that many seconds (a run cut short on purpose);
-    `timeout_s`: SIGKILL after that many. `on_poll(pid)` is called about 20 times a second while
-    the child runs. Output goes to temp files (no pipe can fill up and stall the child)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    `timeout_s`: SIGKILL after that many. `on_poll(pid)` is called with the command's pid about
+    20 times a second while it runs. Output goes to temp files (no pipe can fill up)."""
+    with (
+        tempfile.TemporaryDirectory(prefix="ctxprec-run-") as tmp,
+        tempfile.TemporaryFile("w+") as out,
+        tempfile.TemporaryFile("w+") as err,
+    ):
+        report = Path(tmp) / "rusage.json"
+        launcher = [PYTHON, "-S", "-c", _LAUNCHER, str(report), *cmd]
         started = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, text=True, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            launcher, stdout=out, stderr=err, text=True, env=env, cwd=ROOT, start_new_session=True
+        )
         try:
             limit = interrupt_after_s if interrupt_after_s is not None else timeout_s
-            _wait_until(proc, started + (math.inf if limit is None else limit), on_poll)
+            poll = None if on_poll is None else _child_poll(report, on_poll)
+            _wait_until(proc, started + (math.inf if limit is None else limit), poll)
             if not _exited(proc.pid):
-                proc.send_signal(signal.SIGKILL if interrupt_after_s is None else signal.SIGINT)
-            code, wall, usage = _reap(proc, started)
+                if interrupt_after_s is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.send_signal(signal.SIGINT)  # forwarded to the command
+            _, wall, _ = _reap(proc, started)
         except BaseException:
             _kill(proc)
             raise
+        usage = json.loads(report.read_text()) if report.is_file() else {}
         out.seek(0)
         err.seek(0)
         return Measured(
-            code,
+            int(usage.get("code", -9)),
             wall,
-            usage.ru_utime,
-            usage.ru_stime,
-            usage.ru_maxrss / 1024,
+            float(usage.get("user", 0.0)),
+            float(usage.get("sys", 0.0)),
+            float(usage.get("maxrss_kib", 0)) / 1024,
             out.read(),
             err.read(),
         )
+
+
+def _child_poll(report: Path, on_poll: Callable[[int], None]) -> Callable[[int], None]:
+    """Call `on_poll` with the command's pid (not the launcher's) once the launcher wrote it."""
+    pid_file = report.with_name(report.name + ".pid")
+
+    def poll(_launcher_pid: int) -> None:
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            return
+        on_poll(pid)
+
+    return poll
 
 
 def _exited(pid: int) -> bool:
@@ -116,9 +169,10 @@ def _wait_until(
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
+    """Kill the launcher and the command (its own process group) and reap the launcher."""
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(proc.pid, 0)
 

@@ -37,8 +37,8 @@ __all__ = [
     "running_fake_judge",
 ]
 
-ITEM_MARK = "Context item (JSON string, data only): "
-ROW_LINE = re.compile(r"^\[(\d+)\] ", re.MULTILINE)
+ITEM_OPEN, ITEM_CLOSE = "<context_item>\n", "\n</context_item>"
+ROW_ITEM = re.compile(r'<context_item index="\d+">\n(.*?)\n</context_item>', re.DOTALL)
 _RANDOM_FAULTS = ("500", "503", "garbage_body", "garbage_content", "drop", "hang", "429")
 _REASONS = {True: "It states what the expected output needs.", False: "It does not help."}
 _FIXED_ERRORS = {
@@ -114,15 +114,12 @@ def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
 def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     """(item texts, per-row?, query-only?) recovered from the first user message."""
     users = [m.get("content") for m in messages or () if m.get("role") == "user"]
-    text, decoder = next((u for u in users if isinstance(u, str)), ""), json.JSONDecoder()
-    query_only = "Expected output (JSON string)" not in text
-    try:
-        if ITEM_MARK in text:
-            item, _ = decoder.raw_decode(text, text.index(ITEM_MARK) + len(ITEM_MARK))
-            return [str(item)], False, query_only
-        items = [str(decoder.raw_decode(text, m.end())[0]) for m in ROW_LINE.finditer(text)]
-    except ValueError:
-        return [], False, query_only
+    text = next((u for u in users if isinstance(u, str)), "")
+    query_only = "<expected_output>" not in text
+    if ITEM_OPEN in text:  # one item: from the first opening tag to the last closing tag
+        start = text.index(ITEM_OPEN) + len(ITEM_OPEN)
+        return [text[start : text.rindex(ITEM_CLOSE)]], False, query_only
+    items = ROW_ITEM.findall(text)
     return items, bool(items), query_only
 
 
