@@ -14,7 +14,9 @@ from pipeline.errors import JudgeParseError
 
 __all__ = ["VERDICT_KEYS", "parse_row_verdicts", "parse_verdict"]
 
-VERDICT_KEYS = ("relevant", "is_relevant", "verdict", "answer")
+VERDICT_KEYS = (
+    "relevant", "is_relevant", "verdict", "answer", "relevance", "label", "decision", "judgment",
+)  # fmt: skip
 _REASON_KEYS = ("reason", "explanation", "rationale")
 _TRUE = frozenset({"yes", "y", "true", "relevant", "1"})
 _FALSE = frozenset({"no", "n", "false", "not relevant", "not_relevant", "irrelevant", "0"})
@@ -59,8 +61,12 @@ def _reason_of(obj: dict[str, Any]) -> str:
 
 
 def _from_mapping(obj: dict[str, Any]) -> Verdict | None:
-    """The verdict of a JSON object with a verdict key; None when it has no such key."""
+    """The verdict of a JSON object with a verdict key; None when it has no such key.
+    A one-element {"verdicts": [{...}]} (the per-row shape, as Mastra replies) counts too."""
     lowered = {str(k).lower(): v for k, v in obj.items()}
+    inner = lowered.get("verdicts")
+    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], dict):
+        lowered = {str(k).lower(): v for k, v in inner[0].items()}
     key = next((k for k in VERDICT_KEYS if k in lowered), None)
     if key is None:
         return None

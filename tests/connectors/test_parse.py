@@ -142,3 +142,21 @@ def test_row_verdicts_as_a_bare_list() -> None:
 def test_row_verdicts_refused(text: str, n: int) -> None:
     with pytest.raises(JudgeParseError):
         parse_row_verdicts(text, n)
+
+
+@pytest.mark.parametrize(
+    ("text", "relevant"),
+    [
+        ('{"verdicts": [{"verdict": "yes", "reason": "r"}]}', True),  # Mastra's shape, one item
+        ('{"relevance": "relevant"}', True),
+        ('{"label": "not relevant", "explanation": "x"}', False),
+        ('{"decision": "no"}', False),
+    ],
+)
+def test_other_common_reply_shapes(text: str, relevant: bool) -> None:
+    assert parse_verdict(text).relevant is relevant
+
+
+def test_several_verdicts_for_one_item_are_refused() -> None:
+    with pytest.raises(JudgeParseError):
+        parse_verdict('{"verdicts": [{"verdict": "yes"}, {"verdict": "no"}]}')
