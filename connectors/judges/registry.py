@@ -39,7 +39,7 @@ def provider_names() -> list[str]:
 
 
 def split_model(model: str) -> tuple[str, str]:
-    """"openai/gpt-4o-mini" -> ("openai", "gpt-4o-mini"); "offline" -> ("offline", "")."""
+    """Split `openai/gpt-4o-mini` into ("openai", "gpt-4o-mini"); `offline` into ("offline", "")."""
     provider, _, name = model.strip().partition("/")
     provider = provider.lower()
     if provider not in _PROVIDERS:
