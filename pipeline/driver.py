@@ -23,6 +23,7 @@ from pipeline.errors import ConfigError, CtxprecError
 from pipeline.estimate import estimate
 from pipeline.limits import GateStats
 from pipeline.publish import check_sinks, publish
+from storage.charts import preload
 from storage.dataset import drop_ids, scored_ids
 from storage.report import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
@@ -102,6 +103,7 @@ async def prepare_run(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
     )
     run = RunPlan(input, cfg, info, runlog, spec, identity)
+    preload()  # matplotlib loads while the judge works, not after it
     if incremental:
         run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, info, cfg)

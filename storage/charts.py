@@ -5,13 +5,14 @@ position, scores by group. Drawn from the summary dict alone, on matplotlib's Ag
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["BAND_COLORS", "CHART_FILES", "planned_charts", "render_charts"]
+__all__ = ["BAND_COLORS", "CHART_FILES", "planned_charts", "preload", "render_charts"]
 
 BAND_COLORS: dict[str, str] = {
     "excellent": "#1a9850",
@@ -42,6 +43,18 @@ def planned_charts(summary: Mapping[str, Any]) -> list[str]:
     if _groups_with_scores(summary):
         names.append("scores_by_group.png")
     return names
+
+
+def _import_plotting() -> None:
+    import matplotlib.backends.backend_agg
+    import matplotlib.figure
+    import matplotlib.ticker  # noqa: F401
+
+
+def preload() -> None:
+    """Import matplotlib in a background thread while a run waits on its judge, so the
+    summary at the end does not pay for it (a few hundred ms per run)."""
+    threading.Thread(target=_import_plotting, name="ctxprec-preload", daemon=True).start()
 
 
 def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
