@@ -441,16 +441,20 @@ def wait_for_idle(max_busy: float = 0.3, timeout_s: float = 300.0) -> float:
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    """bench/results/<name>.json (git-ignored)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    """bench/results/<name>.json (git-ignored); also <dir>/<name>.json when the environment
+    variable BENCH_RESULTS_DIR names a directory (run_all.py's private copy: another session
+    running the same benchmark at the same time cannot overwrite what its table reads)."""
     payload = {
         "benchmark": name,
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "loadavg_at_end": os.getloadavg(),
     } | result
-    path.write_text(json.dumps(payload, indent=2, default=_jsonable) + "\n", encoding="utf-8")
-    return path
+    text = json.dumps(payload, indent=2, default=_jsonable) + "\n"
+    extra = os.environ.get("BENCH_RESULTS_DIR")
+    for folder in (RESULTS, *([Path(extra)] if extra else [])):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{name}.json").write_text(text, encoding="utf-8")
+    return RESULTS / f"{name}.json"
 
 
 def _jsonable(value: object) -> object:

@@ -1,9 +1,11 @@
-"""Run every benchmark with modest defaults (about 8 minutes on 2 cores) and print one Markdown
+"""Run every benchmark with modest defaults (about 6-9 minutes on 2 cores) and print one Markdown
 table for the README: | benchmark | figure | goal | result | command |.
 
 Each benchmark runs as its own process (its figures stream to stdout as it goes) and writes
-bench/results/<name>.json; the table is built from those files. `--quick` passes --quick to
-every benchmark (a smoke run of about 3 minutes, dominated by the rate-limit run).
+bench/results/<name>.json plus a private copy in bench/results/run_all-<time>-<pid>/, which the
+table is built from (another session running a benchmark meanwhile cannot swap the figures).
+`--quick` passes --quick to every benchmark (a smoke run of about 3 minutes, dominated by the
+rate-limit run).
 
 Usage: python bench/run_all.py [--quick] [--only NAME ...]
 """
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from _common import BENCH, PYTHON, RESULTS, ROOT, wait_for_idle
@@ -151,7 +154,9 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
 }
 
 
-def run_one(name: str, args: list[str], wait_idle_s: float) -> tuple[int, float, str]:
+def run_one(
+    name: str, args: list[str], wait_idle_s: float, private: Path
+) -> tuple[int, float, str]:
     """Run bench/<name>.py ARGS with inherited stdout; (exit code, seconds, command shown).
     Waits first (up to `wait_idle_s`) until other processes leave the CPUs alone."""
     cmd = [PYTHON, str(BENCH / f"{name}.py"), *args]
@@ -160,21 +165,24 @@ def run_one(name: str, args: list[str], wait_idle_s: float) -> tuple[int, float,
     note = f" (warning: other processes keep {busy:.1f} cores busy)" if busy > 0.3 else ""
     print(f"\n### {shown}{note}", flush=True)
     started = time.perf_counter()
-    code = subprocess.run(cmd, cwd=ROOT, check=False).returncode
+    env = os.environ | {"BENCH_RESULTS_DIR": str(private)}
+    code = subprocess.run(cmd, cwd=ROOT, check=False, env=env).returncode
     return code, time.perf_counter() - started, shown
 
 
-def table(done: dict[str, tuple[int, float, str]], since: float) -> list[str]:
+def table(done: dict[str, tuple[int, float, str]], private: Path) -> list[str]:
+    """The Markdown table, from this run's own copies of the result files."""
     lines = ["| benchmark | figure | goal | result | command |", "|---|---|---|---|---|"]
     for name, (code, _, shown) in done.items():
-        path = RESULTS / f"{name}.json"
-        fresh = path.is_file() and path.stat().st_mtime >= since
-        if code != 0 or not fresh:
+        path = private / f"{name}.json"
+        if code != 0 or not path.is_file():
             lines.append(f"| {name} | (failed: exit {code}) | | | `{shown}` |")
             continue
         result = json.loads(path.read_text(encoding="utf-8"))
+        others = float(result.get("other_cores_during", 0.0))
+        noisy = f" ⚠ other processes used {others:.1f} cores meanwhile" if others > 0.3 else ""
         for bench, figure, goal, value in ROWS[name](result):
-            lines.append(f"| {bench} | {figure} | {goal} | {value} | `{shown}` |")
+            lines.append(f"| {bench} | {figure} | {goal} | {value}{noisy} | `{shown}` |")
     return lines
 
 
@@ -190,14 +198,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.time()
+    private = RESULTS / time.strftime(f"run_all-%Y%m%d-%H%M%S-{os.getpid()}")
     done: dict[str, tuple[int, float, str]] = {}
     for name, bench_args in PLAN.items():
         if args.only and name not in args.only:
             continue
-        done[name] = run_one(name, ["--quick"] if args.quick else bench_args, args.wait_idle)
+        bench_args = ["--quick"] if args.quick else bench_args
+        done[name] = run_one(name, bench_args, args.wait_idle, private)
     total = time.time() - started
     print("\n## Benchmark results\n")
-    print("\n".join(table(done, started)))
+    print("\n".join(table(done, private)))
     took = ", ".join(f"{n} {s:.0f} s" for n, (_, s, _) in done.items())
     print(f"\n(total {total / 60:.1f} min: {took}; machine: {_machine()})")
     return 0 if all(code == 0 for code, _, _ in done.values()) else 1
