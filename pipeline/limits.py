@@ -333,12 +333,13 @@ class RateGate:
         return tag is None or tag[0] is not self or tag[1] == self._epoch
 
     def _observed_rpm(self, now: float) -> float:
-        """Requests the server accepted over the last minute. Not scaled up when the run is
-        younger than a minute: a per-minute budget spent in a 2-s burst is still one budget
-        (scaling read 600 in 2.5 s as 14,400/min and never slowed down)."""
+        """Accepted requests per minute over the last minute (or since the first admission)."""
         _prune(self._admits, now - WINDOW_S)
         _prune(self._rejects, now - WINDOW_S)
-        return float(max(len(self._admits) - len(self._rejects), 1))
+        accepted = max(len(self._admits) - len(self._rejects), 1)
+        first = now if self._first_admit is None else self._first_admit
+        span = min(WINDOW_S, max(now - first, 1.0))
+        return accepted * WINDOW_S / span
 
     def _decrease(self, now: float) -> None:
         observed = min(self._observed_rpm(now), self._limit)
