@@ -1,5 +1,6 @@
-"""The `ctxprec` command: `score`, `estimate` and `summary`. Exit codes: 0 all rows scored,
-1 some rows failed (output still written), 2 usage/config/input errors before any judge call,
+"""The `ctxprec` command: `score`, `estimate`, `summary` and `compare`. Exit codes: 0 all rows
+scored, 1 some rows failed (output still written), 2 usage/config/input errors before any judge
+call, 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows failed too),
 130 interrupted (finished parts kept; the same command resumes).
 """
 
@@ -107,7 +108,34 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
     sm.add_argument("outdir", type=Path)
     sm.add_argument("--group-by")
+    _add_gate_flags(sc)
+    _add_compare_parser(sub)
     return parser
+
+
+def _add_gate_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fail-under",
+        type=float,
+        metavar="X",
+        help="exit 5 when the mean score of the rows this run scored is below X",
+    )
+
+
+def _add_compare_parser(sub: Any) -> None:
+    cp = sub.add_parser("compare", help="paired comparison of two outputs, or two slices of one")
+    cp.add_argument("outputs", nargs="+", metavar="OUTDIR", help="A B, or one OUTDIR with --a/--b")
+    cp.add_argument("--a", action="append", default=[], metavar="COL=VALUE", help="rows of A")
+    cp.add_argument("--b", action="append", default=[], metavar="COL=VALUE", help="rows of B")
+    cp.add_argument("--on", default="id", metavar="COL", help="column pairing rows (default id)")
+    cp.add_argument("--group-by", metavar="COL", help="deltas per value of COL")
+    cp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    cp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    cp.add_argument("--top", type=int, default=10, help="rows that changed most to show")
+    cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
+    cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
+    cp.add_argument("-o", "--output", type=Path, help="write compare.json/.md/.png into DIR")
+    cp.add_argument("--json", action="store_true", help="print compare.json to stdout")
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -133,6 +161,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "output.group_by": args.group_by,
         "output.partition_by": getattr(args, "partition_by", None),
         "output.sinks": getattr(args, "sink", None) or None,
+        "gate.fail_under": getattr(args, "fail_under", None),
     }
     for item in args.map:
         field, sep, column = item.partition("=")
@@ -170,6 +199,9 @@ def _cmd_score(args: argparse.Namespace) -> int:
         run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
     elif args.scheduler or args.workers:
         raise CtxprecError("--scheduler and --workers are for --engine dask; add it")
+    from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+
+    before = ids_before(args.output) if cfg.fail_under is not None and args.incremental else None
     result = run(
         args.input,
         args.output,
@@ -188,7 +220,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
             "it was: fix the cause and run the same command again to load it",
             file=sys.stderr,
         )
-    return result.exit_code
+    if cfg.fail_under is None:
+        return result.exit_code
+    mean, rows = run_mean(args.output, before)
+    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.fail_under))
 
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
@@ -276,6 +311,29 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
+    from storage.compare_report import render_text, write_compare
+
+    a, b = sides_from_args(args.outputs, args.a, args.b)
+    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict)
+    if args.output is not None and (args.output / "_ctxprec").exists():
+        raise CtxprecError(
+            f"{args.output} is a ctxprec output folder; write the comparison elsewhere "
+            "(a compare.* file there would make the next score run refuse the folder)"
+        )
+    report = compare(a, b, opts)
+    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop)
+    if args.fail_drop is not None:
+        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+    if args.output is not None:
+        write_compare(args.output, report)
+    print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
+    from pipeline.gate import gate_exit
+
+    return gate_exit(0, message)
+
+
 def _setup_logging() -> None:
     """CTXPREC_LOG_LEVEL=debug|info|warning turns on stdlib logging to stderr, keys redacted."""
     level = os.environ.get("CTXPREC_LOG_LEVEL", "").strip().upper()
@@ -294,7 +352,12 @@ def _setup_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
-    commands = {"score": _cmd_score, "summary": _cmd_summary, "estimate": _cmd_estimate}
+    commands = {
+        "score": _cmd_score,
+        "summary": _cmd_summary,
+        "estimate": _cmd_estimate,
+        "compare": _cmd_compare,
+    }
     try:
         return commands[args.command](args)
     except CtxprecError as exc:

@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "output.partition_by": [],
     "output.sinks": [],
     "output.group_by": None,
+    "gate.fail_under": None,
 }
 
 # environment variable -> dotted key (values parsed like TOML scalars)
@@ -76,6 +77,7 @@ _FLOAT_KEYS = {
     "limits.rpm",
     "limits.tpm",
     "scoring.scale",
+    "gate.fail_under",
 }
 _BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
@@ -110,6 +112,7 @@ class Config:
     partition_by: tuple[str, ...] = ()
     sinks: tuple[str, ...] = ()
     group_by: str | None = None
+    fail_under: float | None = None  # [gate] fail_under: exit 5 below this mean score
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
 
@@ -141,7 +144,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
-            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [prices]"
+            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [gate] [prices]"
         )
     return flat
 
@@ -276,6 +279,7 @@ def _build(
         partition_by=tuple(v["output.partition_by"]),
         sinks=tuple(v["output.sinks"]),
         group_by=v["output.group_by"],
+        fail_under=v["gate.fail_under"],
         prices=prices,
         source_file=path,
     )

@@ -1,0 +1,347 @@
+"""`ctxprec compare`: two scored outputs, or two slices of one, paired by id (or `--on COL`):
+what was left out and why, whether the judges match, paired deltas of the score and the rank
+metrics with a bootstrap CI, per-group deltas, the rows that changed most, and the drop gate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.errors import CtxprecError
+from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
+from storage.dataset import part_files
+from storage.runlog import STATE_DIR
+from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+
+__all__ = [
+    "CompareOptions",
+    "Side",
+    "compare",
+    "drop_gate",
+    "local_output",
+    "parse_filter",
+    "sides_from_args",
+]
+
+_SCORED = (STATUS_OK, STATUS_EMPTY)
+_ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version")
+_RANK_PREFIXES = ("reciprocal_rank", "precision_at_")
+_JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
+_URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: an output folder and `COL=VALUE` filters on its rows."""
+
+    name: str  # "A" or "B"
+    path: Path
+    filters: tuple[tuple[str, str], ...] = ()
+
+    def describe(self) -> str:
+        where = " and ".join(f"{c}={v}" for c, v in self.filters)
+        return f"{self.path}" + (f" where {where}" if where else "")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    on: str = "id"
+    group_by: str | None = None
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    top: int = 10
+    strict: bool = False
+
+
+def local_output(source: str) -> Path:
+    """The local folder `source` names; object-store URLs are refused (exit 2) for now."""
+    scheme, sep, _ = source.partition("://")
+    if sep and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
+        raise CtxprecError(
+            f"{source}: compare reads local output folders only; copy the output to a local "
+            "folder first (e.g. `aws s3 sync` or `gsutil rsync`) and pass that folder"
+        )
+    path = Path(source)
+    if not path.is_dir():
+        raise CtxprecError(f"{source} is not a folder; pass an OUTDIR written by `ctxprec score`")
+    return path
+
+
+def parse_filter(text: str) -> tuple[str, str]:
+    """`COL=VALUE` (the value compared as text, as in a Hive path) -> (COL, VALUE)."""
+    column, sep, value = text.partition("=")
+    if not sep or not column.strip():
+        raise CtxprecError(
+            f"{text!r}: write COL=VALUE, e.g. --a dt=2026-11-28 or --a retriever=bm25"
+        )
+    return column.strip(), value
+
+
+def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
+    """Every figure of compare.json (full float precision; rounding is for people only)."""
+    if opts.resamples < 1:
+        raise CtxprecError(f"--resamples must be at least 1, got {opts.resamples}")
+    fa, fb = _read_side(a, opts), _read_side(b, opts)
+    pairs, left_out = _pair(fa, fb)
+    if pairs.height == 0:
+        raise CtxprecError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
+    judge = _judge_check(a, b, pairs)
+    if opts.strict and judge["differences"]:
+        raise CtxprecError(
+            "--strict: the two sides were not scored with the same judge configuration: "
+            + "; ".join(judge["differences"])
+        )
+    metrics = {m: _metric(pairs, m, opts) for m in _metric_names(pairs)}
+    return {
+        "a": _side_info(a, fa),
+        "b": _side_info(b, fb),
+        "on": opts.on,
+        **metrics["score"],
+        "bootstrap": {"resamples": opts.resamples, "seed": opts.seed, "interval": "percentile"},
+        "left_out": left_out,
+        "judge_config": judge,
+        "metrics": {k: v for k, v in metrics.items() if k != "score"},
+        "by_group": _by_group(pairs, opts) if opts.group_by else None,
+        "changed_most": _changed_most(pairs, opts),
+    }
+
+
+def _scan(side: Side) -> pl.LazyFrame:
+    files = part_files(side.path)
+    if not files:
+        raise CtxprecError(
+            f"side {side.name}: {side.path} holds no scored part files; "
+            "pass an OUTDIR written by `ctxprec score`"
+        )
+    return pl.scan_parquet(
+        files, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
+    )
+
+
+def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
+    """The side's rows: pairing key, scored columns, rank metrics, group column; filtered."""
+    lf = _scan(side)
+    cols = lf.collect_schema().names()
+    for column in [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]:
+        if column not in cols:
+            raise CtxprecError(
+                f"side {side.name}: column `{column}` is not in {side.path} "
+                f"(columns: {', '.join(cols)})"
+            )
+    for column, value in side.filters:
+        lf = lf.filter(pl.col(column).cast(pl.String) == value)
+    wanted = [c for c in cols if c in _ROW_COLS or c.startswith(_RANK_PREFIXES)]
+    extra = [g for g in [opts.group_by] if g and g != opts.on and g not in wanted]
+    frame = lf.select(pl.col(opts.on).alias("key"), *extra, *wanted).collect()
+    _check_side(side, frame, opts.on, lf)
+    return frame
+
+
+def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> None:
+    if side.filters and frame.height == 0:
+        column, _ = side.filters[0]
+        seen = lf.select(pl.col(column).cast(pl.String).unique().head(10)).collect()
+        raise CtxprecError(
+            f"side {side.name}: no row of {side.path} matches {side.describe()} "
+            f"(some values of `{column}`: {', '.join(map(str, seen.to_series()))})"
+        )
+    dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
+    if dupes.height:
+        key, count = dupes.row(0)
+        raise CtxprecError(
+            f"side {side.name}: `{on}` = {key!r} appears {count} times in {side.describe()} "
+            f"({dupes.height} repeated values); pair on a column unique within each side "
+            "(--on COL) or narrow the side with --a/--b COL=VALUE"
+        )
+
+
+def _pair(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Rows of both sides joined on the key; only keys scored on both sides are kept."""
+    a_cols = {c: f"{c}_a" for c in fa.columns if c != "key"}
+    b_cols = {c: f"{c}_b" for c in fb.columns if c != "key"}
+    joined = fa.rename(a_cols).join(fb.rename(b_cols), on="key", how="inner")
+    ka, kb = set(fa.get_column("key").to_list()), set(fb.get_column("key").to_list())
+    fail_a = joined.get_column("status_a") == STATUS_FAILED
+    fail_b = joined.get_column("status_b") == STATUS_FAILED
+    left_out = {
+        "only_in_a": len(ka - kb),
+        "only_in_b": len(kb - ka),
+        "failed_in_a": int((fail_a & ~fail_b).sum()),
+        "failed_in_b": int((fail_b & ~fail_a).sum()),
+        "failed_in_both": int((fail_a & fail_b).sum()),
+    }
+    left_out["total"] = sum(left_out.values())
+    scored = pl.col("status_a").is_in(_SCORED) & pl.col("status_b").is_in(_SCORED)
+    both = pl.col("score_a").is_not_null() & pl.col("score_b").is_not_null()
+    pairs = joined.filter(scored & both)
+    return pairs.sort("key"), left_out
+
+
+def _no_pairs_message(
+    a: Side, b: Side, fa: pl.DataFrame, fb: pl.DataFrame, left: dict[str, int], on: str
+) -> str:
+    why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in left.items() if v and k != "total")
+    return (
+        f"no `{on}` is scored ok or empty_context on both sides, so there is nothing to compare "
+        f"(A: {fa.height} rows of {a.describe()}; B: {fb.height} rows of {b.describe()}; "
+        f"left out: {why or 'none'}); check that both sides hold the same queries, or pair "
+        "them on another column with --on COL"
+    )
+
+
+def _metric_names(pairs: pl.DataFrame) -> list[str]:
+    names = ["score"]
+    for col in pairs.columns:
+        base = col.removesuffix("_a")
+        if col.endswith("_a") and base.startswith(_RANK_PREFIXES) and f"{base}_b" in pairs.columns:
+            names.append(base)
+    return names
+
+
+def _metric(pairs: pl.DataFrame, name: str, opts: CompareOptions) -> dict[str, Any]:
+    both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b")).drop_nulls()
+    return paired_figures(
+        both.get_column(f"{name}_a").cast(pl.Float64).to_list(),
+        both.get_column(f"{name}_b").cast(pl.Float64).to_list(),
+        resamples=opts.resamples,
+        seed=opts.seed,
+    )
+
+
+def _by_group(pairs: pl.DataFrame, opts: CompareOptions) -> dict[str, Any]:
+    """Score deltas per value of `--group-by` (taken from side A; B's where A has none)."""
+    column = opts.group_by or ""
+    a_col, b_col = f"{column}_a", f"{column}_b"
+    if column == opts.on:
+        value = pl.col("key").cast(pl.String)
+    else:
+        value = pl.coalesce(pl.col(a_col), pl.col(b_col)).cast(pl.String)
+    grouped = pairs.with_columns(value.alias("__group")).partition_by(
+        "__group", as_dict=True, maintain_order=False
+    )
+    groups = []
+    for (name, *_), frame in grouped.items():
+        figures = paired_figures(
+            frame.get_column("score_a").to_list(),
+            frame.get_column("score_b").to_list(),
+            resamples=opts.resamples,
+            seed=opts.seed,
+        )
+        groups.append({"group": name, **figures})
+    groups.sort(key=lambda g: (-g["n_pairs"], str(g["group"])))
+    return {"column": column, "groups": groups}
+
+
+def _changed_most(pairs: pl.DataFrame, opts: CompareOptions) -> list[dict[str, Any]]:
+    """The `top` pairs with the largest |B − A| score change, with both sides' evidence."""
+    if opts.top <= 0:
+        return []
+    delta = (pl.col("score_b") - pl.col("score_a")).alias("delta")
+    top = (
+        pairs.with_columns(delta)
+        .filter(pl.col("delta").abs() > TIE_EPS)
+        .sort([pl.col("delta").abs(), pl.col("key").cast(pl.String)], descending=[True, False])
+        .head(opts.top)
+    )
+    out = []
+    for row in top.iter_rows(named=True):
+        item: dict[str, Any] = {"key": row["key"], "delta": row["delta"]}
+        for s in ("a", "b"):
+            item[s] = {f: row.get(f"{f}_{s}") for f in ("score", "status", "verdicts", "reason")}
+        out.append(item)
+    return out
+
+
+def _side_info(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
+    counts = dict(frame.group_by("status").len().iter_rows())
+    return {
+        "source": str(side.path),
+        "filters": dict(side.filters),
+        "rows": frame.height,
+        "rows_by_status": {s: int(counts.get(s, 0)) for s in (*_SCORED, STATUS_FAILED)},
+        "judge": _manifest_judge(side.path),
+    }
+
+
+def _manifest_judge(path: Path) -> dict[str, Any] | None:
+    """The judge configuration the output's manifest records (None for a foreign folder)."""
+    manifest = path / STATE_DIR / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        describe = json.loads(manifest.read_text(encoding="utf-8")).get("describe", {})
+    except (OSError, ValueError):
+        return None
+    return {k: describe.get(k) for k in _JUDGE_KEYS}
+
+
+def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
+    """Differences between the sides' judge configurations (manifest and row columns)."""
+    ja, jb = _manifest_judge(a.path), _manifest_judge(b.path)
+    differences, notes = [], []
+    if ja is None or jb is None:
+        notes.append("a side has no ctxprec manifest: only the row columns were compared")
+    else:
+        ida, idb = dict(ja.pop("judge") or {}), dict(jb.pop("judge") or {})
+        url_a, url_b = ida.pop("base_url", None), idb.pop("base_url", None)
+        for key in sorted(set(ida) | set(idb)):
+            if ida.get(key) != idb.get(key):
+                differences.append(f"judge {key}: A {ida.get(key)!r}, B {idb.get(key)!r}")
+        for key in ("judge_model", "mode", "scale"):
+            if ja.get(key) != jb.get(key):
+                differences.append(f"{key}: A {ja.get(key)!r}, B {jb.get(key)!r}")
+        if url_a != url_b:
+            notes.append(f"judge base URL: A {url_a!r}, B {url_b!r} (same provider settings)")
+    for col in ("judge_model", "prompt_version"):
+        if f"{col}_a" in pairs.columns and f"{col}_b" in pairs.columns:
+            diff = pairs.filter(pl.col(f"{col}_a") != pl.col(f"{col}_b"))
+            if diff.height:
+                first = diff.row(0, named=True)
+                differences.append(
+                    f"{col} differs on {diff.height} of {pairs.height} pairs "
+                    f"(e.g. A {first[f'{col}_a']!r}, B {first[f'{col}_b']!r})"
+                )
+    return {"same": not differences, "differences": differences, "notes": notes}
+
+
+def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
+    """The failure message when B is worse than A by more than `fail_drop` and the CI's upper
+    bound is below zero; None when the gate passes. A drop of exactly `fail_drop` passes."""
+    delta, (_, hi) = report["mean_delta"], report["ci95"]
+    if not (delta < -fail_drop - TIE_EPS and hi < 0):
+        return None
+    return (
+        f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
+        f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
+        f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than allowed"
+    )
+
+
+def _num(value: float) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def sides_from_args(
+    outputs: Sequence[str], a_filters: Sequence[str], b_filters: Sequence[str]
+) -> tuple[Side, Side]:
+    """`A B [--a ..] [--b ..]` or `OUT --a COL=V --b COL=W` -> the two sides."""
+    fa = tuple(parse_filter(f) for f in a_filters)
+    fb = tuple(parse_filter(f) for f in b_filters)
+    if len(outputs) == 1:
+        if not fa or not fb:
+            raise CtxprecError(
+                "one output given: say which rows are A and which are B, e.g. "
+                "--a dt=2026-11-28 --b dt=2026-11-29 (or pass two output folders)"
+            )
+        path = local_output(outputs[0])
+        return Side("A", path, fa), Side("B", path, fb)
+    if len(outputs) != 2:
+        raise CtxprecError(f"compare takes one or two output folders, got {len(outputs)}")
+    return Side("A", local_output(outputs[0]), fa), Side("B", local_output(outputs[1]), fb)

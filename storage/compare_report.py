@@ -1,0 +1,248 @@
+"""The comparison for people and machines: compare.json (full precision), compare.md with a chart
+(compare.png) and the terminal text. Drawn from the report dict alone, on matplotlib's Agg canvas.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHART_FILE", "render_chart", "render_markdown", "render_text", "write_compare"]
+
+CHART_FILE = "compare.png"
+_SIZE = (8.0, 4.5)
+_INK = "#333333"
+_MAX_GROUPS = 20
+_REASON_CHARS = 300
+
+
+def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
+    """Write compare.json, compare.md and compare.png into `outdir`, each atomically."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {
+        CHART_FILE: render_chart(report),
+        "compare.json": (
+            json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
+        ).encode(),
+        "compare.md": render_markdown(report).encode(),
+    }
+    written = []
+    for name, data in files.items():
+        path = outdir / name
+        _atomic_write(path, data)
+        written.append(path)
+    return written
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with tmp.open("xb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    text = f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _signed(value: Any) -> str:
+    text = fmt(value)
+    return text if text == "n/a" or text.startswith("-") or text == "0" else f"+{text}"
+
+
+def _ci(report: Mapping[str, Any]) -> str:
+    ci = report.get("ci95")
+    return "n/a" if not ci else f"[{_signed(ci[0])}, {_signed(ci[1])}]"
+
+
+def _p(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return "< 0.0001" if value < 1e-4 else fmt(value)
+
+
+def _side(report: Mapping[str, Any], s: str) -> str:
+    side = report[s]
+    where = " and ".join(f"{c}={v}" for c, v in side["filters"].items())
+    return f"`{side['source']}`" + (f" where `{where}`" if where else "")
+
+
+def _gate_message(report: Mapping[str, Any]) -> str | None:
+    gate = report.get("gate") or {}
+    return str(gate["message"]) if gate.get("failed") else None
+
+
+def _verdicts(verdicts: Sequence[Any] | None) -> str:
+    if verdicts is None:
+        return "n/a"
+    return "".join("+" if v else ("?" if v is None else "-") for v in verdicts) or "(none)"
+
+
+def _judge_lines(report: Mapping[str, Any]) -> list[str]:
+    j = report["judge_config"]
+    if j["differences"]:
+        return [
+            "**WARNING: the two sides were NOT scored with the same judge configuration; "
+            "the deltas mix a change of judge with a change of retrieval.**",
+            *(f"- {d}" for d in j["differences"]),
+        ]
+    return ["Same judge configuration on both sides."] + [f"- note: {n}" for n in j["notes"]]
+
+
+def _metric_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    metrics = {"score": report, **report["metrics"]}
+    return [
+        [name, fmt(m["n_pairs"]), fmt(m["mean_a"]), fmt(m["mean_b"]), _signed(m["mean_delta"]),
+         _ci(m), _p(m["p_value"]), fmt(m["wins"]), fmt(m["losses"]), fmt(m["ties"])]
+        for name, m in metrics.items()
+    ]  # fmt: skip
+
+
+_METRIC_HEAD = ["metric", "pairs", "mean A", "mean B", "delta B−A", "95% CI", "p", "wins", "losses",
+                "ties"]  # fmt: skip
+
+
+def _left_out(report: Mapping[str, Any]) -> str:
+    left = report["left_out"]
+    parts = [f"{k.replace('_', ' ')} {fmt(v)}" for k, v in left.items() if k != "total" and v]
+    return f"{fmt(left['total'])} ids left out" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics."""
+    lines = [
+        f"ctxprec compare: A = {_side(report, 'a')}",
+        f"                 B = {_side(report, 'b')}",
+        f"  {fmt(report['n_pairs'])} pairs on `{report['on']}`; {_left_out(report)}",
+        f"  score: A {fmt(report['mean_a'])}  B {fmt(report['mean_b'])}  "
+        f"delta {_signed(report['mean_delta'])}  95% CI {_ci(report)}  p {_p(report['p_value'])}",
+        f"  B vs A per id: {fmt(report['wins'])} better, {fmt(report['losses'])} worse, "
+        f"{fmt(report['ties'])} tied",
+    ]
+    for name, m in report["metrics"].items():
+        lines.append(
+            f"  {name}: A {fmt(m['mean_a'])}  B {fmt(m['mean_b'])}  "
+            f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
+        )
+    lines.append(f"  test: {report['test']}")
+    for d in report["judge_config"]["differences"]:
+        lines.append(f"  WARNING judge configuration differs: {d}")
+    if gate := _gate_message(report):
+        lines.append(f"  GATE FAILED: {gate}")
+    return "\n".join(lines)
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """compare.md: sides, judge check, metrics table, chart, groups, rows that changed most."""
+    b = report["bootstrap"]
+    lines = [
+        "# ctxprec comparison: B vs A",
+        "",
+        f"- A: {_side(report, 'a')} ({fmt(report['a']['rows'])} rows)",
+        f"- B: {_side(report, 'b')} ({fmt(report['b']['rows'])} rows)",
+        f"- **{fmt(report['n_pairs'])}** pairs on `{report['on']}` (ids scored ok or "
+        f"empty_context on both sides); {_left_out(report)}",
+        "",
+        *_judge_lines(report),
+        "",
+    ]
+    if gate := _gate_message(report):
+        lines += [f"> **Gate failed: {gate}**", ""]
+    lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
+    lines += [
+        f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
+        f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",
+        "",
+        f"![mean delta with 95% CI]({CHART_FILE})",
+        "",
+    ]
+    if g := report["by_group"]:
+        rows = [[x["group"], fmt(x["n_pairs"]), fmt(x["mean_a"]), fmt(x["mean_b"]),
+                 _signed(x["mean_delta"]), _ci(x), fmt(x["wins"]), fmt(x["losses"])]
+                for x in g["groups"]]  # fmt: skip
+        head = [g["column"], "pairs", "mean A", "mean B", "delta", "95% CI", "wins", "losses"]
+        lines += _table(f"By {g['column']}", head, rows)
+    lines += _changed_md(report)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _changed_md(report: Mapping[str, Any]) -> list[str]:
+    rows = report["changed_most"]
+    if not rows:
+        return ["## Rows that changed most", "", "No pair changed its score.", ""]
+    legend = "Verdicts by position: + relevant, - not relevant, ? not judged."
+    out = ["## Rows that changed most", "", legend, ""]
+    for r in rows:
+        out += [f"### `{r['key']}`: {fmt(r['a']['score'])} → {fmt(r['b']['score'])} "
+                f"({_signed(r['delta'])})", ""]  # fmt: skip
+        for s in ("a", "b"):
+            side = r[s]
+            reason = " ".join(str(side["reason"] or "").split())
+            if len(reason) > _REASON_CHARS:
+                reason = reason[: _REASON_CHARS - 1] + "…"
+            out.append(
+                f"- {s.upper()}: {side['status']}, verdicts `{_verdicts(side['verdicts'])}`"
+                + (f": {reason}" if reason else "")
+            )
+        out.append("")
+    return out
+
+
+def _table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return [*lines, *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
+
+
+def render_chart(report: Mapping[str, Any]) -> bytes:
+    """Mean delta (B − A) with its 95% CI per metric and, with --group-by, per group."""
+    from matplotlib.figure import Figure
+
+    metrics = {"score": report, **report["metrics"]}
+    groups = (report.get("by_group") or {}).get("groups", [])[:_MAX_GROUPS]
+    fig = Figure(figsize=_SIZE, dpi=100, layout="constrained")
+    axes = fig.subplots(1, 2 if groups else 1, squeeze=False)[0]
+    _delta_bars(axes[0], list(metrics.items()), "metric")
+    if groups:
+        column = report["by_group"]["column"]
+        _delta_bars(axes[1], [(str(g["group"]), g) for g in groups], f"score by {column}")
+    fig.suptitle(f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str) -> None:
+    items = [(n, m) for n, m in items if m["mean_delta"] is not None][::-1]
+    ys = list(range(len(items)))
+    deltas = [m["mean_delta"] for _, m in items]
+    lo = [m["mean_delta"] - m["ci95"][0] for _, m in items]
+    hi = [m["ci95"][1] - m["mean_delta"] for _, m in items]
+    colors = ["#1a9850" if m["ci95"][0] > 0 else "#d73027" if m["ci95"][1] < 0 else "#999999"
+              for _, m in items]  # fmt: skip
+    ax.barh(ys, deltas, color=colors, alpha=0.8)
+    ax.errorbar(deltas, ys, xerr=[lo, hi], fmt="none", ecolor=_INK, capsize=3)
+    ax.axvline(0, color=_INK, lw=0.8)
+    ax.set_yticks(ys, [n for n, _ in items])
+    ax.set_title(title)
+    ax.set_xlabel("mean delta B − A")
