@@ -293,6 +293,10 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     )
     write_summary(args.outdir, summary)
     print(_human_line(summary, args.outdir))
+    from storage.trend import trend_text
+
+    if text := trend_text(summary.get("trend")):
+        print(text)
     return 0
 
 

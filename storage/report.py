@@ -16,6 +16,7 @@ import polars as pl
 
 from storage.charts import CHART_FILES, planned_charts, render_charts
 from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
 
 __all__ = ["BANDS", "agreement", "build_summary", "render_markdown", "write_summary"]
 
@@ -73,6 +74,7 @@ def build_summary(
     }
     summary |= _judge(run, tokens)
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
+    summary["trend"] = night_trend(Path(outdir), run)  # None unless partitioned by a date
     return summary
 
 
@@ -326,7 +328,10 @@ def write_summary(outdir: Path, summary: Mapping[str, Any], *, charts: bool = Tr
     pngs = render_charts(summary) if charts else {}
     for name, data in pngs.items():
         _atomic_write(chart_dir / name, data)
-    for stale in set(CHART_FILES) - set(pngs):  # a chart that no longer applies is not kept
+    if (trend := trend_chart(summary.get("trend")) if charts else None) is not None:
+        pngs[TREND_CHART] = trend
+        _atomic_write(chart_dir / TREND_CHART, trend)
+    for stale in {*CHART_FILES, TREND_CHART} - set(pngs):  # a chart that no longer applies goes
         (chart_dir / stale).unlink(missing_ok=True)
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
     _atomic_write(outdir / "summary.json", text.encode())
@@ -366,6 +371,7 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
     )
     lines += _md_table("Judge and cost", ["figure", "value"], _md_judge(summary))
     lines += [*_md_extras(summary), *img("scores_by_group.png")]
+    lines += trend_markdown(summary.get("trend"), chart=charts)
     return "\n".join(lines).rstrip() + "\n"
 
 
