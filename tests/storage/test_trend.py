@@ -1,0 +1,102 @@
+"""Nights over time in the summary: one row per night of a date-partitioned output, mean with
+its CI, P@1, coverage, tokens and cost, and the nights whose mean left the previous night's CI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from storage.trend import night_trend, trend_markdown, trend_text
+
+
+def night(path: Path, dt: str, scores: list[float | None], tokens: int = 100) -> None:
+    n = len(scores)
+    part = path / f"dt={dt}"
+    part.mkdir(parents=True)
+    pl.DataFrame(
+        {
+            "id": [f"{dt}/{i}" for i in range(n)],
+            "score": scores,
+            "status": ["ok" if s is not None else "failed" for s in scores],
+            "precision_at_1": [None if s is None else float(s >= 0.5) for s in scores],
+            "context_count": [4] * n,
+            "input_tokens": [tokens] * n,
+            "output_tokens": [tokens // 10] * n,
+        },
+        schema_overrides={"score": pl.Float64},
+    ).write_parquet(part / "part-00000-00000.parquet")
+
+
+@pytest.fixture
+def nights(tmp_path: Path) -> Path:
+    out = tmp_path / "scores"
+    night(out, "2026-11-27", [0.5, 0.6, 0.4, 0.5, 0.55, 0.45])
+    night(out, "2026-11-28", [0.52, 0.58, 0.42, 0.5, 0.5, None])  # within the CI, one failed
+    night(out, "2026-11-29", [0.1, 0.2, 0.15, 0.1, 0.2, 0.15])  # a clear drop
+    state = out / "_ctxprec"
+    state.mkdir()
+    (state / "manifest.json").write_text(json.dumps({"describe": {"partition_by": ["dt"]}}))
+    return out
+
+
+def test_per_night_figures_and_moves(nights: Path) -> None:
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 10.0}
+    trend = night_trend(nights, {"price": price})
+    assert trend is not None and trend["column"] == "dt"
+    rows = trend["nights"]
+    assert [r["night"] for r in rows] == ["2026-11-27", "2026-11-28", "2026-11-29"]
+    first = rows[0]
+    scores = [0.5, 0.6, 0.4, 0.5, 0.55, 0.45]
+    mean = sum(scores) / 6
+    sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / 5)
+    assert first["mean_score"] == pytest.approx(mean)
+    assert first["ci95"] == pytest.approx([mean - 1.959964 * sd / math.sqrt(6),
+                                           mean + 1.959964 * sd / math.sqrt(6)])  # fmt: skip
+    assert first["p_at_1"] == pytest.approx(4 / 6) and first["items"] == 24
+    assert rows[1]["coverage"] == pytest.approx(5 / 6) and rows[1]["failed"] == 1
+    assert first["cost_usd"] == pytest.approx((600 * 1.0 + 60 * 10.0) / 1e6)
+    assert [r["moved"] for r in rows] == [None, None, "down"]
+    md = "\n".join(trend_markdown(trend))
+    assert "▼ down" in md and "n/a" in md and "None" not in md
+    assert "2026-11-29" in trend_text(trend)
+
+
+@pytest.mark.slow
+def test_summary_command_shows_the_nights(
+    hotpot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three incremental nights (offline judge) into a dt-partitioned output."""
+    df = pl.read_parquet(hotpot)
+    out = tmp_path / "scores"
+    for i, dt in enumerate(["2026-11-27", "2026-11-28", "2026-11-29"]):
+        src = tmp_path / f"n{i}.parquet"
+        df.slice(20 * i, 20).with_columns(pl.lit(dt).alias("dt")).write_parquet(src)
+        args = ["score", str(src), "-o", str(out), "--incremental", "--passthrough", "dt"]
+        args += ["--partition-by", "dt", "--map", "query=question"]
+        assert main([*args, "--map", "expected=ground_truth", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "nights by dt" in printed and "2026-11-29" in printed and "None" not in printed
+    assert "## Nights by dt" in (out / "summary.md").read_text()
+    assert (out / "charts" / "trend.png").stat().st_size > 0
+    nights = json.loads((out / "summary.json").read_text())["trend"]["nights"]
+    assert [n["rows"] for n in nights] == [20, 20, 20]
+    by_hand = df.slice(40, 20)  # the third night's P@1 from the stored rows
+    got = pl.read_parquet(out / "dt=2026-11-29" / "*.parquet")
+    assert got.height == by_hand.height
+    assert nights[2]["p_at_1"] == pytest.approx(got["precision_at_1"].mean())
+    assert nights[2]["mean_score"] == pytest.approx(got["score"].mean())
+
+
+def test_no_trend_without_a_date_partition(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    night(out, "x", [0.5])
+    (out / "_ctxprec").mkdir()
+    (out / "_ctxprec" / "manifest.json").write_text(json.dumps({"describe": {}}))
+    assert night_trend(out, {}) is None
