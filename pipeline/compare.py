@@ -164,15 +164,16 @@ def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> N
 
 def _pair(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
     """Rows of both sides joined on the key; only keys scored on both sides are kept."""
+    if fa.schema["key"] != fb.schema["key"]:  # e.g. integer ids on one side, text on the other
+        fa, fb = (f.with_columns(pl.col("key").cast(pl.String)) for f in (fa, fb))
     a_cols = {c: f"{c}_a" for c in fa.columns if c != "key"}
     b_cols = {c: f"{c}_b" for c in fb.columns if c != "key"}
     joined = fa.rename(a_cols).join(fb.rename(b_cols), on="key", how="inner")
-    ka, kb = set(fa.get_column("key").to_list()), set(fb.get_column("key").to_list())
     fail_a = joined.get_column("status_a") == STATUS_FAILED
     fail_b = joined.get_column("status_b") == STATUS_FAILED
     left_out = {
-        "only_in_a": len(ka - kb),
-        "only_in_b": len(kb - ka),
+        "only_in_a": fa.join(fb, on="key", how="anti").height,
+        "only_in_b": fb.join(fa, on="key", how="anti").height,
         "failed_in_a": int((fail_a & ~fail_b).sum()),
         "failed_in_b": int((fail_b & ~fail_a).sum()),
         "failed_in_both": int((fail_a & fail_b).sum()),
@@ -233,6 +234,7 @@ def _by_group(pairs: pl.DataFrame, opts: CompareOptions) -> dict[str, Any]:
             frame.get_column("score_b").to_list(),
             resamples=opts.resamples,
             seed=opts.seed,
+            test=False,
         )
         groups.append({"group": name, **figures})
     groups.sort(key=lambda g: (-g["n_pairs"], str(g["group"])))

@@ -55,3 +55,13 @@ def test_bootstrap_is_seeded() -> None:
     d = np.random.default_rng(0).normal(0, 1, 50)
     assert bootstrap_ci(d, 1000, 7) == bootstrap_ci(d, 1000, 7)
     assert bootstrap_ci(d, 1000, 7) != bootstrap_ci(d, 1000, 8)
+
+
+def test_both_resampling_paths_agree_with_normal_theory() -> None:
+    """Few distinct differences (multinomial counts) and many (ids drawn), same width."""
+    rng = np.random.default_rng(3)
+    for d in (rng.normal(0.02, 0.3, 6000), np.round(rng.normal(0.02, 0.3, 6000), 2)):
+        lo, hi = bootstrap_ci(d, resamples=800, seed=1)
+        half = 1.959964 * d.std(ddof=1) / math.sqrt(len(d))
+        assert lo < d.mean() < hi
+        assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
