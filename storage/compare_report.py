@@ -188,7 +188,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 def _changed_md(report: Mapping[str, Any]) -> list[str]:
     rows = report["changed_most"]
     if not rows:
-        return ["## Rows that changed most", "", "No pair changed its score.", ""]
+        none = "No pair changed its score." if report["wins"] + report["losses"] == 0 else ""
+        return ["## Rows that changed most", "", none, ""] if none else []
     legend = "Verdicts by position: + relevant, - not relevant, ? not judged."
     out = ["## Rows that changed most", "", legend, ""]
     for r in rows:
