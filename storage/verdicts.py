@@ -82,16 +82,16 @@ class VerdictStore:
         self._last_flush = self._clock()
         if not self._buffer:
             return
-        rows, self._buffer = self._buffer, []
+        rows = self._buffer  # kept until written: a failed write (full disk) loses nothing
         keys, entries = zip(*rows, strict=True)
         columns = [list(keys), *(list(col) for col in zip(*entries, strict=True))]
         table = pa.Table.from_arrays(
             [pa.array(col, f.type) for col, f in zip(columns, _SCHEMA, strict=True)],
             schema=_SCHEMA,
         )
-        self.directory.mkdir(parents=True, exist_ok=True)
         target = self.directory / f"{uuid.uuid4().hex}.arrow"
         atomic_write(target, partial(_write_ipc, table))
+        self._buffer = []
         self.files_written += 1
 
 
