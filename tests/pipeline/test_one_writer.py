@@ -95,13 +95,13 @@ def test_second_run_with_wait_lock_waits_then_pays_nothing(
     src, out = source(tmp_path), tmp_path / "out"
     first = start(src, out)
     wait_for_lock(out, first)
-    second = start(src, out, "--wait-lock", "300")
+    second = start(src, out, "--wait-lock", "3600")
     _, err1 = first.communicate(timeout=300)
     calls_of_first = slow_judge.stats.total
     out2, err2 = second.communicate(timeout=300)
     assert first.returncode == 0, err1
     assert second.returncode == 0, err2
-    assert "is locked by pid" in err2 and "waiting up to 300 s" in err2
+    assert "is locked by pid" in err2 and "waiting up to 3600 s" in err2
     assert slow_judge.stats.total == calls_of_first == 2 * ROWS  # the second made 0 calls
     assert '"rows_this_run": 0' in out2
     assert max(slow_judge.stats.items.values()) == 1

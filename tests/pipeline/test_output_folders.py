@@ -256,3 +256,12 @@ def test_sink_without_its_extra_is_refused_before_any_judge_call(
     assert "pip install 'ctxprec[warehouse]'" in err and "internal error" not in err
     assert fake.stats.total == 0
     assert not out.exists()
+
+
+def test_wait_lock_flag_forms() -> None:
+    from pipeline.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["score", "in", "-o", "out"]).wait_lock == 0.0  # default: exit 2 at once
+    assert parse(["score", "in", "-o", "out", "--wait-lock"]).wait_lock == 3600.0
+    assert parse(["score", "in", "-o", "out", "--wait-lock", "90"]).wait_lock == 90.0
