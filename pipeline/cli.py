@@ -1,6 +1,8 @@
 """The `ctxprec` command: `score`, `estimate` and `summary`. Exit codes: 0 all rows scored,
-1 some rows failed (output still written), 2 usage/config/input errors before any judge call,
-130 interrupted (finished parts kept; the same command resumes).
+1 some rows failed (output still written), 2 usage/config/input/output-folder errors before any
+judge call (a folder ctxprec did not write, one another run is writing, an object-store URL, a
+sink without its extra) or a write that failed mid-run (full disk, read-only folder), 130
+interrupted (finished parts kept; the same command resumes).
 """
 
 from __future__ import annotations

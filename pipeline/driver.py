@@ -114,7 +114,7 @@ async def prepare_run(
     await anyio.to_thread.run_sync(check_sinks, cfg.sinks, spec.schema)
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir)
-    await anyio.to_thread.run_sync(lock.acquire, wait_lock)
+    lock.acquire(wait_lock)  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
     run = RunPlan(input, cfg, info, runlog, spec, identity, lock=lock)
     try:
         await _open(run, overwrite=overwrite, incremental=incremental)
