@@ -56,6 +56,7 @@ def local_outdir(outdir: str | Path) -> Path:
         return Path("/" + text.removeprefix("file:").lstrip("/"))
     match = _SCHEME.match(text)
     if match:
+        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", r"\1://", text)
         raise OutputError(
             f"output {text}: object-store outputs ({match.group(1)}://) are not supported yet; "
             "write to a local or mounted folder (e.g. -o /data/out) and copy it from there"

@@ -164,3 +164,21 @@ def test_a_copy_sent_to_another_process_holds_nothing(tmp_path: Path) -> None:
         assert live_holder(tmp_path) == lock.holder
     finally:
         lock.release()
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_gone(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(1000):  # exited, but not waited for: a zombie
+        if Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+    _plant(tmp_path, pid=proc.pid, host=socket.gethostname())
+    try:
+        assert live_holder(tmp_path) is None
+        log: list[str] = []
+        lock = make(tmp_path, log)
+        lock.acquire()
+        lock.release()
+        assert f"process {proc.pid} is no longer running" in log[0]
+    finally:
+        proc.wait()
