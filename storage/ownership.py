@@ -94,9 +94,10 @@ def records(outdir: Path, prefix: str = "", suffix: str = COMMITTED) -> dict[str
             continue
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            found[str(raw["key"])] = raw
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             continue
+        if isinstance(raw, dict) and "key" in raw and isinstance(raw.get("files"), list):
+            found[str(raw["key"])] = raw
     return found
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "checksums",
     "committed_files",
     "plant",
+    "remount",
     "tmpfs",
 ]
 
