@@ -388,6 +388,11 @@ BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
         ["--max-retries", "-1"],
         ["judge.max_retries from command line must be 0 or more, got -1"],
     ),
+    "scheduler_without_dask": (
+        ["--scheduler", "tcp://127.0.0.1:9"],
+        ["--scheduler and --workers are for --engine dask; add it"],
+    ),
+    "workers_without_dask": (["--workers", "2"], ["--scheduler and --workers are for --engine"]),
     "extractor_without_colon": (
         ["--extractor", "just_a_module"],
         ['columns.extractor from command line must be "module:function"'],
@@ -1066,3 +1071,16 @@ def test_summary_and_estimate_mistakes_about_folders(
     assert err.count("ctxprec: error: ") == 3
     no_traceback(err)
     assert sorted(p.name for p in foreign.iterdir()) == ["part-00000-abc.snappy.parquet"]
+
+
+def test_dask_engine_without_its_extra(
+    tmp_path: Path,
+    fake: FakeJudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    source = write(tmp_path / "in.parquet")
+    fragments = ["--engine dask needs dask.distributed, which is not installed"]
+    refused(capsys, fake, [source, "-o", tmp_path / "out", "--engine", "dask"], fragments)
+    assert not (tmp_path / "out").exists()
