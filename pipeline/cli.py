@@ -1,7 +1,9 @@
 """The `ctxprec` command: `score`, `estimate`, `summary` and `compare`. Exit codes: 0 all rows
-scored, 1 some rows failed (output still written), 2 usage/config/input errors before any judge
-call, 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows failed too),
-130 interrupted (finished parts kept; the same command resumes).
+scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder errors
+before any judge call (a folder ctxprec did not write, one another run is writing, an
+object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
+folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows
+failed too); 130 interrupted (finished parts kept; the same command resumes).
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--group-by", help="column to break scores down by in the summary")
 
 
+WAIT_LOCK_S = 3600.0  # --wait-lock without a number
+
+
+def _add_lock_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait-lock",
+        nargs="?",
+        type=float,
+        const=WAIT_LOCK_S,
+        default=0.0,
+        metavar="SECONDS",
+        help="if another run is writing OUTDIR, wait for it (default: exit 2 at once; "
+        f"without SECONDS: up to {WAIT_LOCK_S:g} s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxprec",
@@ -88,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
+    _add_lock_flag(sc)
     sc.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto")
     sc.add_argument("--quiet", action="store_true", help="print only one JSON line at the end")
     en = sc.add_argument_group("engine")
@@ -178,6 +197,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 def _check_conflicts(args: argparse.Namespace) -> None:
     if getattr(args, "overwrite", False) and getattr(args, "incremental", False):
         raise CtxprecError("--overwrite and --incremental contradict each other; pick one")
+    if getattr(args, "wait_lock", 0.0) < 0:
+        raise CtxprecError(f"--wait-lock {args.wait_lock:g}: give a number of seconds, 0 or more")
     if getattr(args, "quiet", False) and args.progress in ("bar", "log"):
         raise CtxprecError(f"--quiet and --progress {args.progress} contradict each other")
 
@@ -209,6 +230,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         incremental=args.incremental,
         progress=progress,
+        wait_lock=args.wait_lock,
     )
     if args.quiet:
         print(json.dumps(_quiet_line(result.summary, args.output)))
@@ -274,13 +296,12 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
 def _cmd_summary(args: argparse.Namespace) -> int:
     from storage.report import build_summary, write_summary
     from storage.runlog import STATE_DIR
+    from storage.status import unfinished
 
+    problem = unfinished(args.outdir)
+    if problem:
+        raise CtxprecError(problem)
     state = args.outdir / STATE_DIR / "run.json"
-    if not state.is_file():
-        raise CtxprecError(
-            f"{args.outdir} holds no ctxprec run (no {state}); pass an OUTDIR "
-            "written by `ctxprec score`"
-        )
     run = json.loads(state.read_text(encoding="utf-8"))
     manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
     describe = manifest.get("describe", {})
@@ -307,8 +328,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     est = estimate(args.input, cfg)
     print(json.dumps(est, indent=2) if args.json else render_estimate(est))
     if args.output is not None:
+        from storage.ownership import check_claimable, local_outdir
         from storage.runlog import STATE_DIR, atomic_write_text
 
+        check_claimable(local_outdir(args.output))
         state = args.output / STATE_DIR
         state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))

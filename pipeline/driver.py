@@ -5,6 +5,7 @@ the summary, run.json and `_SUCCESS` (`finish_run`). Every engine runs these two
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,8 @@ from pipeline.limits import GateStats
 from pipeline.publish import check_sinks, publish
 from storage.charts import preload
 from storage.dataset import drop_ids, scored_ids
+from storage.lock import OutdirLock
+from storage.ownership import check_claimable, local_outdir, warn_foreign
 from storage.report import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
 from storage.schema import SCHEMA_VERSION, STATUS_FAILED, output_schema
@@ -36,6 +39,7 @@ __all__ = [
     "StageResult",
     "finish_run",
     "prepare_run",
+    "release_outdir",
 ]
 
 AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
@@ -70,6 +74,7 @@ class RunPlan:
     rows_skipped: int = 0  # and their rows
     skip_ids: pl.Series | None = None
     run_tag: str = ""
+    lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
 
 
 @dataclass
@@ -83,10 +88,18 @@ class StageResult:
 
 
 async def prepare_run(
-    input: str, outdir: Path, cfg: Config, *, overwrite: bool = False, incremental: bool = False
+    input: str,
+    outdir: Path,
+    cfg: Config,
+    *,
+    overwrite: bool = False,
+    incremental: bool = False,
+    wait_lock: float = 0.0,
 ) -> RunPlan:
-    """Everything before the first judge call: check input, judge, output columns and sinks;
-    open (or resume) the folder; decide what a resumed or incremental run skips."""
+    """Everything before the first judge call: check the output path, input, judge, output
+    columns and sinks; lock and open (or resume) the folder; decide what a resumed or
+    incremental run skips. On any error the lock is given back."""
+    outdir = local_outdir(outdir)
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.extractor:
         load_extractor(cfg.extractor)  # a bad one fails before the folder is touched
@@ -99,17 +112,39 @@ async def prepare_run(
     spec = _table_spec(info, cfg, judge.model)
     _check_output_columns(cfg, spec)
     await anyio.to_thread.run_sync(check_sinks, cfg.sinks, spec.schema)
+    await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
+    lock = OutdirLock(outdir)
+    lock.acquire(wait_lock)  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
+    run = RunPlan(input, cfg, info, runlog, spec, identity, lock=lock)
+    try:
+        await _open(run, overwrite=overwrite, incremental=incremental)
+    except BaseException:
+        release_outdir(run)
+        raise
+    return run
+
+
+def release_outdir(plan: RunPlan) -> None:
+    """Give back the output folder's lock (engines call it when the run ends, however)."""
+    if plan.lock is not None:
+        plan.lock.release()
+
+
+async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
+    runlog, cfg, outdir, input = run.runlog, run.cfg, run.runlog.outdir, run.input
     await anyio.to_thread.run_sync(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
     )
-    run = RunPlan(input, cfg, info, runlog, spec, identity)
+    warning = await anyio.to_thread.run_sync(warn_foreign, outdir)
+    if warning:
+        print(warning, file=sys.stderr)
     preload()  # matplotlib loads while the judge works, not after it
     if incremental:
         run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
-        run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, info, cfg)
+        run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
     elif (
-        info.total_rows <= AUTO_ESTIMATE_ROWS
-        and not judge.model.startswith("offline")
+        run.info.total_rows <= AUTO_ESTIMATE_ROWS
+        and not run.spec.judge_model.startswith("offline")
         and runlog.load_json("estimate.json") is None
     ):
         # a small input for a paid judge: price it first, so the summary can show estimate vs
@@ -121,7 +156,6 @@ async def prepare_run(
         else:
             runlog.save_json("estimate.json", est)
     await anyio.to_thread.run_sync(_plan_resume, run)
-    return run
 
 
 def _plan_resume(plan: RunPlan) -> None:
@@ -131,7 +165,7 @@ def _plan_resume(plan: RunPlan) -> None:
         done = {k: r for k, r in records.items() if r.failed == 0}
         plan.skip_parts = frozenset(done)
         plan.rows_skipped = sum(r.rows for r in done.values())
-    plan.runlog.remove_stale({f for r in records.values() for f in r.files})
+    plan.runlog.remove_stale()
 
 
 def _check_output_columns(cfg: Config, spec: TableSpec) -> None:

@@ -31,7 +31,14 @@ from pipeline.batch import (
 )
 from pipeline.config import Config
 from pipeline.dispatch import Dispatcher, RunCounters
-from pipeline.driver import RunPlan, RunResult, StageResult, finish_run, prepare_run
+from pipeline.driver import (
+    RunPlan,
+    RunResult,
+    StageResult,
+    finish_run,
+    prepare_run,
+    release_outdir,
+)
 from pipeline.errors import ConfigError, CtxprecError
 from pipeline.limits import GateStats, RateGate
 from pipeline.progress import Progress
@@ -89,15 +96,22 @@ async def run_score(
     overwrite: bool = False,
     incremental: bool = False,
     progress: str = "auto",
+    wait_lock: float = 0.0,
 ) -> RunResult:
-    """The local engine: prepare, one stage over the whole input, finish; in this process."""
+    """The local engine: prepare, one stage over the whole input, finish; in this process,
+    which holds the output folder's lock throughout."""
     started, started_at = time.monotonic(), datetime.now(UTC)
-    plan = await prepare_run(input, outdir, cfg, overwrite=overwrite, incremental=incremental)
-    counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
-    result = await run_stage(plan, counters=counters, progress=progress)
-    wall = time.monotonic() - started
-    engine = {"name": "local", "workers": 1, "tasks": 1}
-    return await anyio.to_thread.run_sync(finish_run, plan, result, started_at, wall, engine)
+    plan = await prepare_run(
+        input, outdir, cfg, overwrite=overwrite, incremental=incremental, wait_lock=wait_lock
+    )
+    try:
+        counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
+        result = await run_stage(plan, counters=counters, progress=progress)
+        wall = time.monotonic() - started
+        engine = {"name": "local", "workers": 1, "tasks": 1}
+        return await anyio.to_thread.run_sync(finish_run, plan, result, started_at, wall, engine)
+    finally:
+        release_outdir(plan)
 
 
 async def run_stage(

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["BAND_COLORS", "CHART_FILES", "planned_charts", "preload", "render_charts"]
+__all__ = [
+    "BAND_COLORS",
+    "CHART_FILES",
+    "TREND_CHART",
+    "planned_charts",
+    "preload",
+    "render_charts",
+]
 
 BAND_COLORS: dict[str, str] = {
     "excellent": "#1a9850",
@@ -27,6 +34,7 @@ CHART_FILES: dict[str, str] = {
     "relevance_by_position.png": "relevance by position",
     "scores_by_group.png": "scores by group",
 }
+TREND_CHART = "trend.png"  # the per-night chart (storage/trend.py)
 _SIZE = (8.0, 4.5)  # inches at 100 dpi: 800 x 450 px
 _INK = "#333333"
 _MAX_POSITIONS = 50

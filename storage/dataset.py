@@ -1,11 +1,12 @@
-"""The scored dataset already in an output folder: which ids it holds (for incremental runs) and
-dropping rows that are about to be re-scored.
+"""The scored dataset already in an output folder (the part files ctxprec committed, as
+`storage.ownership` names them): which ids it holds (for incremental runs) and dropping rows that
+are about to be re-scored.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -13,22 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.runlog import STATE_DIR
+from storage.atomic import atomic_write
+from storage.ownership import part_files
 
 __all__ = ["drop_ids", "part_files", "scored_ids"]
-
-
-def part_files(outdir: Path) -> list[Path]:
-    """Every committed-looking part file below `outdir` (not state, not temp files)."""
-    if not outdir.is_dir():
-        return []
-    out = []
-    for path in sorted(outdir.rglob("*.parquet")):
-        rel = path.relative_to(outdir)
-        if rel.parts[0] == STATE_DIR or any(p.startswith(".") for p in rel.parts):
-            continue
-        out.append(path)
-    return out
 
 
 def scored_ids(outdir: Path) -> pl.DataFrame:
@@ -54,8 +43,11 @@ def drop_ids(outdir: Path, ids: Collection[object]) -> int:
         n = pc.sum(hit).as_py() or 0
         if not n:
             continue
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table.filter(pc.invert(hit)), tmp, compression="zstd")
-        os.replace(tmp, path)
+        kept = table.filter(pc.invert(hit))
+        atomic_write(path, partial(_write_parquet, kept))
         dropped += int(n)
     return dropped
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression="zstd")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import platformdirs
+
+from pipeline.errors import OutputError
 
 __all__ = [
     "MEMO_RECIPE",
@@ -70,21 +73,33 @@ class MemoStore(Protocol):
     def close(self) -> None: ...
 
 
+def _write_failed(directory: Path, exc: BaseException) -> OutputError:
+    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    return OutputError(
+        f"cannot write the memo in {directory}: {reason}; the verdicts of this batch are not "
+        "kept there: free some space (or give a writable --cache-dir) and run the same command "
+        "again to finish"
+    )
+
+
 class Memo:
     """A thin wrapper over diskcache.Cache; call its methods from a worker thread."""
 
     def __init__(self, directory: Path):
         import diskcache
 
-        directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        self._cache = diskcache.Cache(
-            str(directory),
-            eviction_policy="none",
-            size_limit=2**62,
-            cull_limit=0,
-            statistics=False,
-        )
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._cache = diskcache.Cache(
+                str(directory),
+                eviction_policy="none",
+                size_limit=2**62,
+                cull_limit=0,
+                statistics=False,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise _write_failed(directory, exc) from exc
 
     def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]:
         # plain reads, no transaction: in WAL mode they never wait for the memo writer
@@ -98,12 +113,16 @@ class Memo:
         return found
 
     def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:
+        """Store verdicts in one transaction: on a full disk none of them is kept."""
         n = 0
         cache = self._cache
-        with cache.transact():
-            for key, value in entries:
-                cache.set(key, value)
-                n += 1
+        try:
+            with cache.transact():
+                for key, value in entries:
+                    cache.set(key, value)
+                    n += 1
+        except (OSError, sqlite3.Error) as exc:
+            raise _write_failed(self.directory, exc) from exc
         return n
 
     def __len__(self) -> int:

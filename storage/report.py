@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.ownership import part_files
 from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
 
 __all__ = ["BANDS", "agreement", "build_summary", "render_markdown", "write_summary"]
 
-STATE_DIR = "_ctxprec"
 _EPS = 1e-9  # scores carry two decimals; this only absorbs float noise in score / scale
 _BINS = 20
 _MAX_GROUPS = 200
@@ -54,7 +53,7 @@ def build_summary(
     ks: Sequence[int] = DEFAULT_KS,
 ) -> dict[str, Any]:
     """Every figure of the summary; Polars reads only the columns each figure needs."""
-    parts = _part_files(Path(outdir))
+    parts = part_files(Path(outdir))  # what ctxprec committed; files users added are not data
     lf = _scan(parts)
     cols = set(lf.collect_schema().names())
     figures = _figures(lf, scale)
@@ -76,13 +75,6 @@ def build_summary(
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(Path(outdir), run)  # None unless partitioned by a date
     return summary
-
-
-def _part_files(outdir: Path) -> list[Path]:
-    """Scored part files: every *.parquet under outdir except run state and hidden temp files."""
-    found = outdir.rglob("*.parquet") if outdir.is_dir() else []
-    keep = [p for p in found if p.relative_to(outdir).parts[0] != STATE_DIR]
-    return sorted(p for p in keep if not p.name.startswith("."))
 
 
 def _scan(parts: list[Path]) -> pl.LazyFrame:
@@ -327,29 +319,15 @@ def write_summary(outdir: Path, summary: Mapping[str, Any], *, charts: bool = Tr
     chart_dir = outdir / "charts"
     pngs = render_charts(summary) if charts else {}
     for name, data in pngs.items():
-        _atomic_write(chart_dir / name, data)
+        atomic_write_bytes(chart_dir / name, data)
     if (trend := trend_chart(summary.get("trend")) if charts else None) is not None:
         pngs[TREND_CHART] = trend
-        _atomic_write(chart_dir / TREND_CHART, trend)
+        atomic_write_bytes(chart_dir / TREND_CHART, trend)
     for stale in {*CHART_FILES, TREND_CHART} - set(pngs):  # a chart that no longer applies goes
         (chart_dir / stale).unlink(missing_ok=True)
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
-    _atomic_write(outdir / "summary.json", text.encode())
-    _atomic_write(outdir / "summary.md", render_markdown(summary, charts=charts).encode())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write a hidden temp file beside `path`, fsync it, rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with tmp.open("xb") as fh:  # plain open: the umask decides the mode, as for any output
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(outdir / "summary.json", text.encode())
+    atomic_write_bytes(outdir / "summary.md", render_markdown(summary, charts=charts).encode())
 
 
 def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:

@@ -14,13 +14,13 @@ from typing import Any
 
 import polars as pl
 
+from storage.charts import TREND_CHART
 from storage.dataset import part_files
 from storage.runlog import STATE_DIR
 from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
 __all__ = ["TREND_CHART", "night_trend", "trend_chart", "trend_markdown", "trend_text"]
 
-TREND_CHART = "trend.png"
 _Z95 = 1.959964
 _DATE_NAMES = ("dt", "date", "day", "ds", "night")
 

@@ -6,17 +6,18 @@ one folder per input file, so any machine that sees OUTDIR reuses every verdict 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from storage.atomic import atomic_write
 from storage.memo import MemoEntry, MemoStore
-from storage.runlog import STATE_DIR
+from storage.ownership import STATE_DIR
 
 __all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "verdict_dir"]
 
@@ -81,20 +82,22 @@ class VerdictStore:
         self._last_flush = self._clock()
         if not self._buffer:
             return
-        rows, self._buffer = self._buffer, []
+        rows = self._buffer  # kept until written: a failed write (full disk) loses nothing
         keys, entries = zip(*rows, strict=True)
         columns = [list(keys), *(list(col) for col in zip(*entries, strict=True))]
         table = pa.Table.from_arrays(
             [pa.array(col, f.type) for col, f in zip(columns, _SCHEMA, strict=True)],
             schema=_SCHEMA,
         )
-        self.directory.mkdir(parents=True, exist_ok=True)
         target = self.directory / f"{uuid.uuid4().hex}.arrow"
-        tmp = target.with_name(f".{target.name}.tmp")
-        with ipc.new_file(tmp, _SCHEMA) as writer:
-            writer.write_table(table)
-        os.replace(tmp, target)
+        atomic_write(target, partial(_write_ipc, table))
+        self._buffer = []
         self.files_written += 1
+
+
+def _write_ipc(table: pa.Table, path: Path) -> None:
+    with ipc.new_file(path, _SCHEMA) as writer:
+        writer.write_table(table)
 
 
 class SharedMemo:

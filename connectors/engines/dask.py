@@ -25,7 +25,14 @@ import pyarrow.parquet as pq
 from connectors.judges import JudgeStats
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
-from pipeline.driver import RunPlan, RunResult, StageResult, finish_run, prepare_run
+from pipeline.driver import (
+    RunPlan,
+    RunResult,
+    StageResult,
+    finish_run,
+    prepare_run,
+    release_outdir,
+)
 from pipeline.errors import ConfigError, CtxprecError
 from pipeline.flow import run_stage
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
@@ -91,13 +98,30 @@ def score_dask(
     incremental: bool = False,
     progress: str = "auto",
     task_rows: int = TASK_ROWS,
+    wait_lock: float = 0.0,
 ) -> RunResult:
     """`ctxprec score --engine dask`: on the cluster at `scheduler`, or on a local cluster of
     `workers` processes (default: one per core). Output and summary are the local engine's."""
     _require_distributed()
     started, started_at = time.monotonic(), datetime.now(UTC)
-    prepare = partial(prepare_run, str(input), Path(outdir), cfg)
+    prepare = partial(prepare_run, str(input), Path(outdir), cfg, wait_lock=wait_lock)
     plan = _portable(_run_async(partial(prepare, overwrite=overwrite, incremental=incremental)))
+    try:  # the driver (this process) holds the output folder's lock until the end
+        return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)
+    finally:
+        release_outdir(plan)
+
+
+def _run_on_cluster(
+    plan: RunPlan,
+    scheduler: str | None,
+    workers: int | None,
+    progress: str,
+    task_rows: int,
+    started: float,
+    started_at: datetime,
+) -> RunResult:
+    cfg = plan.cfg
     tasks = plan_tasks(plan, task_rows)
     limited = cfg.rpm is not None or cfg.tpm is not None
     run_id = uuid.uuid4().hex[:12] if limited else None

@@ -4,6 +4,7 @@ run's part files, and the column comparison that guards an existing table.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.errors import CtxprecError, OutputError
+from pipeline.errors import ConfigError, CtxprecError, OutputError
 
 __all__ = [
     "RowCounter",
@@ -26,6 +27,7 @@ __all__ = [
     "raise_append_error",
     "raise_if_differs",
     "read_parts",
+    "require_package",
 ]
 
 
@@ -151,6 +153,17 @@ def raise_if_differs(sink: str, expected: Mapping[str, str], actual: Mapping[str
             f"{sink}: the existing table's columns differ from ctxprec's output "
             f"({'; '.join(problems)}); append to a new table instead"
         )
+
+
+def require_package(module: str, sink: str) -> None:
+    """Before the run: the sink's engine (an optional extra) can be imported."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"{sink} needs the `{module}` package, which is not installed: "
+            "pip install 'ctxprec[warehouse]' (or drop the --sink)"
+        ) from None
 
 
 def check_creatable(path: Path, sink: str) -> None:

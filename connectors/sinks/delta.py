@@ -19,6 +19,7 @@ from connectors.sinks.base import (
     raise_append_error,
     raise_if_differs,
     read_parts,
+    require_package,
 )
 from pipeline.errors import OutputError
 
@@ -72,6 +73,7 @@ class DeltaSink:
         self.name = f"delta:{_redact(path)}"
 
     def check(self, schema: pa.Schema) -> None:
+        require_package("deltalake", self.name)
         local = _local_path(self.path)
         if local is not None and local.exists() and not local.is_dir():
             raise OutputError(f"{self.name}: {local} is a file; give a folder for the table")

@@ -20,6 +20,7 @@ from connectors.sinks.base import (
     raise_append_error,
     raise_if_differs,
     read_parts,
+    require_package,
 )
 from pipeline.errors import ConfigError, OutputError
 
@@ -96,6 +97,7 @@ class DuckDBSink:
         self.name = f"duckdb:{self.file}:{table}"
 
     def check(self, schema: pa.Schema) -> None:
+        require_package("duckdb", self.name)
         if not self.file.exists():
             check_creatable(self.file, self.name)
             return

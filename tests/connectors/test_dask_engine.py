@@ -271,3 +271,36 @@ def test_slices_of_a_big_file_cover_it_once(hotpot: Path, tmp_path: Path, server
     assert again.counters.rows_done == 20 and again.counters.judge_calls == 0
     done = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert done.height == 60 and done.get_column("id").is_unique().all()
+
+
+def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
+    cluster: Client,
+    hotpot: Path,
+    tmp_path: Path,
+    server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import connectors.engines.dask as engine
+    from storage.lock import OutdirLock, live_holder
+
+    src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"
+    other = OutdirLock(out)
+    other.acquire()  # another run holds the folder: refused before any judge call
+    try:
+        assert score(src, out, server, tmp_path / "c", cluster=cluster) == 2
+    finally:
+        other.release()
+    assert "is being written by pid" in capsys.readouterr().err
+    assert stats(server)["total"] == 0
+    seen = []
+    run_tasks = engine._run_tasks
+
+    def watching(*args: Any, **kw: Any) -> Any:
+        seen.append(live_holder(out))
+        return run_tasks(*args, **kw)
+
+    monkeypatch.setattr(engine, "_run_tasks", watching)
+    assert score(src, out, server, tmp_path / "c", cluster=cluster) == 0
+    assert len(seen) == 1 and seen[0] is not None and seen[0].pid == os.getpid()
+    assert live_holder(out) is None and not (out / "_ctxprec" / "lock").exists()

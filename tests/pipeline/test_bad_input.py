@@ -388,6 +388,11 @@ BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
         ["--max-retries", "-1"],
         ["judge.max_retries from command line must be 0 or more, got -1"],
     ),
+    "scheduler_without_dask": (
+        ["--scheduler", "tcp://127.0.0.1:9"],
+        ["--scheduler and --workers are for --engine dask; add it"],
+    ),
+    "workers_without_dask": (["--workers", "2"], ["--scheduler and --workers are for --engine"]),
     "extractor_without_colon": (
         ["--extractor", "just_a_module"],
         ['columns.extractor from command line must be "module:function"'],
@@ -934,3 +939,148 @@ def test_zero_row_file_writes_an_empty_table_in_the_output_schema(
     table = pa.concat_tables(pq.read_table(p) for p in parts)
     assert table.num_rows == 0
     assert {"id", "score", "status", "error", "verdicts"} <= set(table.column_names)
+
+
+# ---------------------------------------------------------------- output and sink mistakes
+
+
+# A builder prepares tmp_path and returns (score args after the input, expected fragments of
+# the message); every case exits 2 (never 3) before any judge call and changes no file.
+OutBuilt = tuple[list[Any], list[str]]
+
+
+def _object_store(tmp: Path) -> OutBuilt:
+    return ["-o", "s3://bucket/scores"], ["object-store outputs (s3://) are not supported yet"]
+
+
+def _spark_folder(tmp: Path) -> OutBuilt:
+    out = tmp / "out"
+    (out / "dt=2024-01-01").mkdir(parents=True)
+    (out / "_SUCCESS").write_bytes(b"")
+    (out / "dt=2024-01-01" / "events.parquet").write_bytes(b"PAR1")
+    return ["-o", out], [f"output folder {out} holds files ctxprec did not write", "_SUCCESS"]
+
+
+def _hidden_only(tmp: Path) -> OutBuilt:
+    (tmp / "out" / ".hidden").mkdir(parents=True)
+    (tmp / "out" / ".hidden" / "x.parquet").write_bytes(b"PAR1")
+    return ["-o", tmp / "out", "--overwrite"], [".hidden/x.parquet", "choose a new or empty"]
+
+
+def _unknown_sink(tmp: Path) -> OutBuilt:
+    return ["-o", tmp / "out", "--sink", "bigquery:x"], ["unknown sink kind 'bigquery'"]
+
+
+def _duckdb_bad_table(tmp: Path) -> OutBuilt:
+    sink = f"duckdb:{tmp}/w.duckdb:bad-name"
+    return ["-o", tmp / "out", "--sink", sink], ["is not a plain identifier"]
+
+
+def _delta_on_a_file(tmp: Path) -> OutBuilt:
+    (tmp / "lake").write_text("a file", encoding="utf-8")
+    return ["-o", tmp / "out", "--sink", f"delta:{tmp / 'lake'}"], ["is a file; give a folder"]
+
+
+def _duckdb_other_schema(tmp: Path) -> OutBuilt:
+    import duckdb
+
+    con = duckdb.connect(str(tmp / "w.duckdb"))
+    con.execute("CREATE TABLE scores (id VARCHAR, other INTEGER)")
+    con.close()
+    sink = f"duckdb:{tmp / 'w.duckdb'}:scores"
+    return ["-o", tmp / "out", "--sink", sink], ["the existing table's columns differ"]
+
+
+def _locked_folder(tmp: Path) -> OutBuilt:
+    lock = tmp / "out" / "_ctxprec" / "lock"
+    lock.parent.mkdir(parents=True)
+    holder = {"host": "other-host", "pid": 4242, "started_at": "2026-11-30T02:15:00+00:00"}
+    lock.write_text(json.dumps({**holder, "command": "ctxprec score", "token": "x"}))
+    return ["-o", tmp / "out"], ["is being written by pid 4242 on other-host", "--wait-lock"]
+
+
+def _negative_wait(tmp: Path) -> OutBuilt:
+    return ["-o", tmp / "out", "--wait-lock", "-1"], ["--wait-lock -1: give a number of seconds"]
+
+
+OUTPUT_CASES: dict[str, Callable[[Path], OutBuilt]] = {
+    "object_store_output": _object_store,
+    "spark_output_folder": _spark_folder,
+    "hidden_files_only_with_overwrite": _hidden_only,
+    "unknown_sink_kind": _unknown_sink,
+    "duckdb_table_not_an_identifier": _duckdb_bad_table,
+    "delta_path_is_a_file": _delta_on_a_file,
+    "duckdb_table_with_other_columns": _duckdb_other_schema,
+    "folder_locked_by_a_live_run": _locked_folder,
+    "negative_wait_lock": _negative_wait,
+}
+
+
+@pytest.mark.parametrize("name", list(OUTPUT_CASES))
+def test_output_and_sink_mistakes_stop_before_any_judge_call(
+    name: str,
+    tmp_path: Path,
+    fake: FakeJudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a URL taken for a path would show up here as a folder
+    source = write(tmp_path / "in.parquet")
+    before = {p for p in tmp_path.rglob("*") if p.is_file()}
+    args, fragments = OUTPUT_CASES[name](tmp_path)
+    planted = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p not in before}
+    refused(capsys, fake, [source, *args], fragments)
+    assert {p: p.read_bytes() for p in planted} == planted
+    assert not (tmp_path / "s3:").exists()
+
+
+@pytest.mark.parametrize("module", ["duckdb", "deltalake"])
+def test_sink_without_its_extra_in_a_fresh_interpreter(
+    module: str, tmp_path: Path, fake: FakeJudgeServer
+) -> None:
+    """The extra really missing from the interpreter (blocked before anything imports it)."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    source = write(tmp_path / "in.parquet")
+    sink = f"duckdb:{tmp_path}/w.duckdb:scores" if module == "duckdb" else f"delta:{tmp_path}/l"
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; from pipeline.cli import main; "
+        f"sys.exit(main(sys.argv[1:]))"
+    )
+    argv = ["score", str(source), "-o", str(tmp_path / "out"), *HTTP, "--sink", sink]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"needs the `{module}` package, which is not installed" in done.stderr
+    assert fake.stats.total == 0 and not (tmp_path / "out").exists()
+
+
+def test_summary_and_estimate_mistakes_about_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, foreign = write(tmp_path / "in.parquet"), tmp_path / "theirs"
+    foreign.mkdir()
+    (foreign / "part-00000-abc.snappy.parquet").write_bytes(b"PAR1")
+    assert main(["estimate", str(source), "-o", str(foreign)]) == 2
+    assert main(["estimate", str(source), "-o", "s3://bucket/x"]) == 2
+    assert main(["summary", str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("ctxprec: error: ") == 3
+    no_traceback(err)
+    assert sorted(p.name for p in foreign.iterdir()) == ["part-00000-abc.snappy.parquet"]
+
+
+def test_dask_engine_without_its_extra(
+    tmp_path: Path,
+    fake: FakeJudgeServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    source = write(tmp_path / "in.parquet")
+    fragments = ["--engine dask needs dask.distributed, which is not installed"]
+    refused(capsys, fake, [source, "-o", tmp_path / "out", "--engine", "dask"], fragments)
+    assert not (tmp_path / "out").exists()

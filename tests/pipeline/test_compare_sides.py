@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from tests.fakes.folders import commit
 
 
 def write_output(
@@ -49,6 +50,7 @@ def write_output(
     describe = {"judge": judge or {"provider": "openai", "model": "j"}, "judge_model": "openai/j",
                 "mode": "item", "scale": 1.0, "partition_by": []}  # fmt: skip
     (state / "manifest.json").write_text(json.dumps({"describe": describe}))
+    commit(path, path / "part-00000-00000.parquet")
     return path
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from storage.report import agreement, build_summary, render_markdown, write_summary
 from storage.schema import output_schema
+from tests.fakes.folders import commit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # id, status, score, error, verdicts, source (a passthrough column)
@@ -106,6 +107,7 @@ def write_part(path: Path, rows: list[tuple[Any, ...]], *, labels: list[Any] | N
 def outdir(tmp_path: Path) -> Path:
     write_part(tmp_path / "part-00000.parquet", ROWS[:5])
     write_part(tmp_path / "part-00001.parquet", ROWS[5:])
+    commit(tmp_path, tmp_path / "part-00000.parquet", tmp_path / "part-00001.parquet")
     return tmp_path
 
 
@@ -146,6 +148,7 @@ def test_band_edges_on_another_scale(tmp_path: Path) -> None:
     rows = [(str(i), "ok", x, None, [True], "s") for i, x in enumerate([9.0, 7.0, 4.0, 0.1, 0.0])]
     rows.append(("z", "ok", 8.99, None, [True], "s"))
     write_part(tmp_path / "p.parquet", rows)
+    commit(tmp_path, tmp_path / "p.parquet")
     s = build_summary(tmp_path, {}, scale=10)
     assert {b["band"]: b["rows"] for b in s["bands"]} == {
         "excellent": 1,
@@ -224,6 +227,7 @@ def test_label_agreement_from_parquet(tmp_path: Path) -> None:
     ]
     labels = [[True, True, False], [False, True], [True, False], None]
     write_part(tmp_path / "p.parquet", rows, labels=labels)
+    commit(tmp_path, tmp_path / "p.parquet")
     got = build_summary(tmp_path, {})["labels"]
     # pairs (judge, label): r1 TT FT TF, r2 FF FT, r3 TT (null item skipped), r4 unlabelled
     assert got == {
@@ -297,6 +301,8 @@ def test_hive_layout_and_state_folder(tmp_path: Path) -> None:
     write_part(tmp_path / "dt=2026-01-01" / "part.parquet", ROWS[:4])
     write_part(tmp_path / "dt=2026-01-02" / "part.parquet", ROWS[4:])
     write_part(tmp_path / "_ctxprec" / "stray.parquet", ROWS)  # state, never data
+    write_part(tmp_path / "dt=2026-01-03" / "mine.parquet", ROWS)  # a user's file, not data
+    commit(tmp_path, *(tmp_path / f"dt=2026-01-0{d}" / "part.parquet" for d in (1, 2)))
     s = build_summary(tmp_path, RUN, group_by="dt")
     assert s["rows"]["total"] == 8 and s["parts"] == 2
     assert s["score"]["median"] == 0.415

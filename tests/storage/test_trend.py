@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.cli import main
 from storage.trend import night_trend, trend_markdown, trend_text
+from tests.fakes.folders import commit
 
 
 def night(path: Path, dt: str, scores: list[float | None], tokens: int = 100) -> None:
@@ -41,6 +42,7 @@ def nights(tmp_path: Path) -> Path:
     state = out / "_ctxprec"
     state.mkdir()
     (state / "manifest.json").write_text(json.dumps({"describe": {"partition_by": ["dt"]}}))
+    commit(out, *sorted(out.glob("dt=*/*.parquet")))
     return out
 
 

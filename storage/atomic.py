@@ -1,0 +1,102 @@
+"""The one way ctxprec writes a file: a temp file of its own naming pattern beside the target,
+fsynced, renamed over the target, then the folder fsynced. A failed write (full disk, read-only
+folder) leaves no temp file behind and raises `OutputError` saying what to do next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.errors import OutputError
+
+__all__ = [
+    "TMP_PREFIX",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "fault_point",
+    "is_temp",
+    "temp_path",
+    "write_error",
+]
+
+TMP_PREFIX = ".ctxprec-tmp-"  # only files named so are ctxprec's temp files
+
+_REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
+def is_temp(name: str) -> bool:
+    """A temp file of ctxprec's own naming pattern (never a user's file)."""
+    return name.startswith(TMP_PREFIX)
+
+
+def temp_path(target: Path) -> Path:
+    """A unique temp file beside `target`."""
+    return target.with_name(f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{target.name}")
+
+
+def fault_point(target: Path) -> None:
+    """Called before every write: the seam tests replace to fail a write like a full disk."""
+
+
+def write_error(target: Path, exc: OSError) -> OutputError:
+    """The user-facing error for a write that failed."""
+    reason = _REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
+    return OutputError(
+        f"cannot write {target}: {reason}; nothing half-written was kept: free some space "
+        "(or make the folder writable) and run the same command again to finish"
+    )
+
+
+def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` fills a temp file; it then replaces `target` in one rename."""
+    tmp = temp_path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fault_point(target)
+        write(tmp)
+        _fsync(tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise write_error(target, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    _fsync_folder(target.parent)
+
+
+def atomic_write_bytes(target: Path, data: bytes) -> None:
+    atomic_write(target, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable; some file systems cannot fsync a folder (then it is skipped)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,251 @@
+"""One writer per output folder: a run holds OUTDIR/_ctxprec/lock for its whole life. The file
+names its holder (host, pid, start time, command) and is touched every few seconds while the run
+lives; a lock of a dead process on this host, or one not touched for minutes, is taken over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import OutputError
+from storage.atomic import TMP_PREFIX, write_error
+from storage.ownership import STATE_DIR
+
+__all__ = [
+    "LOCK_NAME",
+    "REFRESH_S",
+    "STALE_S",
+    "Holder",
+    "OutdirLock",
+    "command_line",
+    "live_holder",
+    "read_holder",
+]
+
+LOCK_NAME = "lock"
+REFRESH_S = 10.0  # the holder touches the lock this often
+STALE_S = 120.0  # a lock nobody touched for this long belongs to a run that is gone
+POLL_S = 0.5
+_USERINFO = re.compile(r"//[^/@\s]+@")
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lock, as written in the lock file."""
+
+    host: str
+    pid: int
+    started_at: str
+    command: str
+    token: str
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on {self.host}, since {self.started_at}, running `{self.command}`"
+
+
+def command_line() -> str:
+    """This process's command line, fit for a file (no user:password of a URL)."""
+    text = " ".join(shlex.quote(a) for a in sys.argv) or "python"
+    return _USERINFO.sub("//***@", text)[:500]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed process whose parent has not reaped it yet is a zombie: not running
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def read_holder(path: Path) -> tuple[Holder | None, float] | None:
+    """(holder, seconds since last touched) of a lock file; None when there is no lock; holder
+    None when the file cannot be read as a lock (it is being created)."""
+    try:
+        age = time.time() - path.stat().st_mtime
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None, 0.0
+    try:
+        raw = json.loads(text)
+        return Holder(**{k: raw[k] for k in Holder.__dataclass_fields__}), age
+    except (ValueError, KeyError, TypeError):
+        return None, age
+
+
+def live_holder(outdir: Path, stale_s: float = STALE_S) -> Holder | None:
+    """Who is writing `outdir` now; None when no live run holds its lock."""
+    found = read_holder(outdir / STATE_DIR / LOCK_NAME)
+    if found is None or found[0] is None or found[1] > stale_s:
+        return None
+    holder = found[0]
+    if holder.host == socket.gethostname() and not _pid_alive(holder.pid):
+        return None
+    return holder
+
+
+class OutdirLock:
+    """The lock of one output folder. A copy sent to another process holds nothing."""
+
+    def __init__(
+        self,
+        outdir: Path,
+        *,
+        refresh_s: float = REFRESH_S,
+        stale_s: float = STALE_S,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.outdir = outdir
+        self.path = outdir / STATE_DIR / LOCK_NAME
+        self.refresh_s = refresh_s
+        self.stale_s = stale_s
+        self._log = log or (lambda line: print(line, file=sys.stderr))
+        self.holder = Holder(
+            socket.gethostname(),
+            os.getpid(),
+            datetime.now(UTC).isoformat(timespec="seconds"),
+            command_line(),
+            uuid.uuid4().hex,
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"outdir": self.outdir, "refresh_s": self.refresh_s, "stale_s": self.stale_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        OutdirLock.__init__(
+            self, state["outdir"], refresh_s=state["refresh_s"], stale_s=state["stale_s"]
+        )
+
+    @property
+    def held(self) -> bool:
+        return self._thread is not None
+
+    # -- taking and giving back ------------------------------------------------------------
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lock, waiting up to `wait_s` seconds for its holder to finish."""
+        deadline = time.monotonic() + max(0.0, wait_s)
+        announced = False
+        while True:
+            if self._create():
+                self._start_refreshing()
+                return
+            found = read_holder(self.path)
+            if found is None:
+                continue  # released meanwhile: try again at once
+            holder, age = found
+            reason = self._stale(holder, age)
+            if reason is not None:
+                self._take_over(holder, reason)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._busy(holder, waited=wait_s > 0)
+            if not announced:
+                who = holder.describe() if holder else "a run that is starting"
+                self._log(f"ctxprec: {self.outdir} is locked by {who}; waiting up to {wait_s:g} s")
+                announced = True
+            time.sleep(min(POLL_S, left))
+
+    def release(self) -> None:
+        """Give the lock back (only if the file is still this run's)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._thread = None
+        found = read_holder(self.path)
+        if found is not None and found[0] is not None and found[0].token == self.holder.token:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+    # -- internals -------------------------------------------------------------------------
+    def _create(self) -> bool:
+        """Create the lock file atomically (O_EXCL): of two runs, exactly one succeeds."""
+        body = json.dumps(self.holder.__dict__, indent=2).encode()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise write_error(self.path, exc) from exc
+        try:
+            os.write(fd, body)
+            os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+            raise write_error(self.path, exc) from exc
+        os.close(fd)
+        return True
+
+    def _stale(self, holder: Holder | None, age: float) -> str | None:
+        if age > self.stale_s:
+            return f"not refreshed for {age:.0f} s"
+        if (
+            holder is not None
+            and holder.host == self.holder.host
+            and holder.pid != os.getpid()
+            and not _pid_alive(holder.pid)
+        ):
+            return f"process {holder.pid} is no longer running"
+        return None
+
+    def _take_over(self, holder: Holder | None, reason: str) -> None:
+        """Move the stale lock aside (one process wins the rename), then create ours."""
+        aside = self.path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}-{LOCK_NAME}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return  # another process took it over first
+        moved = read_holder(aside)
+        if holder is not None and moved is not None and moved[0] != holder:
+            # a fresh lock was created in between: put it back untouched
+            with contextlib.suppress(OSError):
+                os.link(aside, self.path)
+        else:
+            who = holder.describe() if holder else "an unreadable lock"
+            self._log(f"ctxprec: taking over the lock on {self.outdir} from {who} ({reason})")
+        aside.unlink(missing_ok=True)
+
+    def _busy(self, holder: Holder | None, *, waited: bool) -> OutputError:
+        who = holder.describe() if holder else "another run that is starting"
+        hint = (
+            "it is still running: try again later or wait longer with --wait-lock SECONDS"
+            if waited
+            else "wait for it to finish, or pass --wait-lock [SECONDS] to wait for it"
+        )
+        return OutputError(f"output folder {self.outdir} is being written by {who}; {hint}")
+
+    def _start_refreshing(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._refresh, name="ctxprec-lock", daemon=True)
+        self._thread.start()
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)

@@ -1,0 +1,214 @@
+"""The one answer to "which files in OUTDIR are ctxprec's": the part files its commit records
+name, the files it writes by fixed name (summary, charts, `_SUCCESS`) in a folder that holds its
+manifest, its own state folder and its own temp files. Everything else is the user's: it is
+never read as data, replaced or deleted. Report, dataset, run log and summary all ask here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import OutputError
+from storage.atomic import TMP_PREFIX, is_temp
+from storage.charts import CHART_FILES, TREND_CHART
+
+__all__ = [
+    "MANIFEST",
+    "STATE_DIR",
+    "SUCCESS",
+    "check_claimable",
+    "foreign_files",
+    "has_manifest",
+    "local_outdir",
+    "part_files",
+    "read_manifest",
+    "recorded_files",
+    "records",
+    "remove_owned",
+    "remove_torn",
+    "warn_foreign",
+]
+
+STATE_DIR = "_ctxprec"
+MANIFEST = "manifest.json"
+SUCCESS = "_SUCCESS"
+PARTS = "parts"
+COMMITTED = ".json"  # _ctxprec/parts/KEY.json: the part's files are complete
+PENDING = ".pending"  # _ctxprec/parts/KEY.pending: the part's files are being written
+SUMMARY_FILES = ("summary.json", "summary.md")
+# state files a new run replaces (--overwrite); verdicts/ (a memo) and the lock stay
+RUN_STATE = (MANIFEST, "run.json", "estimate.json")
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
+
+
+def local_outdir(outdir: str | Path) -> Path:
+    """The output folder as a local path; a URL (s3://, gs://, ...) is refused before anything
+    is created. (`Path` folds `s3://b` to `s3:/b`: both spellings are caught.)"""
+    text = str(outdir)
+    if text.startswith("file:/"):
+        return Path("/" + text.removeprefix("file:").lstrip("/"))
+    match = _SCHEME.match(text)
+    if match:
+        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", r"\1://", text)
+        raise OutputError(
+            f"output {text}: object-store outputs ({match.group(1)}://) are not supported yet; "
+            "write to a local or mounted folder (e.g. -o /data/out) and copy it from there"
+        )
+    return Path(outdir)
+
+
+def has_manifest(outdir: Path) -> bool:
+    return (outdir / STATE_DIR / MANIFEST).is_file()
+
+
+def read_manifest(outdir: Path) -> dict[str, Any] | None:
+    """The manifest, None when there is none; a damaged one is an OutputError."""
+    path = outdir / STATE_DIR / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise OutputError(
+            f"{path} is unreadable; the folder is damaged: use a new one or --overwrite"
+        ) from None
+    return data
+
+
+def records(outdir: Path, prefix: str = "", suffix: str = COMMITTED) -> dict[str, dict[str, Any]]:
+    """Commit records (or pending records) by part key; a torn record is no record."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = outdir / STATE_DIR / PARTS
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.iterdir()):
+        name = path.name
+        if not (name.startswith(prefix) and name.endswith(suffix)) or is_temp(name):
+            continue
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(raw, dict) and "key" in raw and isinstance(raw.get("files"), list):
+            found[str(raw["key"])] = raw
+    return found
+
+
+def recorded_files(outdir: Path, suffix: str = COMMITTED) -> set[str]:
+    """Relative paths of the part files the records name."""
+    return {str(f) for raw in records(outdir, suffix=suffix).values() for f in raw["files"]}
+
+
+def part_files(outdir: Path) -> list[Path]:
+    """The scored data of the folder: every part file a commit record names (and that exists).
+    Parquet files anyone else put into the folder are not part of it."""
+    found = (outdir / rel for rel in recorded_files(outdir))
+    return sorted(p for p in found if p.is_file())
+
+
+def _fixed(outdir: Path) -> set[str]:
+    """Files ctxprec writes by fixed name, ours only in a folder that holds its manifest."""
+    if not has_manifest(outdir):
+        return set()
+    return {SUCCESS, *SUMMARY_FILES, *(f"charts/{name}" for name in (*CHART_FILES, TREND_CHART))}
+
+
+def _walk(outdir: Path) -> Iterator[str]:
+    """Every file below `outdir` (hidden ones too), as a relative path; not the state folder."""
+    if not outdir.is_dir():
+        return
+    for path in sorted(outdir.rglob("*")):
+        rel = path.relative_to(outdir)
+        if rel.parts[0] == STATE_DIR or path.is_dir():
+            continue
+        yield rel.as_posix()
+
+
+def foreign_files(outdir: Path) -> list[str]:
+    """Files below `outdir` that ctxprec did not write (relative paths, sorted)."""
+    ours = recorded_files(outdir) | recorded_files(outdir, PENDING) | _fixed(outdir)
+    return [rel for rel in _walk(outdir) if rel not in ours and not is_temp(Path(rel).name)]
+
+
+def check_claimable(outdir: Path) -> None:
+    """A run may write into a folder that does not exist, is empty, holds only ctxprec's state
+    (e.g. a saved estimate) or holds ctxprec's manifest; anything else is refused."""
+    if outdir.exists() and not outdir.is_dir():
+        raise OutputError(f"output {outdir} is a file, not a folder; pass a folder path")
+    if not outdir.is_dir() or has_manifest(outdir):
+        return
+    found = []
+    for rel in _walk(outdir):
+        found.append(rel)
+        if len(found) == 3:
+            break
+    if found:
+        raise OutputError(
+            f"output folder {outdir} holds files ctxprec did not write ({', '.join(found)}"
+            f"{', ...' if len(found) == 3 else ''}); choose a new or empty folder"
+        )
+
+
+def warn_foreign(outdir: Path) -> str | None:
+    """One warning line when a ctxprec folder also holds the user's files, else None."""
+    foreign = foreign_files(outdir)
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+    return (
+        f"ctxprec: warning: {outdir} holds {len(foreign)} file(s) ctxprec did not write "
+        f"({shown}); they are left as they are and not read as scored rows"
+    )
+
+
+def remove_torn(outdir: Path) -> None:
+    """Files of parts whose writing was cut off (named by a pending record only), the pending
+    records themselves and ctxprec's temp files: left by a killed run, removed before the next."""
+    committed = recorded_files(outdir)
+    for key, raw in records(outdir, suffix=PENDING).items():
+        for rel in raw["files"]:
+            if rel not in committed:
+                _unlink(outdir / rel)
+        _unlink(outdir / STATE_DIR / PARTS / f"{key}{PENDING}")
+    if outdir.is_dir():
+        for tmp in outdir.rglob(f"{TMP_PREFIX}*"):
+            if tmp.is_file() and is_temp(tmp.name):
+                _unlink(tmp)
+
+
+def remove_owned(outdir: Path) -> None:
+    """--overwrite: remove exactly the files ctxprec's records name (parts, summary, charts,
+    `_SUCCESS`, commit records, run state), and the folders that removing them left empty."""
+    parts = recorded_files(outdir) | recorded_files(outdir, PENDING)
+    for rel in sorted(parts | _fixed(outdir)):
+        _unlink(outdir / rel)
+        _prune(outdir, (outdir / rel).parent)
+    state = outdir / STATE_DIR
+    for path in (state / PARTS).glob("*") if (state / PARTS).is_dir() else []:
+        if path.name.endswith((COMMITTED, PENDING)):
+            _unlink(path)
+    for path in [*(state / name for name in RUN_STATE), *state.glob("sink-*.json")]:
+        _unlink(path)
+    remove_torn(outdir)
+
+
+def _unlink(path: Path) -> None:
+    if path.is_file() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _prune(outdir: Path, folder: Path) -> None:
+    """Remove `folder` and its parents up to `outdir` while they are empty."""
+    while folder != outdir and outdir in folder.parents:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # fails (and stops) when the folder still holds anything
+        if folder.exists():
+            return
+        folder = folder.parent

@@ -1,0 +1,42 @@
+"""What state an output folder is in, in words for `ctxprec summary`: finished, interrupted (and
+how to resume it), being written by a live run, or not a ctxprec output at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.lock import live_holder
+from storage.ownership import STATE_DIR, read_manifest, records
+
+__all__ = ["unfinished"]
+
+
+def unfinished(outdir: Path) -> str | None:
+    """Why `outdir` has no finished run to summarise; None when it has one."""
+    manifest = read_manifest(outdir)
+    run = outdir / STATE_DIR / "run.json"
+    if manifest is None:
+        return (
+            f"{outdir} holds no ctxprec run (no {run}); pass an OUTDIR written by `ctxprec score`"
+        )
+    holder = live_holder(outdir)
+    if holder is not None:
+        return (
+            f"{outdir} is being written by a ctxprec run right now ({holder.describe()}); "
+            "run `ctxprec summary` again once it has finished"
+        )
+    if manifest.get("status") == "complete" and run.is_file():
+        return None
+    done = records(outdir)
+    rows = sum(int(r.get("rows", 0)) for r in done.values())
+    described = manifest.get("describe", {})
+    command = manifest.get("command")
+    again = f": `{command}`" if command else ""
+    return (
+        f"{outdir} holds an interrupted ctxprec run (stopped by Ctrl-C, a kill or a crash) of "
+        f"input {described.get('input')!r} with judge {described.get('judge_model')!r}: "
+        f"{rows} rows in {len(done)} committed parts so far. To resume it, run the same "
+        f"`ctxprec score` command again{again}; finished parts are kept and no finished judge "
+        "call is repeated"
+    )
