@@ -1,5 +1,6 @@
-"""The `ctxprec` command: `score`, `estimate` and `summary`. Exit codes: 0 all rows scored,
-1 some rows failed (output still written), 2 usage/config/input errors before any judge call,
+"""The `ctxprec` command: `score`, `estimate`, `summary` and `batches`. Exit codes: 0 all rows
+scored, 1 some rows failed (output still written), 2 usage/config/input errors before any judge
+call, 6 provider batches still pending after --batch-wait (the same command collects them later),
 130 interrupted (finished parts kept; the same command resumes).
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config, load_config
-from pipeline.errors import CtxprecError, JudgeError
+from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError
 
 __all__ = ["build_parser", "main"]
 
@@ -66,6 +67,37 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--group-by", help="column to break scores down by in the summary")
 
 
+def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
+    g = p.add_argument_group("provider batch API")
+    g.add_argument(
+        "--batch-api",
+        action="store_true",
+        default=None,
+        help="send the judge's calls through the provider's batch API (half price, up to 24 h)",
+    )
+    if not score:
+        return
+    g.add_argument(
+        "--batch-wait",
+        metavar="DURATION",
+        help="wait at most this long (0, 90s, 30m, 2h, 1d) for the batches; then exit 6 and "
+        "collect them with the same command later (default: wait until they end)",
+    )
+    g.add_argument(
+        "--batch-fallback",
+        choices=["batch", "online"],
+        default="batch",
+        help="where lines that expired or errored go again: new batches (default) or online",
+    )
+
+
+def _batch_options(args: argparse.Namespace) -> Any:
+    from pipeline.batch_run import BatchOptions, parse_duration
+
+    wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
+    return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxprec",
@@ -93,9 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--engine", choices=["local", "dask"], default="local", help="where to run")
     en.add_argument("--scheduler", metavar="ADDRESS", help="dask: an existing cluster's scheduler")
     en.add_argument("--workers", type=int, help="dask: local cluster size (default: one per core)")
+    _add_batch_flags(sc, score=True)
     es = sub.add_parser("estimate", help="what a score run would cost, without judge calls")
     _add_data_flags(es)
     _add_judge_flags(es)
+    _add_batch_flags(es, score=False)
     es.add_argument("--json", action="store_true", help="print JSON")
     es.add_argument(
         "-o",
@@ -107,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
     sm.add_argument("outdir", type=Path)
     sm.add_argument("--group-by")
+    bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
+    bt.add_argument("outdir", type=Path)
+    bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
+    bt.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -133,6 +171,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "output.group_by": args.group_by,
         "output.partition_by": getattr(args, "partition_by", None),
         "output.sinks": getattr(args, "sink", None) or None,
+        "judge.batch_api": getattr(args, "batch_api", None),
     }
     for item in args.map:
         field, sep, column = item.partition("=")
@@ -170,6 +209,15 @@ def _cmd_score(args: argparse.Namespace) -> int:
         run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
     elif args.scheduler or args.workers:
         raise CtxprecError("--scheduler and --workers are for --engine dask; add it")
+    if cfg.batch_api:
+        from pipeline.batch_run import check_batch_provider, score_batch
+
+        check_batch_provider(cfg)
+        if args.engine == "dask":
+            raise CtxprecError("--batch-api runs on the local engine; drop --engine dask")
+        run = functools.partial(score_batch, options=_batch_options(args))
+    elif args.batch_wait is not None or args.batch_fallback != "batch":
+        raise CtxprecError("--batch-wait and --batch-fallback are for --batch-api; add it")
     result = run(
         args.input,
         args.output,
@@ -182,6 +230,11 @@ def _cmd_score(args: argparse.Namespace) -> int:
         print(json.dumps(_quiet_line(result.summary, args.output)))
     else:
         print(_human_line(result.summary, args.output))
+        batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
+        if batch:
+            from pipeline.batch_run import batch_line
+
+            print(batch_line(batch))
     for error in result.sink_errors:
         print(
             f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
@@ -266,13 +319,31 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     est = estimate(args.input, cfg)
-    print(json.dumps(est, indent=2) if args.json else render_estimate(est))
+    if cfg.batch_api:
+        from pipeline.batch_run import batch_estimate, check_batch_provider
+
+        check_batch_provider(cfg)
+        est = batch_estimate(est, cfg)
+    text = render_estimate(est)
+    if "batch_api" in est:
+        from pipeline.batch_run import render_batch_estimate
+
+        text += "\n" + render_batch_estimate(est)
+    print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
         from storage.runlog import STATE_DIR, atomic_write_text
 
         state = args.output / STATE_DIR
         state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
+    return 0
+
+
+def _cmd_batches(args: argparse.Namespace) -> int:
+    from pipeline.batch_run import list_batches, render_batches
+
+    rows = list_batches(args.outdir, cancel=args.cancel)
+    print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
 
 
@@ -294,9 +365,17 @@ def _setup_logging() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
-    commands = {"score": _cmd_score, "summary": _cmd_summary, "estimate": _cmd_estimate}
+    commands = {
+        "score": _cmd_score,
+        "summary": _cmd_summary,
+        "estimate": _cmd_estimate,
+        "batches": _cmd_batches,
+    }
     try:
         return commands[args.command](args)
+    except BatchesPendingError as exc:
+        print(f"ctxprec: {exc}", file=sys.stderr)
+        return 6
     except CtxprecError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2

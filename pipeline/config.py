@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "judge.retry_budget_s": 300.0,
     "judge.structured_output": True,
     "judge.mode": "item",
+    "judge.batch_api": False,
     "limits.concurrency": 32,
     "limits.rpm": None,
     "limits.tpm": None,
@@ -77,7 +78,7 @@ _FLOAT_KEYS = {
     "limits.tpm",
     "scoring.scale",
 }
-_BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
+_BOOL_KEYS = {"judge.structured_output", "judge.batch_api", "limits.adaptive", "run.memo"}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
 
 
@@ -87,6 +88,8 @@ class Price:
 
     input_per_mtok: float
     output_per_mtok: float
+    batch_input_per_mtok: float | None = None  # provider batch APIs; None: half the above
+    batch_output_per_mtok: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class Config:
     group_by: str | None = None
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
+    batch_api: bool = False  # send the judge's calls through the provider's batch API
 
     def price_for(self, model: str) -> Price | None:
         return self.prices.get(model)
@@ -201,8 +205,13 @@ def _prices(raw: Any, origin: str) -> dict[str, Price]:
     out: dict[str, Price] = {}
     for model, entry in raw.items():
         try:
-            out[model] = Price(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
-        except (KeyError, TypeError, ValueError):
+            batch = [entry.get(f"batch_{k}_per_mtok") for k in ("input", "output")]
+            out[model] = Price(
+                float(entry["input_per_mtok"]),
+                float(entry["output_per_mtok"]),
+                *(None if b is None else float(b) for b in batch),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
                 f'[prices."{model}"] in {origin} needs input_per_mtok and output_per_mtok numbers'
             ) from None
@@ -278,6 +287,7 @@ def _build(
         group_by=v["output.group_by"],
         prices=prices,
         source_file=path,
+        batch_api=v["judge.batch_api"],
     )
 
 
