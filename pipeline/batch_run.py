@@ -65,7 +65,7 @@ __all__ = [
     "score_batch",
 ]
 
-DEFAULT_ROUNDS = 3
+DEFAULT_ROUNDS = 8
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
