@@ -376,8 +376,9 @@ class _Collector:
                 answered = sum(int(c.get("answered") or 0) for c in live)
                 lines = sum(int(c["lines"]) for c in live)
                 ids = ", ".join(str(c["batch_id"] or c["name"]) for c in live[:5])
+                noun = "batch" if len(live) == 1 else "batches"
                 raise BatchesPendingError(
-                    f"{len(live)} batches pending ({answered:,} of {lines:,} lines answered; "
+                    f"{len(live)} {noun} pending ({answered:,} of {lines:,} lines answered; "
                     f"{ids}{', ...' if len(live) > 5 else ''}); run the same command later to "
                     f"collect (`ctxprec batches {self.outdir}` shows them)"
                 )

@@ -125,6 +125,7 @@ class _Batch:
     metadata: dict[str, Any] | None = None
     failed_error: dict[str, Any] | None = None
     cancel_at: float | None = None
+    cancel_share: float = 0.0  # lines answered when the cancel came
     done_at: float | None = None  # set at the end (or at a hold's release)
     output_file_id: str | None = None
     error_file_id: str | None = None
@@ -261,7 +262,7 @@ class BatchFakeServer:
         if b.done_at is not None:
             return "done", 1.0
         if b.cancel_at is not None:
-            share = self._share(b, b.cancel_at)
+            share = b.cancel_share
             return ("cancelling", share) if now < b.cancel_at + c.cancel_s else ("cancelled", share)
         t = now - b.created
         if t < c.validate_s:
@@ -550,6 +551,7 @@ class BatchFakeServer:
         if phase in ("validating", "in_progress", "finalizing"):
             self.stats.cancels += 1
             b.cancel_at = time.time()
+            b.cancel_share = self._share(b, b.cancel_at)
         return web.json_response(self._openai_view(b))
 
     # -- Anthropic
@@ -665,6 +667,7 @@ class BatchFakeServer:
         if b.done_at is None and b.cancel_at is None:
             self.stats.cancels += 1
             b.cancel_at = time.time()
+            b.cancel_share = self._share(b, b.cancel_at)
         return web.json_response(self._anthropic_view(b))
 
     async def _results_anthropic(self, request: web.Request) -> web.StreamResponse:
