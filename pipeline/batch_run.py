@@ -253,7 +253,7 @@ class _Collector:
     def open_memo(self) -> Memo:
         if self.cfg.memo:
             return Memo(self.cfg.cache_dir or default_cache_dir())
-        return Memo(self.store.dir / "memo")  # --no-memo: the batch answers live with the run
+        return Memo(self.store.dir.parent / "batch-memo")  # --no-memo: answers stay with the run
 
     # -- the whole collection
     async def run(self) -> dict[str, Any]:
@@ -362,6 +362,7 @@ class _Collector:
             for chunk in self.store.live():
                 if chunk["stage"] != "created" and chunk["not_before"] <= time.time():
                     await self._submit(chunk)
+                    interval = self.poll_s  # a new batch: look at it soon
             for chunk in self.store.live():
                 if chunk["stage"] == "created":
                     remote = await self.client.poll(chunk["batch_id"])
@@ -710,7 +711,7 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
     online cost, the saving and how long the provider may take."""
     out = dict(est)
     prices = batch_prices(cfg, str(est["judge_model"]))
-    info: dict[str, Any] = {"wait": "up to 24 h (often minutes to a few hours)"}
+    info: dict[str, Any] = {"wait": "up to 24 h (the providers' completion window)"}
     if prices is not None:
         online, batch = prices
         t_in, t_out = int(est["input_tokens"]), int(est["output_tokens"])

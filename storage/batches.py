@@ -131,7 +131,7 @@ class BatchStore:
             return
         known = set(self.chunks)
         for path in self.dir.iterdir():
-            if path.name == "state.json":
+            if path.name == "state.json" or not path.is_file():
                 continue
             stem = path.name.split(".", 1)[0]
             if stem not in known:

@@ -93,7 +93,12 @@ class AnthropicBatches:
         found: list[tuple[float, str]] = []
         for _ in range(_LIST_PAGES):
             params = {"limit": "100", **({"after_id": after} if after else {})}
-            page = await self.http.json("GET", self.url, params=params)
+            try:
+                page = await self.http.json("GET", self.url, params=params)
+            except JudgeFatalError as err:
+                if err.status not in (404, 405):
+                    raise
+                break  # a server without the list endpoint: nothing to look up
             data = page.get("data") or []
             for b in data:
                 created = _time(b.get("created_at")) or 0.0

@@ -25,7 +25,7 @@ from connectors.judges.batch_api import (
 )
 from connectors.judges.http import HttpJudgeBase, normalize_base_url
 from connectors.judges.openai import DEFAULT_BASE_URL
-from pipeline.errors import JudgeRetryableError
+from pipeline.errors import JudgeFatalError, JudgeRetryableError
 
 __all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
 
@@ -86,11 +86,19 @@ class OpenAIBatches:
     async def find(
         self, name: str, file_id: str | None, since: float, lines: int, claimed: set[str]
     ) -> str | None:
-        """A batch created for chunk `name` (metadata) or from `file_id` before a crash."""
+        """A batch created for chunk `name` (metadata) or from `file_id` before a crash. Without
+        a recorded file id no batch can exist: the batch is created only after it is recorded."""
+        if file_id is None:
+            return None
         after: str | None = None
         for _ in range(_LIST_PAGES):
             params = {"limit": "100", **({"after": after} if after else {})}
-            page = await self.http.json("GET", f"{self.base}/batches", params=params)
+            try:
+                page = await self.http.json("GET", f"{self.base}/batches", params=params)
+            except JudgeFatalError as err:
+                if err.status not in (404, 405):
+                    raise
+                return None  # a server without the list endpoint: nothing to look up
             data = page.get("data") or []
             for b in data:
                 meta = b.get("metadata") or {}

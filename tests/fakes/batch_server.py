@@ -196,7 +196,12 @@ class BatchFakeServer:
             self._runner = None
 
     def release(self) -> None:
+        """End the hold: batches still running end at once (as if the provider were done)."""
         self.config.hold = False
+        c = self.config
+        for b in self._batches.values():
+            if b.done_at is None and b.cancel_at is None:
+                b.created -= c.validate_s + c.process_s + c.finalize_s
 
     @property
     def online_calls(self) -> int:

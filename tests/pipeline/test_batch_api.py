@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -407,3 +409,32 @@ def test_kill_9_while_waiting_then_the_same_command_resumes(
     # one batch for the first round; later rounds hold only the expired lines
     assert rounds.count(1) == 1
     assert int(stats["batches_created"]) == len(rounds)  # type: ignore[call-overload]
+
+
+def test_readme_batch_commands_run_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "ctxprec batches" in b
+    )
+    commands = [line for line in block.splitlines() if line.startswith("ctxprec ")]
+    assert [c.split()[1] for c in commands] == ["estimate", "score", "batches", "score", "batches"]
+    thread = serve(monkeypatch, BatchFakeConfig(hold=True))
+    try:
+        codes = []
+        for i, line in enumerate(commands):
+            argv = [
+                str(REPO / a) if a.startswith(("examples/", "configs/")) else a
+                for a in shlex.split(line.replace("out/batch", str(tmp_path / "batch")))[1:]
+            ]
+            if i == 3:  # "tomorrow": the provider has answered
+                thread.server.release()
+            codes.append(main(argv))
+        assert codes == [0, 6, 0, 0, 0]
+        assert thread.server.stats.batches_created == 1 and thread.server.online_calls == 0
+        assert (tmp_path / "batch" / "_SUCCESS").exists()
+        out = capsys.readouterr().out
+        assert "batch API: $" in out and "batch API: 34 lines in 1 batches" in out
+    finally:
+        thread.__exit__(None, None, None)
