@@ -366,7 +366,11 @@ class _Collector:
             for chunk in self.store.live():
                 if chunk["stage"] == "created":
                     remote = await self.client.poll(chunk["batch_id"])
-                    self.store.update(chunk["name"], status=remote.status, answered=remote.answered)
+                    seen = (chunk.get("status"), chunk.get("answered"))
+                    if seen != (remote.status, remote.answered):  # saved only when it changed
+                        self.store.update(
+                            chunk["name"], status=remote.status, answered=remote.answered
+                        )
                     if remote.ended:
                         await self._collect(chunk, remote)
             self.progress.show(self.store, self._gen_chunks())

@@ -226,11 +226,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
         incremental=args.incremental,
         progress=progress,
     )
+    batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
     if args.quiet:
-        print(json.dumps(_quiet_line(result.summary, args.output)))
+        line = _quiet_line(result.summary, args.output)
+        if batch:
+            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        print(json.dumps(line))
     else:
         print(_human_line(result.summary, args.output))
-        batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
         if batch:
             from pipeline.batch_run import batch_line
 
@@ -375,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands[args.command](args)
     except BatchesPendingError as exc:
         print(f"ctxprec: {exc}", file=sys.stderr)
+        if getattr(args, "quiet", False):  # cron logs get their one JSON line
+            print(json.dumps({"outdir": str(args.output), "batches_pending": str(exc)}))
         return 6
     except CtxprecError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)

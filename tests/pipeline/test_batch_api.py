@@ -438,3 +438,30 @@ def test_readme_batch_commands_run_as_written(
         assert "batch API: $" in out and "batch API: 34 lines in 1 batches" in out
     finally:
         thread.__exit__(None, None, None)
+
+
+def test_no_memo_and_incremental_runs_through_batches(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first.parquet"
+    pl.read_parquet(rows).head(10).write_parquet(first)
+    out = tmp_path / "out"
+    assert score(first, out, "openai", "--no-memo", "--incremental", "--quiet") == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(line["batch_api"]["batch_ids"]) == 1
+    sent = fake.stats.lines
+    assert sent == distinct_items(first)
+    # the whole file, incrementally: only the 15 new rows' items are sent
+    assert score(rows, out, "openai", "--no-memo", "--incremental") == 0
+    check_rows(out, rows)
+    assert fake.stats.lines - sent == distinct_items(rows) - distinct_items(first)
+    assert fake.online_calls == 0
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+def test_quiet_pending_run_prints_one_json_line(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert score(rows, tmp_path / "out", "openai", "--batch-wait", "0", "--quiet") == 6
+    line = json.loads(capsys.readouterr().out)
+    assert "1 batch pending" in line["batches_pending"]
