@@ -50,6 +50,7 @@ from pipeline.errors import (
     ConfigError,
     JudgeError,
     JudgeFatalError,
+    JudgeParseError,
     JudgeRetryableError,
 )
 from storage.batches import BatchStore, ChunkWriter
@@ -495,8 +496,12 @@ class _Collector:
         retry: dict[str, JudgeError] = {}
         adapted: dict[str, dict[str, Any]] = {}
         lines = store.read_lines(name, set(errors))
+        round_ = int(chunk["round"])
         for cid, err in errors.items():
-            if isinstance(err, JudgeRetryableError):
+            # an unreadable reply is asked afresh once (as online); server-side failures retry
+            if isinstance(err, JudgeRetryableError) or (
+                isinstance(err, JudgeParseError) and round_ == 1
+            ):
                 retry[cid] = err
                 continue
             line = lines.get(cid)
@@ -509,21 +514,19 @@ class _Collector:
                 for key in ids[cid]:
                     store.failed[key] = [err.cause, str(err)]
         already = any(c.get("parent") == name for c in store.chunks.values())
-        round_ = int(chunk["round"])
         if retry and not already and self.options.fallback == "batch":
             if round_ < self.options.rounds:
                 delay = self.poll_s * 2**round_ if remote.error is not None else 0.0
                 limits = self.client.limits
                 writer = ChunkWriter(store, round_ + 1, limits.max_lines, limits.max_bytes,
-                                     not_before=time.time() + delay)  # fmt: skip
+                                     not_before=time.time() + delay, parent=name)  # fmt: skip
                 for cid in retry:
                     line = lines.get(cid)
                     if line is None:
                         continue
                     body = adapted.get(cid) or _body_of(line)
                     writer.add(cid, ids[cid], self.client.line(cid, body))
-                for child in writer.close():
-                    store.chunks[child]["parent"] = name
+                writer.close()  # each retry chunk names this one as its parent
             else:
                 for cid, err in retry.items():
                     for key in ids[cid]:

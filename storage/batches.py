@@ -71,12 +71,15 @@ class BatchStore:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         return f"c{stamp}-{len(self.chunks) + 1:05d}-r{round_}-{os.getpid() % 10000:04d}"
 
-    def add(self, name: str, round_: int, lines: int, size: int, not_before: float = 0.0) -> None:
+    def add(
+        self, name: str, round_: int, lines: int, size: int, not_before: float = 0.0,
+        parent: str | None = None,
+    ) -> None:  # fmt: skip
         self.chunks[name] = {
             "name": name, "round": round_, "lines": lines, "bytes": size, "stage": "written",
             "written_at": time.time(), "not_before": not_before, "file_id": None,
             "batch_id": None, "status": None, "answered": 0, "error": None,
-            "gen": int(self.data.get("gen", 0)),
+            "gen": int(self.data.get("gen", 0)), "parent": parent,
         }  # fmt: skip
         self.save()
 
@@ -144,9 +147,9 @@ class ChunkWriter:
 
     def __init__(
         self, store: BatchStore, round_: int, max_lines: int, max_bytes: int,
-        not_before: float = 0.0,
+        not_before: float = 0.0, parent: str | None = None,
     ) -> None:  # fmt: skip
-        self.store, self.round = store, round_
+        self.store, self.round, self.parent = store, round_, parent
         self.max_lines, self.max_bytes = max_lines, max(1, max_bytes - 4096)  # room for framing
         self.not_before = not_before
         self.names: list[str] = []
@@ -184,7 +187,9 @@ class ChunkWriter:
             fh.flush()
             os.fsync(fh.fileno())
             fh.close()
-        self.store.add(self._name, self.round, self._count, self._size, self.not_before)
+        self.store.add(
+            self._name, self.round, self._count, self._size, self.not_before, self.parent
+        )
         self.names.append(self._name)
         self._name = None
 

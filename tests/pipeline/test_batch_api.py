@@ -465,3 +465,26 @@ def test_quiet_pending_run_prints_one_json_line(
     assert score(rows, tmp_path / "out", "openai", "--batch-wait", "0", "--quiet") == 6
     line = json.loads(capsys.readouterr().out)
     assert "1 batch pending" in line["batches_pending"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_unreadable_replies_are_asked_afresh_once(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    fake.config.p_garbage = 0.1
+    out = tmp_path / "out"
+    assert score(rows, out, provider) in (0, 1)
+    got = check_rows(out, rows, failed_ok=True)  # the rest: MAP of the server's verdicts
+    errors = got.filter(pl.col("status") == "failed").get_column("error").to_list()
+    assert all(e.startswith("unparseable") for e in errors)  # unreadable twice in a row
+    assert fake.stats.batches_created == 2  # one fresh ask, no more
+    assert fake.stats.lines / distinct_items(rows) <= 1.3
+    fake.config.p_garbage = 1.0  # a model that never answers readably: two lines, then failed
+    few = tmp_path / "few.parquet"
+    pl.read_parquet(rows).tail(2).write_parquet(few)
+    before = fake.stats.lines
+    assert score(few, tmp_path / "few", provider, "--cache-dir", tmp_path / "other") == 1
+    got = pl.read_parquet(tmp_path / "few" / "*.parquet")
+    assert got.get_column("status").to_list() == ["failed", "failed"]
+    assert all(e.startswith("unparseable") for e in got.get_column("error").to_list())
+    assert fake.stats.lines - before == 2 * distinct_items(few)
