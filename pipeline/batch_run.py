@@ -16,6 +16,7 @@ price, answers within 24 h), then the ordinary pipeline scores the rows from the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -175,6 +176,12 @@ async def run_batch_score(
         open_memo=collector.open_memo,
     )
     result.extra["batch_api"] = report
+    # the summary prices this run's tokens (the batches' own) at batch prices
+    result.stats.input_tokens += int(report["input_tokens"])
+    result.stats.output_tokens += int(report["output_tokens"])
+    prices = batch_prices(cfg, plan.spec.judge_model)
+    if prices is not None:
+        plan.cfg = dataclasses.replace(cfg, prices={**cfg.prices, plan.spec.judge_model: prices[1]})
     wall = time.monotonic() - started
     engine = {"name": "local", "workers": 1, "tasks": 1}
     run = await anyio.to_thread.run_sync(finish_run, plan, result, started_at, wall, engine)

@@ -110,6 +110,7 @@ def test_round_trip_equals_map_of_server_verdicts_without_online_calls(
     assert batch["provider"] == provider and len(batch["batch_ids"]) == 1
     assert batch["lines_sent"] == fake.stats.lines and batch["input_tokens"] > 0
     assert "Provider batch API" in (out / "summary.md").read_text()
+    assert summary["tokens"]["this_run_input"] == batch["input_tokens"]
     # a second run finds every verdict in the memo: no batch, no call
     assert score(rows, tmp_path / "again", provider) == 0
     assert fake.stats.batches_created == 1 and fake.online_calls == 0
@@ -488,3 +489,22 @@ def test_unreadable_replies_are_asked_afresh_once(
     assert got.get_column("status").to_list() == ["failed", "failed"]
     assert all(e.startswith("unparseable") for e in got.get_column("error").to_list())
     assert fake.stats.lines - before == 2 * distinct_items(few)
+
+
+def test_summary_prices_the_run_at_batch_prices(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[prices."openai/judge-1"]\ninput_per_mtok = 1.0\noutput_per_mtok = 4.0\n')
+    out = tmp_path / "out"
+    assert score(rows, out, "openai", "--config", config) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    batch = summary["batch_api"]
+    t_in, t_out = batch["input_tokens"], batch["output_tokens"]
+    assert batch["cost_usd"] == pytest.approx((t_in * 0.5 + t_out * 2.0) / 1e6, abs=1e-6)
+    assert batch["online_cost_usd"] == pytest.approx(2 * batch["cost_usd"], abs=1e-6)
+    assert batch["saving_usd"] == pytest.approx(batch["cost_usd"], abs=1e-6)
+    assert summary["cost_usd"]["this_run"] == pytest.approx(batch["cost_usd"], abs=1e-6)
+    assert batch["took_s"] is not None and batch["batch_ids"]
+    md = (out / "summary.md").read_text()
+    assert "saving usd" in md and batch["batch_ids"][0] in md
