@@ -698,12 +698,12 @@ async def _list(store: BatchStore, cancel: bool) -> list[dict[str, Any]]:
 def render_batches(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "ctxprec: no batches"
-    out = [f"{'batch':<40} {'status':<12} {'answered':>17} {'round':>5} {'age':>8}"]
+    out = [f"{'batch':<40} {'status':<22} {'answered':>17} {'round':>5} {'age':>8}"]
     for r in rows:
         age = "—" if r["age_s"] is None else _age(float(r["age_s"]))
         status = r["status"] + ("" if not r["collected"] else " (collected)")
         out.append(
-            f"{r['batch_id'] or '(not sent) ' + r['chunk']:<40} {status:<12} "
+            f"{r['batch_id'] or '(not sent) ' + r['chunk']:<40} {status:<22} "
             f"{r['answered']:>8,}/{r['lines']:<8,} {r['round']:>5} {age:>8}"
         )
     return "\n".join(out)
