@@ -158,6 +158,9 @@ async def run_batch_score(
     check_batch_provider(cfg)
     started, started_at = time.monotonic(), datetime.now(UTC)
     plan = await prepare_run(input, outdir, cfg, overwrite=overwrite, incremental=incremental)
+    est = plan.runlog.load_json("estimate.json")
+    if est is not None and "batch_api" not in est:  # estimate vs actual, both at batch prices
+        plan.runlog.save_json("estimate.json", batch_estimate(est, cfg))
     collector = _Collector(plan, options, progress)
     report = await collector.run()
     counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)

@@ -508,3 +508,6 @@ def test_summary_prices_the_run_at_batch_prices(
     assert batch["took_s"] is not None and batch["batch_ids"]
     md = (out / "summary.md").read_text()
     assert "saving usd" in md and batch["batch_ids"][0] in md
+    # the estimate made before the run is at batch prices too: the ratio is about 1, not 0.5
+    ratio = summary["estimate_vs_actual"]["cost_usd"]["ratio"]
+    assert 0.7 < ratio < 1.5
