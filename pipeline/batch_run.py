@@ -17,6 +17,7 @@ price, answers within 24 h), then the ordinary pipeline scores the rows from the
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import sys
@@ -68,6 +69,8 @@ __all__ = [
 ]
 
 DEFAULT_ROUNDS = 8
+_MAX_TROUBLES = 20
+_log = logging.getLogger("ctxprec.batches")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -260,6 +263,7 @@ class _Collector:
         self.poll_max_s = max(self.poll_s, _env_seconds("CTXPREC_BATCH_POLL_MAX_S", 60.0))
         self.progress = _BatchProgress(progress)
         self.memo: Memo | None = None
+        self._troubles = 0  # polls in a row that failed after their HTTP retries
 
     def open_memo(self) -> Memo:
         if self.cfg.memo:
@@ -376,14 +380,15 @@ class _Collector:
                     interval = self.poll_s  # a new batch: look at it soon
             for chunk in self.store.live():
                 if chunk["stage"] == "created":
-                    remote = await self.client.poll(chunk["batch_id"])
-                    seen = (chunk.get("status"), chunk.get("answered"))
-                    if seen != (remote.status, remote.answered):  # saved only when it changed
-                        self.store.update(
-                            chunk["name"], status=remote.status, answered=remote.answered
-                        )
-                    if remote.ended:
-                        await self._collect(chunk, remote)
+                    try:
+                        await self._poll(chunk)
+                    except JudgeRetryableError as err:  # the provider is briefly unwell
+                        self._troubles += 1
+                        if self._troubles > _MAX_TROUBLES:
+                            raise
+                        _log.warning("batch %s: %s; trying again later", chunk["batch_id"], err)
+                    else:
+                        self._troubles = 0
             self.progress.show(self.store, self._gen_chunks())
             live = self.store.live()
             if not live:
@@ -403,6 +408,14 @@ class _Collector:
                 pause = max(0.0, min(pause, deadline - time.monotonic()))
             await anyio.sleep(pause)
             interval = min(interval * 1.5, self.poll_max_s)
+
+    async def _poll(self, chunk: dict[str, Any]) -> None:
+        remote = await self.client.poll(chunk["batch_id"])
+        seen = (chunk.get("status"), chunk.get("answered"))
+        if seen != (remote.status, remote.answered):  # saved only when it changed
+            self.store.update(chunk["name"], status=remote.status, answered=remote.answered)
+        if remote.ended:
+            await self._collect(chunk, remote)
 
     def _gen_chunks(self) -> list[dict[str, Any]]:
         gen = int(self.store.data.get("gen", 0))

@@ -206,9 +206,14 @@ class BatchHttp:
                     if r.status >= 300:
                         body = (await r.read()).decode("utf-8", "replace")
                         raise classify(r.status, body, r.headers)
-                    async for raw in r.content:
-                        if raw.strip():
-                            yield raw
+                    rest = b""  # split by hand: a long line is fine (no readline limit)
+                    async for block in r.content.iter_chunked(1 << 20):
+                        *done, rest = (rest + block).split(b"\n")
+                        for raw in done:
+                            if raw.strip():
+                                yield raw
+                    if rest.strip():
+                        yield rest
                     return
             except JudgeError as err:
                 if not self._again(err, attempt):

@@ -82,6 +82,8 @@ class BatchFakeConfig:
     anthropic_max_requests: int = 100_000
     anthropic_max_bytes: int = 256 * 1024 * 1024
     require_key: str | None = None
+    poll_errors: int = 0  # the next N status requests are answered 503
+    results_url_lag: int = 0  # Anthropic: polls of an ended batch still without results_url
 
 
 @dataclass
@@ -523,6 +525,11 @@ class BatchFakeServer:
         if not self._auth_ok(request, False):
             return _openai_error(401, "Incorrect API key provided.", "invalid_api_key")
         self.stats.polls += 1
+        if self.config.poll_errors > 0:
+            self.config.poll_errors -= 1
+            body = {"error": {"message": "The server is overloaded.", "type": "server_error",
+                              "param": None, "code": "server_is_overloaded"}}  # fmt: skip
+            return web.json_response(body, status=503)
         b = self._batches.get(request.match_info["id"])
         if b is None or b.kind != "openai":
             return _openai_error(404, "No such batch.")
@@ -640,10 +647,17 @@ class BatchFakeServer:
         if (bad := self._anthropic_headers_ok(request)) is not None:
             return bad
         self.stats.polls += 1
+        if self.config.poll_errors > 0:
+            self.config.poll_errors -= 1
+            return _anthropic_error(529, "Overloaded", "overloaded_error")
         b = self._batches.get(request.match_info["id"])
         if b is None or b.kind != "anthropic":
             return _anthropic_error(404, "No such batch.", "not_found_error")
-        return web.json_response(self._anthropic_view(b))
+        view = self._anthropic_view(b)
+        if view["processing_status"] == "ended" and self.config.results_url_lag > 0:
+            self.config.results_url_lag -= 1
+            view["results_url"] = None
+        return web.json_response(view)
 
     async def _list_anthropic(self, request: web.Request) -> web.Response:
         if (bad := self._anthropic_headers_ok(request)) is not None:

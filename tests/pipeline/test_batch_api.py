@@ -511,3 +511,36 @@ def test_summary_prices_the_run_at_batch_prices(
     # the estimate made before the run is at batch prices too: the ratio is about 1, not 0.5
     ratio = summary["estimate_vs_actual"]["cost_usd"]["ratio"]
     assert 0.7 < ratio < 1.5
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(poll_errors=2, results_url_lag=2)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_briefly_unwell_provider_is_waited_out(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.config.poll_errors == 0 and fake.stats.batches_created == 1
+    if provider == "anthropic":
+        assert fake.config.results_url_lag == 0  # ended without results_url: polled again
+
+
+def test_result_files_with_long_lines_are_read_whole(fake: BatchFakeServer) -> None:
+    import anyio
+
+    from connectors.judges.batch_api import BatchHttp
+
+    long_line = json.dumps({"custom_id": "k1", "text": "x" * 300_000}).encode()
+    fake._files["file-long"] = long_line + b"\n" + b'{"custom_id":"k2"}\n' + b'{"custom_id":"k3"}'
+
+    async def read() -> list[bytes]:
+        http = BatchHttp({}, 30.0, "test")
+        try:
+            return [x async for x in http.lines(f"{fake.url}/files/file-long/content")]
+        finally:
+            await http.aclose()
+
+    got = anyio.run(read)
+    assert [json.loads(x)["custom_id"] for x in got] == ["k1", "k2", "k3"]
+    assert got[0] == long_line
