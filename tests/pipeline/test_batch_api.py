@@ -544,3 +544,65 @@ def test_result_files_with_long_lines_are_read_whole(fake: BatchFakeServer) -> N
     got = anyio.run(read)
     assert [json.loads(x)["custom_id"] for x in got] == ["k1", "k2", "k3"]
     assert got[0] == long_line
+
+
+def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: Path) -> None:
+    """Duplicate custom ids fail the batch at validation; a window other than 24h and a file
+    without purpose=batch are refused."""
+    import anyio
+
+    from connectors.judges.base import JudgeSettings
+    from connectors.judges.batch_api import create_batch_client
+    from pipeline.errors import JudgeFatalError
+
+    body = {"model": "judge-1", "messages": [{"role": "user", "content": "hi"}]}
+    client = create_batch_client(JudgeSettings(model="openai/judge-1"))
+    path = tmp_path / "dup.jsonl"
+    path.write_bytes(client.line("k1", body) * 2)
+
+    async def run() -> str | None:
+        try:
+            created = await client.submit("c1", path, 2, lambda _: None)
+            for _ in range(200):
+                remote = await client.poll(created.id)
+                if remote.ended:
+                    assert not remote.error_retryable
+                    return remote.error
+                await anyio.sleep(0.01)
+            return None
+        finally:
+            await client.aclose()
+
+    error = anyio.run(run)
+    assert error is not None and error.startswith("duplicate_custom_id")
+    request = urllib.request.Request(
+        f"{fake.url}/batches",
+        data=json.dumps(
+            {"input_file_id": "x", "endpoint": "/v1/chat/completions", "completion_window": "1h"}
+        ).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 400 and fake.stats.rejected["completion_window"] == 1
+    with pytest.raises(JudgeFatalError):
+        anyio.run(_upload_without_purpose, fake.url)
+
+
+async def _upload_without_purpose(url: str) -> None:
+    import aiohttp
+
+    from connectors.judges.batch_api import BatchHttp
+
+    http = BatchHttp({}, 30.0, "test")
+    try:
+
+        def form() -> aiohttp.FormData:
+            data = aiohttp.FormData()
+            data.add_field("file", b'{"custom_id":"a"}\n', filename="x.jsonl")
+            return data
+
+        await http.json("POST", f"{url}/files", data=form)
+    finally:
+        await http.aclose()
