@@ -64,6 +64,10 @@ def score(
 ) -> RunResult:
     """Synchronous batch entry point (what `ctxprec score` runs). User-facing errors raised
     inside the task group come out as themselves, not wrapped in an ExceptionGroup."""
+    if config is not None and config.batch_api:  # through the provider's batch API
+        from pipeline.batch_run import score_batch
+
+        return score_batch(input, outdir, config, **kw)
     try:
         return anyio.run(lambda: run_score(str(input), Path(outdir), config or Config(), **kw))
     except BaseExceptionGroup as group:

@@ -606,3 +606,16 @@ async def _upload_without_purpose(url: str) -> None:
         await http.json("POST", f"{url}/files", data=form)
     finally:
         await http.aclose()
+
+
+def test_python_entry_point_honours_batch_api(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    from pipeline import score as score_api
+    from pipeline.config import load_config
+
+    flags = {"judge.model": "openai/judge-1", "judge.batch_api": True, "columns.query": "question",
+             "columns.expected": "ground_truth"}  # fmt: skip
+    result = score_api(rows, tmp_path / "out", load_config(None, flags), progress="off")
+    assert result.exit_code == 0 and fake.stats.batches_created == 1 and fake.online_calls == 0
+    check_rows(tmp_path / "out", rows)
