@@ -468,7 +468,12 @@ class _Collector:
                       for cid in ids}  # fmt: skip
         else:
             seen: set[str] = set()
-            async for res in self.client.results(remote):
+            try:
+                results = [res async for res in self.client.results(remote)]
+            except JudgeFatalError as err:  # e.g. the result file is gone: send the lines again
+                _log.warning("batch %s: results unavailable (%s); sending again", remote.id, err)
+                results = []
+            for res in results:
                 keys = ids.get(res.custom_id)
                 if keys is None or res.custom_id in seen:
                     continue

@@ -84,6 +84,7 @@ class BatchFakeConfig:
     require_key: str | None = None
     poll_errors: int = 0  # the next N status requests are answered 503
     results_url_lag: int = 0  # Anthropic: polls of an ended batch still without results_url
+    content_404: int = 0  # the next N result downloads: 404 (a file gone after its retention)
 
 
 @dataclass
@@ -409,6 +410,9 @@ class BatchFakeServer:
         if not self._auth_ok(request, False):
             return _openai_error(401, "Incorrect API key provided.", "invalid_api_key")
         content = self._files.get(request.match_info["id"])
+        if self.config.content_404 > 0:
+            self.config.content_404 -= 1
+            content = None
         if content is None:
             return _openai_error(404, "No such File object.")
         return web.Response(body=content, content_type="application/octet-stream")
@@ -693,6 +697,9 @@ class BatchFakeServer:
         if (bad := self._anthropic_headers_ok(request)) is not None:
             return bad
         b = self._batches.get(request.match_info["id"])
+        if self.config.content_404 > 0:
+            self.config.content_404 -= 1
+            b = None
         if b is None or b.kind != "anthropic" or b.results is None:
             return _anthropic_error(404, "No results for this batch (yet).", "not_found_error")
         return web.Response(body=b"".join(b.results), content_type="application/binary")

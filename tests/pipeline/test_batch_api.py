@@ -619,3 +619,14 @@ def test_python_entry_point_honours_batch_api(
     result = score_api(rows, tmp_path / "out", load_config(None, flags), progress="off")
     assert result.exit_code == 0 and fake.stats.batches_created == 1 and fake.online_calls == 0
     check_rows(tmp_path / "out", rows)
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(content_404=1)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_results_that_cannot_be_downloaded_are_asked_again(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 2 and fake.online_calls == 0
