@@ -393,6 +393,9 @@ class _Collector:
             live = self.store.live()
             if not live:
                 return
+            now = time.time()
+            if any(c["stage"] != "created" and c["not_before"] <= now for c in live):
+                continue  # retry lines were just written: send them before waiting
             if deadline is not None and time.monotonic() >= deadline:
                 answered = sum(int(c.get("answered") or 0) for c in live)
                 lines = sum(int(c["lines"]) for c in live)
