@@ -1,9 +1,10 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary` and `compare`. Exit codes: 0 all rows
-scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder errors
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare` and `batches`. Exit codes:
+0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder errors
 before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
 folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows
-failed too); 130 interrupted (finished parts kept; the same command resumes).
+failed too); 6 provider batches still pending after --batch-wait (the same command collects
+them later); 130 interrupted (finished parts kept; the same command resumes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config, load_config
-from pipeline.errors import CtxprecError, JudgeError
+from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError
 
 __all__ = ["build_parser", "main"]
 
@@ -85,6 +86,37 @@ def _add_lock_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
+    g = p.add_argument_group("provider batch API")
+    g.add_argument(
+        "--batch-api",
+        action="store_true",
+        default=None,
+        help="send the judge's calls through the provider's batch API (half price, up to 24 h)",
+    )
+    if not score:
+        return
+    g.add_argument(
+        "--batch-wait",
+        metavar="DURATION",
+        help="wait at most this long (0, 90s, 30m, 2h, 1d) for the batches; then exit 6 and "
+        "collect them with the same command later (default: wait until they end)",
+    )
+    g.add_argument(
+        "--batch-fallback",
+        choices=["batch", "online"],
+        default="batch",
+        help="where lines that expired or errored go again: new batches (default) or online",
+    )
+
+
+def _batch_options(args: argparse.Namespace) -> Any:
+    from pipeline.batch_run import BatchOptions, parse_duration
+
+    wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
+    return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ctxprec",
@@ -113,9 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--engine", choices=["local", "dask"], default="local", help="where to run")
     en.add_argument("--scheduler", metavar="ADDRESS", help="dask: an existing cluster's scheduler")
     en.add_argument("--workers", type=int, help="dask: local cluster size (default: one per core)")
+    _add_batch_flags(sc, score=True)
     es = sub.add_parser("estimate", help="what a score run would cost, without judge calls")
     _add_data_flags(es)
     _add_judge_flags(es)
+    _add_batch_flags(es, score=False)
     es.add_argument("--json", action="store_true", help="print JSON")
     es.add_argument(
         "-o",
@@ -129,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--group-by")
     _add_gate_flags(sc)
     _add_compare_parser(sub)
+    bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
+    bt.add_argument("outdir", type=Path)
+    bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
+    bt.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -181,6 +219,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "output.partition_by": getattr(args, "partition_by", None),
         "output.sinks": getattr(args, "sink", None) or None,
         "gate.fail_under": getattr(args, "fail_under", None),
+        "judge.batch_api": getattr(args, "batch_api", None),
     }
     for item in args.map:
         field, sep, column = item.partition("=")
@@ -223,6 +262,15 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
 
     before = ids_before(args.output) if cfg.fail_under is not None and args.incremental else None
+    if cfg.batch_api:
+        from pipeline.batch_run import check_batch_provider, score_batch
+
+        check_batch_provider(cfg)
+        if args.engine == "dask":
+            raise CtxprecError("--batch-api runs on the local engine; drop --engine dask")
+        run = functools.partial(score_batch, options=_batch_options(args))
+    elif args.batch_wait is not None or args.batch_fallback != "batch":
+        raise CtxprecError("--batch-wait and --batch-fallback are for --batch-api; add it")
     result = run(
         args.input,
         args.output,
@@ -232,10 +280,18 @@ def _cmd_score(args: argparse.Namespace) -> int:
         progress=progress,
         wait_lock=args.wait_lock,
     )
+    batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
     if args.quiet:
-        print(json.dumps(_quiet_line(result.summary, args.output)))
+        line = _quiet_line(result.summary, args.output)
+        if batch:
+            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        print(json.dumps(line))
     else:
         print(_human_line(result.summary, args.output))
+        if batch:
+            from pipeline.batch_run import batch_line
+
+            print(batch_line(batch))
     for error in result.sink_errors:
         print(
             f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
@@ -326,7 +382,17 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     est = estimate(args.input, cfg)
-    print(json.dumps(est, indent=2) if args.json else render_estimate(est))
+    if cfg.batch_api:
+        from pipeline.batch_run import batch_estimate, check_batch_provider
+
+        check_batch_provider(cfg)
+        est = batch_estimate(est, cfg)
+    text = render_estimate(est)
+    if "batch_api" in est:
+        from pipeline.batch_run import render_batch_estimate
+
+        text += "\n" + render_batch_estimate(est)
+    print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
         from storage.ownership import check_claimable, local_outdir
         from storage.runlog import STATE_DIR, atomic_write_text
@@ -361,6 +427,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return gate_exit(0, message)
 
 
+def _cmd_batches(args: argparse.Namespace) -> int:
+    from pipeline.batch_run import list_batches, render_batches
+
+    rows = list_batches(args.outdir, cancel=args.cancel)
+    print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
+    return 0
+
+
 def _setup_logging() -> None:
     """CTXPREC_LOG_LEVEL=debug|info|warning turns on stdlib logging to stderr, keys redacted."""
     level = os.environ.get("CTXPREC_LOG_LEVEL", "").strip().upper()
@@ -384,9 +458,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "summary": _cmd_summary,
         "estimate": _cmd_estimate,
         "compare": _cmd_compare,
+        "batches": _cmd_batches,
     }
     try:
         return commands[args.command](args)
+    except BatchesPendingError as exc:
+        print(f"ctxprec: {exc}", file=sys.stderr)
+        if getattr(args, "quiet", False):  # cron logs get their one JSON line
+            print(json.dumps({"outdir": str(args.output), "batches_pending": str(exc)}))
+        return 6
     except CtxprecError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "judge.retry_budget_s": 300.0,
     "judge.structured_output": True,
     "judge.mode": "item",
+    "judge.batch_api": False,
     "limits.concurrency": 32,
     "limits.rpm": None,
     "limits.tpm": None,
@@ -79,7 +80,7 @@ _FLOAT_KEYS = {
     "scoring.scale",
     "gate.fail_under",
 }
-_BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
+_BOOL_KEYS = {"judge.structured_output", "judge.batch_api", "limits.adaptive", "run.memo"}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
 
 
@@ -89,6 +90,8 @@ class Price:
 
     input_per_mtok: float
     output_per_mtok: float
+    batch_input_per_mtok: float | None = None  # provider batch APIs; None: half the above
+    batch_output_per_mtok: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,7 @@ class Config:
     fail_under: float | None = None  # [gate] fail_under: exit 5 below this mean score
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
+    batch_api: bool = False  # send the judge's calls through the provider's batch API
 
     def price_for(self, model: str) -> Price | None:
         return self.prices.get(model)
@@ -204,8 +208,13 @@ def _prices(raw: Any, origin: str) -> dict[str, Price]:
     out: dict[str, Price] = {}
     for model, entry in raw.items():
         try:
-            out[model] = Price(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
-        except (KeyError, TypeError, ValueError):
+            batch = [entry.get(f"batch_{k}_per_mtok") for k in ("input", "output")]
+            out[model] = Price(
+                float(entry["input_per_mtok"]),
+                float(entry["output_per_mtok"]),
+                *(None if b is None else float(b) for b in batch),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
                 f'[prices."{model}"] in {origin} needs input_per_mtok and output_per_mtok numbers'
             ) from None
@@ -282,6 +291,7 @@ def _build(
         fail_under=v["gate.fail_under"],
         prices=prices,
         source_file=path,
+        batch_api=v["judge.batch_api"],
     )
 
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "BatchesPendingError",
     "ConfigError",
     "CtxprecError",
     "InputError",
@@ -32,6 +33,13 @@ class InputError(CtxprecError):
 
 class OutputError(CtxprecError):
     """The output folder cannot be used (holds another run, not writable)."""
+
+
+class BatchesPendingError(CtxprecError):
+    """Provider batches are still running after --batch-wait: exit code 6; the same command
+    collects them later."""
+
+    exit_code = 6
 
 
 class JudgeError(Exception):

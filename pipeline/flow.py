@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import anyio
 import polars as pl
 
-from connectors.judges import Gate, JudgeStats, create_judge
+from connectors.judges import Gate, Judge, JudgeStats, create_judge
 from connectors.sources import SourceBatch, iter_batches
 from pipeline.batch import (
     BatchJob,
@@ -71,6 +71,10 @@ def score(
 ) -> RunResult:
     """Synchronous batch entry point (what `ctxprec score` runs). User-facing errors raised
     inside the task group come out as themselves, not wrapped in an ExceptionGroup."""
+    if config is not None and config.batch_api:  # through the provider's batch API
+        from pipeline.batch_run import score_batch
+
+        return score_batch(input, outdir, config, **kw)
     try:
         return anyio.run(lambda: run_score(str(input), Path(outdir), config or Config(), **kw))
     except BaseExceptionGroup as group:
@@ -123,13 +127,17 @@ async def run_stage(
     open_memo: Callable[[], MemoStore | None] | None = None,
     counters: RunCounters | None = None,
     progress: str = "off",
+    judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
     plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
     cfg = plan.cfg
     stats = JudgeStats()
     gate = gate or RateGate(cfg.concurrency, cfg.rpm, cfg.tpm, adaptive=cfg.adaptive)
-    judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
+        judge = judge_factory(gate, stats)
+    else:
+        judge = create_judge(cfg.judge, gate=gate, stats=stats)
     if judge.identity() != plan.identity:
         raise ConfigError(
             f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "

@@ -74,6 +74,7 @@ def build_summary(
     summary |= _judge(run, tokens)
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(Path(outdir), run)  # None unless partitioned by a date
+    summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     return summary
 
 
@@ -418,6 +419,12 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
     if est := s["estimate_vs_actual"]:
         rows = [[k, v["estimate"], v["actual"], v["ratio"]] for k, v in est.items()]
         out += _md_table("Estimate vs actual", ["figure", "estimate", "actual", "ratio"], rows)
+    if b := s.get("batch_api"):
+        keys = ("provider", "lines_sent", "rounds", "items_failed", "took_s", "input_tokens",
+                "output_tokens", "cost_usd", "online_cost_usd", "saving_usd")  # fmt: skip
+        rows = [[k.replace("_", " "), b.get(k)] for k in keys if k in b]
+        rows.append(["batch ids", ", ".join(b.get("batch_ids") or []) or None])
+        out += _md_table("Provider batch API", ["figure", "value"], rows)
     if labels := s["labels"]:
         out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])
     if g := s["by_group"]:

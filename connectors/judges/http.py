@@ -240,6 +240,27 @@ class HttpJudgeBase(abc.ABC):
         """A changed payload to retry a fatal error with (e.g. without response_format)."""
         return None
 
+    # -- public wrappers for other transports (provider batch APIs send the same bodies)
+    def build_payload(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> dict[str, Any]:
+        """The request body the online path would POST for this conversation."""
+        return self._payload(system, messages, schema, max_tokens)
+
+    def read_response(self, data: dict[str, Any]) -> tuple[str, int, int]:
+        """(reply text, input tokens, output tokens) of a reply body, read as online."""
+        tokens_in, tokens_out = self._usage(data) or (0, 0)
+        return self._text(data), tokens_in, tokens_out
+
+    def adapt_payload(self, err: JudgeError, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A changed body to send again after a rejected one (None: nothing to adapt)."""
+        return self._recover(err, payload)
+
+    def auth_headers(self) -> dict[str, str]:
+        """The provider's auth and version headers, without the JSON content-type ones."""
+        skip = {"content-type", "accept"}
+        return {k: v for k, v in self._headers().items() if k.lower() not in skip}
+
     # -- session
     def _session_now(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()

@@ -1,0 +1,178 @@
+"""Anthropic Message Batches: POST /v1/messages/batches with `requests: [{custom_id, params}]`,
+poll `processing_status` until `ended`, then stream `results_url`. Each `params` is the body the
+online judge would POST to /v1/messages. The base URL is taken as the Anthropic SDK takes it
+(without `/v1`); a trailing `/v1` is tolerated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from connectors.judges.base import JudgeSettings
+from connectors.judges.batch_api import (
+    BatchHttp,
+    BatchLimits,
+    LineResult,
+    RemoteBatch,
+    json_line,
+    limits_from_env,
+)
+from connectors.judges.http import HttpJudgeBase, normalize_base_url
+from pipeline.errors import JudgeFatalError, JudgeRetryableError
+
+__all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
+
+DEFAULT_ROOT = "https://api.anthropic.com"
+LIMITS = BatchLimits(100_000, 256 * 1024 * 1024)
+_FATAL_TYPES = frozenset(
+    {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
+)
+_LIST_PAGES = 20
+_COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
+
+
+def api_root(settings: JudgeSettings) -> str:
+    """The API root without `/v1` (as the SDK takes ANTHROPIC_BASE_URL)."""
+    base = normalize_base_url(
+        settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ROOT
+    )
+    return base.removesuffix("/v1")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _time(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class AnthropicBatches:
+    provider = "anthropic"
+
+    def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
+        self.judge = judge
+        self.root = api_root(settings)
+        self.url = f"{self.root}/v1/messages/batches"
+        self.limits = limits_from_env(LIMITS)
+        self.http = BatchHttp(judge.auth_headers(), max(settings.timeout_s, 120.0), judge.model)
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        return json_line({"custom_id": custom_id, "params": body})
+
+    async def submit(
+        self, name: str, path: Path, lines: int, on_file: Callable[[str], None],
+        file_id: str | None = None,
+    ) -> RemoteBatch:  # fmt: skip
+        def body() -> bytes:
+            rows = [r for r in path.read_bytes().split(b"\n") if r.strip()]
+            return b'{"requests":[' + b",".join(rows) + b"]}"
+
+        created = await self.http.json(
+            "POST", self.url, data=body, headers={"content-type": "application/json"}
+        )
+        return self._remote(created)
+
+    async def find(
+        self, name: str, file_id: str | None, since: float, lines: int, claimed: set[str]
+    ) -> str | None:
+        """Message batches carry no metadata: a batch created after the intent was recorded
+        (within 2 minutes of clock skew) with exactly this chunk's number of requests and not
+        claimed by another chunk is taken to be the one a crash left unrecorded."""
+        after: str | None = None
+        found: list[tuple[float, str]] = []
+        for _ in range(_LIST_PAGES):
+            params = {"limit": "100", **({"after_id": after} if after else {})}
+            try:
+                page = await self.http.json("GET", self.url, params=params)
+            except JudgeFatalError as err:
+                if err.status not in (404, 405):
+                    raise
+                break  # a server without the list endpoint: nothing to look up
+            data = page.get("data") or []
+            for b in data:
+                created = _time(b.get("created_at")) or 0.0
+                counts = b.get("request_counts") or {}
+                total = sum(_int(counts.get(k)) for k in _COUNTS)
+                if created >= since - 120 and total == lines and b.get("id") not in claimed:
+                    found.append((created, str(b["id"])))
+            oldest = min((_time(b.get("created_at")) or 0.0 for b in data), default=0.0)
+            if not page.get("has_more") or not data or oldest < since - 3600:
+                break
+            after = str(page.get("last_id") or data[-1].get("id"))
+        return min(found)[1] if found else None
+
+    async def poll(self, batch_id: str) -> RemoteBatch:
+        return self._remote(await self.http.json("GET", f"{self.url}/{batch_id}"))
+
+    async def cancel(self, batch_id: str) -> RemoteBatch:
+        return self._remote(await self.http.json("POST", f"{self.url}/{batch_id}/cancel"))
+
+    async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
+        url = (batch.raw or {}).get("results_url")
+        if not url:
+            raise JudgeRetryableError(
+                f"batch {batch.id} has ended but has no results_url yet", cause="no_results_url"
+            )
+        async for text in self.http.lines(str(url), headers={"accept": "application/binary"}):
+            result = _read_line(text)
+            if result is not None:
+                yield result
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        await self.judge.aclose()
+
+    @staticmethod
+    def _remote(data: dict[str, Any]) -> RemoteBatch:
+        status = str(data.get("processing_status"))
+        counts = data.get("request_counts") or {}
+        total = sum(_int(counts.get(k)) for k in _COUNTS)
+        return RemoteBatch(
+            id=str(data.get("id")),
+            status=status,
+            ended=status == "ended",
+            total=total,
+            answered=total - _int(counts.get("processing")),
+            created_at=_time(data.get("created_at")),
+            raw=data,
+        )
+
+
+def _read_line(text: bytes) -> LineResult | None:
+    """succeeded → the Message; errored → its doubly nested error (invalid requests are fatal,
+    server-side ones retryable); canceled and expired → retryable."""
+    try:
+        line = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return None
+    custom_id = line["custom_id"]
+    result: dict[str, Any] = line["result"] if isinstance(line.get("result"), dict) else {}
+    kind = str(result.get("type"))
+    if kind == "succeeded" and isinstance(result.get("message"), dict):
+        return LineResult(custom_id, result["message"], None)
+    if kind == "errored":
+        outer: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+        inner: dict[str, Any] = outer["error"] if isinstance(outer.get("error"), dict) else outer
+        etype = str(inner.get("type") or "api_error")
+        message = f"{etype}: {inner.get('message') or 'errored'}"
+        if outer.get("request_id"):
+            message += f" (request {outer['request_id']})"
+        if etype in _FATAL_TYPES:
+            return LineResult(custom_id, None, JudgeFatalError(message, cause=etype))
+        return LineResult(custom_id, None, JudgeRetryableError(message, cause=etype))
+    cause = kind if kind in ("canceled", "expired") else "no_result"
+    error = JudgeRetryableError(f"batch_{cause}: the request got no answer", cause=f"batch_{cause}")
+    return LineResult(custom_id, None, error)

@@ -1,0 +1,184 @@
+"""OpenAI's Batch API (and any server with `/v1/files` + `/v1/batches`): upload a JSONL file with
+purpose=batch, create a batch on /v1/chat/completions with a 24h window, poll, download the output
+and error files. Each line's body is the one the online judge would POST.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from connectors.judges.base import JudgeSettings
+from connectors.judges.batch_api import (
+    BatchHttp,
+    BatchLimits,
+    LineResult,
+    RemoteBatch,
+    json_line,
+    limits_from_env,
+    line_error,
+)
+from connectors.judges.http import HttpJudgeBase, normalize_base_url
+from connectors.judges.openai import DEFAULT_BASE_URL
+from pipeline.errors import JudgeFatalError, JudgeRetryableError
+
+__all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
+
+ENDPOINT = "/v1/chat/completions"
+LIMITS = BatchLimits(50_000, 200 * 1024 * 1024)
+_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+_RETRYABLE_BATCH_ERRORS = frozenset({"token_limit_exceeded", "rate_limit_exceeded"})
+_LIST_PAGES = 20
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class OpenAIBatches:
+    provider = "openai"
+
+    def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
+        self.judge = judge
+        self.base = normalize_base_url(
+            settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        )
+        self.limits = limits_from_env(LIMITS)
+        self.http = BatchHttp(judge.auth_headers(), max(settings.timeout_s, 120.0), judge.model)
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        return json_line({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": body})
+
+    async def submit(
+        self, name: str, path: Path, lines: int, on_file: Callable[[str], None],
+        file_id: str | None = None,
+    ) -> RemoteBatch:  # fmt: skip
+        if file_id is None:
+
+            def form() -> aiohttp.FormData:
+                data = aiohttp.FormData()
+                data.add_field("purpose", "batch")
+                data.add_field(
+                    "file", path.read_bytes(), filename=path.name, content_type="application/jsonl"
+                )
+                return data
+
+            uploaded = await self.http.json("POST", f"{self.base}/files", data=form)
+            file_id = str(uploaded["id"])
+            on_file(file_id)
+        created = await self.http.json(
+            "POST",
+            f"{self.base}/batches",
+            body={
+                "input_file_id": file_id,
+                "endpoint": ENDPOINT,
+                "completion_window": "24h",
+                "metadata": {"ctxprec_chunk": name},
+            },
+        )
+        return self._remote(created)
+
+    async def find(
+        self, name: str, file_id: str | None, since: float, lines: int, claimed: set[str]
+    ) -> str | None:
+        """A batch created for chunk `name` (metadata) or from `file_id` before a crash. Without
+        a recorded file id no batch can exist: the batch is created only after it is recorded."""
+        if file_id is None:
+            return None
+        after: str | None = None
+        for _ in range(_LIST_PAGES):
+            params = {"limit": "100", **({"after": after} if after else {})}
+            try:
+                page = await self.http.json("GET", f"{self.base}/batches", params=params)
+            except JudgeFatalError as err:
+                if err.status not in (404, 405):
+                    raise
+                return None  # a server without the list endpoint: nothing to look up
+            data = page.get("data") or []
+            for b in data:
+                meta = b.get("metadata") or {}
+                if b.get("id") in claimed:
+                    continue
+                if meta.get("ctxprec_chunk") == name or (
+                    file_id is not None and b.get("input_file_id") == file_id
+                ):
+                    return str(b["id"])
+            oldest = min((_int(b.get("created_at")) for b in data), default=0)
+            if not page.get("has_more") or not data or oldest < since - 3600:
+                return None
+            after = str(data[-1].get("id"))
+        return None
+
+    async def poll(self, batch_id: str) -> RemoteBatch:
+        return self._remote(await self.http.json("GET", f"{self.base}/batches/{batch_id}"))
+
+    async def cancel(self, batch_id: str) -> RemoteBatch:
+        return self._remote(await self.http.json("POST", f"{self.base}/batches/{batch_id}/cancel"))
+
+    async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
+        raw = batch.raw or {}
+        for key in ("output_file_id", "error_file_id"):
+            file_id = raw.get(key)
+            if not file_id:
+                continue
+            async for text in self.http.lines(f"{self.base}/files/{file_id}/content"):
+                result = _read_line(text)
+                if result is not None:
+                    yield result
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        await self.judge.aclose()
+
+    @staticmethod
+    def _remote(data: dict[str, Any]) -> RemoteBatch:
+        status = str(data.get("status"))
+        counts = data.get("request_counts") or {}
+        error, retryable = None, False
+        if status == "failed":
+            errors = (data.get("errors") or {}).get("data") or [{}]
+            first = errors[0] if isinstance(errors[0], dict) else {}
+            code = str(first.get("code") or "batch_failed")
+            error = f"{code}: {first.get('message') or 'the batch failed'}"
+            retryable = code in _RETRYABLE_BATCH_ERRORS
+        return RemoteBatch(
+            id=str(data.get("id")),
+            status=status,
+            ended=status in _ENDED,
+            total=_int(counts.get("total")),
+            answered=_int(counts.get("completed")) + _int(counts.get("failed")),
+            created_at=float(_int(data.get("created_at"))) or None,
+            error=error,
+            error_retryable=retryable,
+            raw=data,
+        )
+
+
+def _read_line(text: bytes) -> LineResult | None:
+    """A BatchRequestOutput line: `error` for non-HTTP failures (expired, cancelled, timeout),
+    else `response` whose status_code decides: 2xx is a reply body, anything else an error."""
+    try:
+        line = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return None
+    custom_id = line["custom_id"]
+    error = line.get("error")
+    if isinstance(error, dict) and error:
+        code = str(error.get("code") or "batch_error")
+        message = f"{code}: {error.get('message') or 'no result'}"
+        return LineResult(custom_id, None, JudgeRetryableError(message, cause=code))
+    response = line.get("response")
+    if not isinstance(response, dict):
+        return LineResult(custom_id, None, JudgeRetryableError("no response", cause="no_result"))
+    status = _int(response.get("status_code"))
+    body = response.get("body")
+    if 200 <= status < 300 and isinstance(body, dict):
+        return LineResult(custom_id, body, None)
+    return LineResult(custom_id, None, line_error(status or 500, body))

@@ -1,0 +1,202 @@
+"""Durable state of provider batches in OUTDIR/_ctxprec/batches/: one `state.json` (written
+atomically) listing every chunk of requests with its stage and the provider's file and batch ids,
+and per chunk the request lines (`<name>.jsonl`) and the custom_id -> memo keys map (`<name>.ids`).
+
+A chunk's files and its state entry are written before anything is sent, the "intent" before the
+batch is created, and the batch id as soon as the provider returns it; so a run killed at any
+moment finds, on resume, every batch it created (or the intent to look one up).
+
+Stages: written -> intent -> (uploaded) -> created -> collected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from storage.runlog import STATE_DIR, atomic_write_text
+
+__all__ = ["BATCH_DIR", "BatchStore", "ChunkWriter"]
+
+BATCH_DIR = "batches"
+_LIVE = ("written", "intent", "uploaded", "created")
+
+
+class BatchStore:
+    """The state file and chunk files of one output folder; blocking I/O (call from a thread
+    when inside the event loop, or accept the few ms it takes)."""
+
+    def __init__(self, outdir: Path) -> None:
+        self.dir = outdir / STATE_DIR / BATCH_DIR
+        self.path = self.dir / "state.json"
+        self.data: dict[str, Any] = {"version": 1, "chunks": {}, "failed": {}, "finished": False}
+
+    @classmethod
+    def load(cls, outdir: Path) -> BatchStore:
+        store = cls(outdir)
+        if store.path.is_file():
+            store.data = json.loads(store.path.read_text(encoding="utf-8"))
+        return store
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, json.dumps(self.data, indent=1, sort_keys=True))
+
+    # -- chunks --------------------------------------------------------------------------
+    @property
+    def chunks(self) -> dict[str, dict[str, Any]]:
+        chunks: dict[str, dict[str, Any]] = self.data.setdefault("chunks", {})
+        return chunks
+
+    @property
+    def failed(self) -> dict[str, list[str]]:
+        """memo key -> [cause, message] of items the batches could not answer."""
+        failed: dict[str, list[str]] = self.data.setdefault("failed", {})
+        return failed
+
+    def live(self) -> list[dict[str, Any]]:
+        """Chunks not yet collected, oldest first."""
+        return sorted(
+            (c for c in self.chunks.values() if c["stage"] in _LIVE), key=lambda c: c["name"]
+        )
+
+    def new_name(self, round_: int) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        return f"c{stamp}-{len(self.chunks) + 1:05d}-r{round_}-{os.getpid() % 10000:04d}"
+
+    def add(
+        self, name: str, round_: int, lines: int, size: int, not_before: float = 0.0,
+        parent: str | None = None,
+    ) -> None:  # fmt: skip
+        self.chunks[name] = {
+            "name": name, "round": round_, "lines": lines, "bytes": size, "stage": "written",
+            "written_at": time.time(), "not_before": not_before, "file_id": None,
+            "batch_id": None, "status": None, "answered": 0, "error": None,
+            "gen": int(self.data.get("gen", 0)), "parent": parent,
+        }  # fmt: skip
+        self.save()
+
+    def update(self, name: str, **fields: Any) -> None:
+        self.chunks[name].update(fields)
+        self.save()
+
+    def lines_path(self, name: str) -> Path:
+        return self.dir / f"{name}.jsonl"
+
+    def ids_path(self, name: str) -> Path:
+        return self.dir / f"{name}.ids"
+
+    def read_ids(self, name: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        path = self.ids_path(name)
+        if not path.is_file():
+            return out
+        for raw in path.read_text(encoding="utf-8").splitlines():
+            custom_id, _, keys = raw.partition("\t")
+            if keys:
+                out[custom_id] = keys.split(" ")
+        return out
+
+    def live_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for chunk in self.live():
+            for ks in self.read_ids(chunk["name"]).values():
+                keys.update(ks)
+        return keys
+
+    def read_lines(self, name: str, wanted: set[str]) -> dict[str, dict[str, Any]]:
+        """The request lines (parsed) of `wanted` custom ids in chunk `name`."""
+        out: dict[str, dict[str, Any]] = {}
+        path = self.lines_path(name)
+        if not path.is_file():
+            return out
+        with path.open("rb") as fh:
+            for raw in fh:
+                line = json.loads(raw)
+                if line.get("custom_id") in wanted:
+                    out[line["custom_id"]] = line
+        return out
+
+    def drop_files(self, name: str) -> None:
+        """A collected chunk's request lines are no longer needed (its id map stays)."""
+        self.lines_path(name).unlink(missing_ok=True)
+
+    def remove_orphans(self) -> None:
+        """Chunk files that no state entry names (a run killed while writing them)."""
+        if not self.dir.is_dir():
+            return
+        known = set(self.chunks)
+        for path in self.dir.iterdir():
+            if path.name == "state.json" or not path.is_file():
+                continue
+            stem = path.name.split(".", 1)[0]
+            if stem not in known:
+                path.unlink(missing_ok=True)
+
+
+class ChunkWriter:
+    """Writes request lines into chunk files within the limits; each finished chunk is
+    registered in the store (stage "written") only once its files are complete on disk."""
+
+    def __init__(
+        self, store: BatchStore, round_: int, max_lines: int, max_bytes: int,
+        not_before: float = 0.0, parent: str | None = None,
+    ) -> None:  # fmt: skip
+        self.store, self.round, self.parent = store, round_, parent
+        self.max_lines, self.max_bytes = max_lines, max(1, max_bytes - 4096)  # room for framing
+        self.not_before = not_before
+        self.names: list[str] = []
+        self._name: str | None = None
+        self._lines: Any = None
+        self._ids: Any = None
+        self._count = 0
+        self._size = 0
+
+    def add(self, custom_id: str, keys: Iterable[str], line: bytes) -> None:
+        if self._name is not None and (
+            self._count >= self.max_lines or self._size + len(line) + 1 > self.max_bytes
+        ):
+            self._close()
+        if self._name is None:
+            self._open()
+        self._lines.write(line)
+        self._ids.write(f"{custom_id}\t{' '.join(keys)}\n")
+        self._count += 1
+        self._size += len(line) + 1
+
+    def _open(self) -> None:
+        self.store.dir.mkdir(parents=True, exist_ok=True)
+        name = self.store.new_name(self.round)
+        while name in self.store.chunks or name in self.names:
+            name += "x"
+        self._name = name
+        self._lines = self.store.lines_path(name).open("wb")
+        self._ids = self.store.ids_path(name).open("w", encoding="utf-8")
+        self._count = self._size = 0
+
+    def _close(self) -> None:
+        assert self._name is not None
+        for fh in (self._lines, self._ids):
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+        self.store.add(
+            self._name, self.round, self._count, self._size, self.not_before, self.parent
+        )
+        self.names.append(self._name)
+        self._name = None
+
+    def close(self) -> list[str]:
+        if self._name is not None:
+            self._close()
+        return self.names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)

@@ -1,0 +1,632 @@
+"""`ctxprec score --batch-api` against the strict loopback fake of both providers' batch APIs
+(tests/fakes/batch_server.py): scores equal the MAP of the server's verdicts with no online call,
+expired/errored lines and failed batches are sent again (and only them), a kill -9 while waiting
+resumes without a second batch, cancellation, limits that split a run, exit code 6.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from connectors.judges.batch_api import CUSTOM_ID, custom_id_for
+from pipeline.cli import main
+from pipeline.metric import map_score
+from storage.batches import BatchStore
+from tests.conftest import REPO
+from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
+from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
+
+HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+PROVIDERS = ["openai", "anthropic"]
+
+
+@pytest.fixture
+def rows(hotpot: Path, tmp_path: Path) -> Path:
+    """25 HotpotQA rows (about 250 context items) as their own file."""
+    path = tmp_path / "rows.parquet"
+    pl.read_parquet(hotpot).head(25).write_parquet(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CTXPREC_BATCH_POLL_S", "0.02")
+    monkeypatch.setenv("CTXPREC_BATCH_POLL_MAX_S", "0.05")
+
+
+def serve(monkeypatch: pytest.MonkeyPatch, config: BatchFakeConfig) -> BatchFakeThread:
+    thread = BatchFakeThread(config)
+    server = thread.__enter__()
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.root)  # as the Anthropic SDK takes it
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-batch-0123456789")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-batch-0123456789")
+    return thread
+
+
+@pytest.fixture
+def fake(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[BatchFakeServer]:
+    config = getattr(request, "param", None) or BatchFakeConfig()
+    thread = serve(monkeypatch, config)
+    try:
+        yield thread.server
+    finally:
+        thread.__exit__(None, None, None)
+
+
+def score(src: Path, out: Path, provider: str, *extra: object) -> int:
+    args = ["score", src, "-o", out, "--model", f"{provider}/judge-1", *HOTPOT_MAP, "--batch-api"]
+    return main([*map(str, args), "--progress", "off", *map(str, extra)])
+
+
+def check_rows(out: Path, src: Path, *, failed_ok: bool = False) -> pl.DataFrame:
+    """Every row equals the MAP of the server's verdicts (or failed, when allowed)."""
+    source = pl.read_parquet(src).select("id", "contexts")
+    got = pl.read_parquet(out / "**/*.parquet").join(source, on="id")
+    assert got.height == source.height
+    for row in got.iter_rows(named=True):
+        if failed_ok and row["status"] == "failed":
+            continue
+        verdicts = [expected_verdict(item, FakeJudgeConfig()) for item in row["contexts"]]
+        assert row["status"] == "ok", row["error"]
+        assert row["verdicts"] == verdicts
+        assert row["score"] == map_score(verdicts)
+    return got
+
+
+def distinct_items(src: Path) -> int:
+    return pl.read_parquet(src).explode("contexts").select("question", "contexts").n_unique()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_round_trip_equals_map_of_server_verdicts_without_online_calls(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.online_calls == 0
+    assert fake.stats.batches_created == 1
+    assert fake.stats.lines == distinct_items(rows)  # one line per distinct (query, item)
+    assert max(fake.stats.pairs.values()) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    batch = summary["batch_api"]
+    assert batch["provider"] == provider and len(batch["batch_ids"]) == 1
+    assert batch["lines_sent"] == fake.stats.lines and batch["input_tokens"] > 0
+    assert "Provider batch API" in (out / "summary.md").read_text()
+    assert summary["tokens"]["this_run_input"] == batch["input_tokens"]
+    # a second run finds every verdict in the memo: no batch, no call
+    assert score(rows, tmp_path / "again", provider) == 0
+    assert fake.stats.batches_created == 1 and fake.online_calls == 0
+
+
+def test_results_come_back_shuffled_and_land_on_their_items(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    assert score(rows, tmp_path / "out", "openai") == 0
+    batch = next(iter(fake._batches.values()))
+    sent = [line.custom_id for line in batch.lines]
+    content = fake._files[str(batch.output_file_id)]
+    returned = [json.loads(x)["custom_id"] for x in content.splitlines()]
+    assert sorted(returned) == sorted(sent) and returned != sent
+    check_rows(tmp_path / "out", rows)
+
+
+@pytest.mark.parametrize(
+    "fake", [BatchFakeConfig(p_expire=0.15, p_line_5xx=0.05, seed=7)], indirect=True
+)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_expired_and_errored_lines_are_sent_again_and_only_them(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.online_calls == 0
+    assert fake.stats.batches_created >= 2  # the first batch expired with partial output
+    assert fake.stats.lines / distinct_items(rows) <= 1.3
+    run = json.loads((out / "_ctxprec" / "run.json").read_text())
+    assert run["engine"]["batch_api"]["rounds"] >= 2
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_rejected_line_fails_its_item_with_the_providers_cause(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    bad = pl.read_parquet(rows).get_column("contexts")[3][1]
+    fake.config.bad_items = {bad}
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 1
+    got = check_rows(out, rows, failed_ok=True)
+    failed = got.filter(pl.col("status") == "failed")
+    assert failed.height >= 1
+    cause = "http_400" if provider == "openai" else "invalid_request_error"
+    for row in failed.iter_rows(named=True):
+        assert bad in row["contexts"]
+        assert row["error"].startswith(cause) and "bad item" in row["error"]
+        assert row["verdicts"][row["contexts"].index(bad)] is None  # not "not relevant"
+    assert fake.stats.items[bad] == 1  # a 4xx is not retried
+    assert fake.online_calls == 0
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(fail_batches=1)], indirect=True)
+def test_a_batch_failed_as_a_whole_is_submitted_again(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, "openai") == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 2  # token_limit_exceeded, then the same lines again
+    assert fake.stats.lines == distinct_items(rows)  # the failed batch enqueued nothing
+    assert fake.online_calls == 0
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_limits_split_a_run_into_several_batches(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("CTXPREC_BATCH_MAX_LINES", "50")
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    n = distinct_items(rows)
+    assert fake.stats.batches_created == math.ceil(n / 50)
+    assert all(len(b.lines) <= 50 for b in fake._batches.values())
+    assert fake.stats.lines == n
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_batch_wait_exits_6_and_the_same_command_collects_later(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    assert score(rows, out, provider, "--batch-wait", "0") == 6
+    err = capsys.readouterr().err
+    assert "1 batch pending" in err and "run the same command later" in err
+    assert not (out / "_SUCCESS").exists()
+    assert main(["batches", str(out)]) == 0
+    listing = capsys.readouterr().out
+    assert ("in_progress" in listing or "validating" in listing) and "/250" in listing
+    assert score(rows, out, provider, "--batch-wait", "0.05") == 6  # still running
+    fake.release()
+    assert score(rows, out, provider, "--batch-wait", "1h") == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 1 and fake.online_calls == 0
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_cancel_then_the_same_command_sends_only_the_unanswered_lines(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    assert score(rows, out, provider, "--batch-wait", "0") == 6
+    time.sleep(0.3)  # the held batch has answered half its lines by now
+    assert main(["batches", str(out), "--cancel", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in listed] == ["cancelling" if provider == "openai" else "canceling"]
+    assert fake.stats.cancels == 1
+    fake.release()
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    n = distinct_items(rows)
+    assert fake.stats.batches_created == 2
+    assert n < fake.stats.lines < 2 * n  # the cancelled batch answered part of its lines
+    assert max(fake.stats.pairs.values()) == 2
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_crash_between_create_and_record_does_not_create_a_second_batch(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider, "--batch-wait", "0") == 6
+    store = BatchStore.load(out)
+    (chunk,) = store.chunks.values()
+    # as if killed after the batch was created and before its id was written
+    stage = "uploaded" if provider == "openai" else "intent"
+    store.update(chunk["name"], stage=stage, batch_id=None)
+    fake.release()
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 1 and fake.stats.list_calls >= 1
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(p_expire=0.3, seed=3)], indirect=True)
+def test_fallback_online_sends_expired_lines_online(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, "openai", "--batch-fallback", "online") == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 1
+    expired = sum(1 for line in next(iter(fake._batches.values())).lines if line.fate == "expire")
+    assert expired > 0 and fake.online_calls == expired
+
+
+def test_per_row_mode_through_batches(rows: Path, tmp_path: Path, fake: BatchFakeServer) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, "anthropic", "--mode", "row") == 0
+    check_rows(out, rows)
+    assert fake.stats.lines == pl.read_parquet(rows).height and fake.online_calls == 0
+
+
+def test_anthropic_base_url_with_trailing_v1_is_tolerated(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.url)  # …/v1
+    assert score(rows, tmp_path / "out", "anthropic") == 0
+    check_rows(tmp_path / "out", rows)
+
+
+def test_batch_api_needs_a_provider_with_one(
+    rows: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["score", str(rows), "-o", str(out), *HOTPOT_MAP, "--batch-api"]) == 2
+    assert "batch API" in capsys.readouterr().err and not out.exists()
+    args = ["score", str(rows), "-o", str(out), *HOTPOT_MAP, "--batch-wait", "1h"]
+    assert main(args) == 2
+    assert "--batch-api" in capsys.readouterr().err
+    config = tmp_path / "c.toml"
+    config.write_text('[judge]\nmodel = "offline"\nbatch_api = true\n')
+    assert main(["score", str(rows), "-o", str(out), *HOTPOT_MAP, "--config", str(config)]) == 2
+
+
+def test_estimate_at_batch_prices(
+    rows: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[judge]\nmodel = "openai/gpt-4o-mini"\n\n[prices."openai/gpt-4o-mini"]\n'
+        "input_per_mtok = 0.15\noutput_per_mtok = 0.60\n"
+    )
+    base = ["estimate", str(rows), *HOTPOT_MAP, "--config", str(config), "--json"]
+    assert main(base) == 0
+    online = json.loads(capsys.readouterr().out)
+    assert main([*base, "--batch-api"]) == 0
+    batch = json.loads(capsys.readouterr().out)
+    assert batch["cost_usd"] == pytest.approx(online["cost_usd"] / 2, abs=1e-6)
+    assert batch["batch_api"]["saving_usd"] == pytest.approx(online["cost_usd"] / 2, abs=1e-6)
+    config.write_text(
+        config.read_text() + "batch_input_per_mtok = 0.05\nbatch_output_per_mtok = 0.2\n"
+    )
+    assert main([*base[:-1], "--batch-api"]) == 0
+    text = capsys.readouterr().out
+    assert "batch API: $" in text and "saving" in text and "24 h" in text
+
+
+def test_custom_ids_fit_the_providers_pattern(fake: BatchFakeServer) -> None:
+    key = "v1-" + "ab" * 32
+    for keys in ([key], [key, key.replace("a", "c")]):
+        cid = custom_id_for(keys)
+        assert CUSTOM_ID.match(cid) and len(cid) <= 64
+    body = json.dumps(
+        {
+            "requests": [
+                {"custom_id": "x" * 65, "params": {"model": "m", "max_tokens": 5, "messages": []}}
+            ]
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{fake.root}/v1/messages/batches", data=body, method="POST",
+        headers={"content-type": "application/json", "anthropic-version": "2023-06-01"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 400
+    assert "at most 64 characters" in caught.value.read().decode()
+
+
+# ---------------------------------------------------------------- kill -9 while waiting
+
+
+@pytest.fixture
+def fake_process() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.batch_server", "--port", "0", "--hold",
+         "--p-expire", "0.1"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _fake(url: str, path: str, method: str = "GET") -> dict[str, object]:
+    root = url.removesuffix("/v1")
+    request = urllib.request.Request(f"{root}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        data: dict[str, object] = json.loads(reply.read())
+    return data
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_kill_9_while_waiting_then_the_same_command_resumes(
+    rows: Path, tmp_path: Path, fake_process: str, provider: str
+) -> None:
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = dict(os.environ)
+    env.update(
+        OPENAI_BASE_URL=fake_process, ANTHROPIC_BASE_URL=fake_process.removesuffix("/v1"),
+        OPENAI_API_KEY="sk-test-kill", ANTHROPIC_API_KEY="sk-ant-test-kill",
+        CTXPREC_CACHE_DIR=str(cache), CTXPREC_BATCH_POLL_S="0.05",
+        CTXPREC_BATCH_POLL_MAX_S="0.1",
+    )  # fmt: skip
+    command = [sys.executable, "-m", "pipeline.cli", "score", str(rows), "-o", str(out),
+               "--model", f"{provider}/judge-1", *HOTPOT_MAP, "--batch-api",
+               "--progress", "off"]  # fmt: skip
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the batch is created and recorded
+        store = BatchStore.load(out) if (out / "_ctxprec" / "batches" / "state.json").exists() \
+            else None  # fmt: skip
+        if store is not None and any(c.get("batch_id") for c in store.chunks.values()):
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)  # it is polling now
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _fake(fake_process, "/_fake/stats")["batches_created"] == 1
+    assert not (out / "_SUCCESS").exists()
+    _fake(fake_process, "/_fake/release", "POST")
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    check_rows(out, rows)
+    stats = _fake(fake_process, "/_fake/stats")
+    lines = int(stats["lines"])  # type: ignore[call-overload]
+    assert stats["online_calls"] == 0
+    assert lines / distinct_items(rows) <= 1.3
+    first = BatchStore.load(out)
+    rounds = [int(c["round"]) for c in first.chunks.values()]
+    # one batch for the first round; later rounds hold only the expired lines
+    assert rounds.count(1) == 1
+    assert int(stats["batches_created"]) == len(rounds)  # type: ignore[call-overload]
+
+
+def test_readme_batch_commands_run_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "ctxprec batches" in b
+    )
+    commands = [line for line in block.splitlines() if line.startswith("ctxprec ")]
+    assert [c.split()[1] for c in commands] == ["estimate", "score", "batches", "score", "batches"]
+    thread = serve(monkeypatch, BatchFakeConfig(hold=True))
+    try:
+        codes = []
+        for i, line in enumerate(commands):
+            argv = [
+                str(REPO / a) if a.startswith(("examples/", "configs/")) else a
+                for a in shlex.split(line.replace("out/batch", str(tmp_path / "batch")))[1:]
+            ]
+            if i == 3:  # "tomorrow": the provider has answered
+                thread.server.release()
+            codes.append(main(argv))
+        assert codes == [0, 6, 0, 0, 0]
+        assert thread.server.stats.batches_created == 1 and thread.server.online_calls == 0
+        assert (tmp_path / "batch" / "_SUCCESS").exists()
+        out = capsys.readouterr().out
+        assert "batch API: $" in out and "batch API: 34 lines in 1 batches" in out
+    finally:
+        thread.__exit__(None, None, None)
+
+
+def test_no_memo_and_incremental_runs_through_batches(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first.parquet"
+    pl.read_parquet(rows).head(10).write_parquet(first)
+    out = tmp_path / "out"
+    assert score(first, out, "openai", "--no-memo", "--incremental", "--quiet") == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len(line["batch_api"]["batch_ids"]) == 1
+    sent = fake.stats.lines
+    assert sent == distinct_items(first)
+    # the whole file, incrementally: only the 15 new rows' items are sent
+    assert score(rows, out, "openai", "--no-memo", "--incremental") == 0
+    check_rows(out, rows)
+    assert fake.stats.lines - sent == distinct_items(rows) - distinct_items(first)
+    assert fake.online_calls == 0
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+def test_quiet_pending_run_prints_one_json_line(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert score(rows, tmp_path / "out", "openai", "--batch-wait", "0", "--quiet") == 6
+    line = json.loads(capsys.readouterr().out)
+    assert "1 batch pending" in line["batches_pending"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_unreadable_replies_are_asked_afresh_once(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    fake.config.p_garbage = 0.1
+    out = tmp_path / "out"
+    assert score(rows, out, provider) in (0, 1)
+    got = check_rows(out, rows, failed_ok=True)  # the rest: MAP of the server's verdicts
+    errors = got.filter(pl.col("status") == "failed").get_column("error").to_list()
+    assert all(e.startswith("unparseable") for e in errors)  # unreadable twice in a row
+    assert fake.stats.batches_created == 2  # one fresh ask, no more
+    assert fake.stats.lines / distinct_items(rows) <= 1.3
+    fake.config.p_garbage = 1.0  # a model that never answers readably: two lines, then failed
+    few = tmp_path / "few.parquet"
+    pl.read_parquet(rows).tail(2).write_parquet(few)
+    before = fake.stats.lines
+    assert score(few, tmp_path / "few", provider, "--cache-dir", tmp_path / "other") == 1
+    got = pl.read_parquet(tmp_path / "few" / "*.parquet")
+    assert got.get_column("status").to_list() == ["failed", "failed"]
+    assert all(e.startswith("unparseable") for e in got.get_column("error").to_list())
+    assert fake.stats.lines - before == 2 * distinct_items(few)
+
+
+def test_summary_prices_the_run_at_batch_prices(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[prices."openai/judge-1"]\ninput_per_mtok = 1.0\noutput_per_mtok = 4.0\n')
+    out = tmp_path / "out"
+    assert score(rows, out, "openai", "--config", config) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    batch = summary["batch_api"]
+    t_in, t_out = batch["input_tokens"], batch["output_tokens"]
+    assert batch["cost_usd"] == pytest.approx((t_in * 0.5 + t_out * 2.0) / 1e6, abs=1e-6)
+    assert batch["online_cost_usd"] == pytest.approx(2 * batch["cost_usd"], abs=1e-6)
+    assert batch["saving_usd"] == pytest.approx(batch["cost_usd"], abs=1e-6)
+    assert summary["cost_usd"]["this_run"] == pytest.approx(batch["cost_usd"], abs=1e-6)
+    assert batch["took_s"] is not None and batch["batch_ids"]
+    md = (out / "summary.md").read_text()
+    assert "saving usd" in md and batch["batch_ids"][0] in md
+    # the estimate made before the run is at batch prices too: the ratio is about 1, not 0.5
+    ratio = summary["estimate_vs_actual"]["cost_usd"]["ratio"]
+    assert 0.7 < ratio < 1.5
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(poll_errors=2, results_url_lag=2)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_briefly_unwell_provider_is_waited_out(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.config.poll_errors == 0 and fake.stats.batches_created == 1
+    if provider == "anthropic":
+        assert fake.config.results_url_lag == 0  # ended without results_url: polled again
+
+
+def test_result_files_with_long_lines_are_read_whole(fake: BatchFakeServer) -> None:
+    import anyio
+
+    from connectors.judges.batch_api import BatchHttp
+
+    long_line = json.dumps({"custom_id": "k1", "text": "x" * 300_000}).encode()
+    fake._files["file-long"] = long_line + b"\n" + b'{"custom_id":"k2"}\n' + b'{"custom_id":"k3"}'
+
+    async def read() -> list[bytes]:
+        http = BatchHttp({}, 30.0, "test")
+        try:
+            return [x async for x in http.lines(f"{fake.url}/files/file-long/content")]
+        finally:
+            await http.aclose()
+
+    got = anyio.run(read)
+    assert [json.loads(x)["custom_id"] for x in got] == ["k1", "k2", "k3"]
+    assert got[0] == long_line
+
+
+def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: Path) -> None:
+    """Duplicate custom ids fail the batch at validation; a window other than 24h and a file
+    without purpose=batch are refused."""
+    import anyio
+
+    from connectors.judges.base import JudgeSettings
+    from connectors.judges.batch_api import create_batch_client
+    from pipeline.errors import JudgeFatalError
+
+    body = {"model": "judge-1", "messages": [{"role": "user", "content": "hi"}]}
+    client = create_batch_client(JudgeSettings(model="openai/judge-1"))
+    path = tmp_path / "dup.jsonl"
+    path.write_bytes(client.line("k1", body) * 2)
+
+    async def run() -> str | None:
+        try:
+            created = await client.submit("c1", path, 2, lambda _: None)
+            for _ in range(200):
+                remote = await client.poll(created.id)
+                if remote.ended:
+                    assert not remote.error_retryable
+                    return remote.error
+                await anyio.sleep(0.01)
+            return None
+        finally:
+            await client.aclose()
+
+    error = anyio.run(run)
+    assert error is not None and error.startswith("duplicate_custom_id")
+    request = urllib.request.Request(
+        f"{fake.url}/batches",
+        data=json.dumps(
+            {"input_file_id": "x", "endpoint": "/v1/chat/completions", "completion_window": "1h"}
+        ).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 400 and fake.stats.rejected["completion_window"] == 1
+    with pytest.raises(JudgeFatalError):
+        anyio.run(_upload_without_purpose, fake.url)
+
+
+async def _upload_without_purpose(url: str) -> None:
+    import aiohttp
+
+    from connectors.judges.batch_api import BatchHttp
+
+    http = BatchHttp({}, 30.0, "test")
+    try:
+
+        def form() -> aiohttp.FormData:
+            data = aiohttp.FormData()
+            data.add_field("file", b'{"custom_id":"a"}\n', filename="x.jsonl")
+            return data
+
+        await http.json("POST", f"{url}/files", data=form)
+    finally:
+        await http.aclose()
+
+
+def test_python_entry_point_honours_batch_api(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer
+) -> None:
+    from pipeline import score as score_api
+    from pipeline.config import load_config
+
+    flags = {"judge.model": "openai/judge-1", "judge.batch_api": True, "columns.query": "question",
+             "columns.expected": "ground_truth"}  # fmt: skip
+    result = score_api(rows, tmp_path / "out", load_config(None, flags), progress="off")
+    assert result.exit_code == 0 and fake.stats.batches_created == 1 and fake.online_calls == 0
+    check_rows(tmp_path / "out", rows)
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(content_404=1)], indirect=True)
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_results_that_cannot_be_downloaded_are_asked_again(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    out = tmp_path / "out"
+    assert score(rows, out, provider) == 0
+    check_rows(out, rows)
+    assert fake.stats.batches_created == 2 and fake.online_calls == 0
