@@ -1,6 +1,6 @@
 """The `ctxprec` command: `score`, `estimate`, `summary`, `compare` and `batches`. Exit codes:
-0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder errors
-before any judge call (a folder ctxprec did not write, one another run is writing, an
+0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
+errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
 folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows
 failed too); 6 provider batches still pending after --batch-wait (the same command collects
