@@ -14,6 +14,7 @@ from typing import Any
 from connectors.judges.base import JudgeSettings
 from connectors.sources import ColumnMap
 from pipeline.errors import ConfigError
+from storage.fs import StorageOptions
 
 __all__ = ["DEFAULTS", "ENV_VARS", "Config", "Price", "load_config"]
 
@@ -49,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "output.partition_by": [],
     "output.sinks": [],
     "output.group_by": None,
+    "storage.endpoint_url": None,
+    "storage.region": None,
+    "storage.anonymous": False,
 }
 
 # environment variable -> dotted key (values parsed like TOML scalars)
@@ -77,7 +81,7 @@ _FLOAT_KEYS = {
     "limits.tpm",
     "scoring.scale",
 }
-_BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo"}
+_BOOL_KEYS = {"judge.structured_output", "limits.adaptive", "run.memo", "storage.anonymous"}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
 
 
@@ -112,6 +116,7 @@ class Config:
     group_by: str | None = None
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
+    storage: StorageOptions = field(default_factory=StorageOptions)  # no secrets: see storage/fs
 
     def price_for(self, model: str) -> Price | None:
         return self.prices.get(model)
@@ -141,7 +146,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
-            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [prices]"
+            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [storage] "
+            "[prices]"
         )
     return flat
 
@@ -278,6 +284,11 @@ def _build(
         group_by=v["output.group_by"],
         prices=prices,
         source_file=path,
+        storage=StorageOptions(
+            endpoint_url=v["storage.endpoint_url"],
+            region=v["storage.region"],
+            anonymous=v["storage.anonymous"],
+        ),
     )
 
 
