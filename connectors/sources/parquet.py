@@ -121,7 +121,9 @@ def _partition_values(path: InputFile, keys: Sequence[str]) -> dict[str, str | N
 # ---------------------------------------------------------------- inspection
 
 
-def _wanted(columns: ColumnMap, use_context: bool, expected_explicit: bool) -> list[Wanted]:
+def _wanted(
+    columns: ColumnMap, use_context: bool, expected_explicit: bool, keys: Sequence[str] = ()
+) -> list[Wanted]:
     wanted = [Wanted("id", columns.id), Wanted("query", columns.query)]
     if columns.expected is not None:
         optional = not expected_explicit and columns.expected == DEFAULT_EXPECTED
@@ -130,7 +132,9 @@ def _wanted(columns: ColumnMap, use_context: bool, expected_explicit: bool) -> l
         wanted.append(Wanted("context", columns.context))
     if columns.labels is not None:
         wanted.append(Wanted("labels", columns.labels))
-    return wanted + [Wanted("passthrough", name) for name in _passthrough_names(columns)]
+    # a partition key named in passthrough is the partition's value, not a column in the files
+    names = [name for name in _passthrough_names(columns) if name not in keys]
+    return wanted + [Wanted("passthrough", name) for name in names]
 
 
 def _passthrough_names(columns: ColumnMap) -> list[str]:
@@ -215,6 +219,8 @@ def _passthrough_fields(
 ) -> tuple[pa.Field, ...]:
     fields = []
     for name in _passthrough_names(columns):
+        if name in keys:
+            continue
         source_type = types[name][0]
         fields.append(pa.field(name, NORMALIZED_TYPES.get(name, source_type)))
     return (*fields, *(pa.field(key, pa.string()) for key in keys))
@@ -245,7 +251,7 @@ def inspect_source(
     check_names(_passthrough_names(columns), _mapped(columns, use_context), "passthrough column")
     keys = dataset_partitions(files, found.root)
     check_names(keys, {}, "Hive partition column")
-    wanted = _wanted(columns, use_context, expected_explicit)
+    wanted = _wanted(columns, use_context, expected_explicit, keys)
     scanned = _scan_schemas(files, wanted, keys, storage, _lists(columns, use_context))
     types = scanned.types
     id_type = types[columns.id][0]
