@@ -120,11 +120,17 @@ class _Lister:
         self.options = options
         self.skipped: list[str] = []
         self._outputs: dict[str, bool] = {}
+        self._listed: set[str] = set()  # every object below a listed prefix (no HEAD per folder)
+        self._prefixes: list[str] = []
 
     def _is_output(self, folder: str) -> bool:
         if folder not in self._outputs:
             marker = fs.join(folder, f"{STATE_DIR}/manifest.json")
-            if fs.is_uri(marker):
+            if marker in self._listed:
+                found = True
+            elif fs.is_uri(marker) and any(folder.startswith(p) for p in self._prefixes):
+                found = False  # below a listed prefix: the listing is complete
+            elif fs.is_uri(marker):
                 found = fs.file_info(marker, self.options).type == pafs.FileType.File
             else:
                 found = Path(marker).is_file()
@@ -164,6 +170,8 @@ class _Lister:
             paths: dict[str, pafs.FileInfo | None] = {
                 f"{root}{e.path[len(prefix) :]}": e for e in listed
             }
+            self._listed.update(paths)
+            self._prefixes.append(root + "/")
         else:
             local = [p for p in Path(root).rglob("*") if p.is_file()]
             paths = dict.fromkeys(map(str, local))
@@ -179,7 +187,13 @@ class _Lister:
         root = _glob_root(pattern)
         if fs.is_uri(pattern):
             entries = self.folder(root)
-            return [f for f in entries if fnmatch.fnmatchcase(f.path, pattern)]
+            # `**/` also matches no folder at all, as in a local glob
+            flat = pattern.replace("**/", "")
+            return [
+                f
+                for f in entries
+                if fnmatch.fnmatchcase(f.path, pattern) or fnmatch.fnmatchcase(f.path, flat)
+            ]
         found: list[InputFile] = []
         for match in sorted(glob.glob(pattern, recursive=True)):
             path = Path(match)

@@ -36,7 +36,7 @@ __all__ = [
 
 _READ_BUFFER = 1 << 20
 _BLOCK = 1 << 20
-_SCAN_ROWS = 10_000
+_SCAN_ROWS = 2_000
 _MAX_BLOCK = (1 << 31) - 1
 _ENCODED = b"ctxprec.encoded"
 

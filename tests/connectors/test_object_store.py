@@ -15,6 +15,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from connectors.sources import ColumnMap, inspect_source, iter_batches
+from connectors.sources.files import find_inputs
 from pipeline.cli import main
 from storage import fs
 from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
@@ -170,3 +171,26 @@ def test_dask_engine_reads_the_bucket(
     assert_frame_equal(got, want)
     run = json.loads((tmp_path / "dask" / "_ctxprec" / "run.json").read_text())
     assert run["engine"]["name"] == "dask" and run["engine"]["tasks"] == 2
+
+
+def test_bucket_listing_rules_match_local_folders(
+    s3_server: S3Server, bucket: str, hotpot: Path, tmp_path: Path
+) -> None:
+    """Output folders inside the input prefix, `_`/`.` names and unknown files are not input
+    (the unknown ones are named); globs work on URIs, `**/` matching no folder too."""
+    path = tmp_path / "a.parquet"
+    rows(hotpot, 5).write_parquet(path)
+    s3_server.upload(path, f"{bucket}/in/a.parquet")
+    s3_server.upload(path, f"{bucket}/in/day/b.parquet")
+    s3_server.upload(path, f"{bucket}/in/scores/part-00000-00000.parquet")
+    s3_server.put(f"{bucket}/in/scores/_ctxprec/manifest.json", b"{}")
+    s3_server.upload(path, f"{bucket}/in/_tmp/c.parquet")
+    s3_server.put(f"{bucket}/in/readme.txt", b"about")
+    found = find_inputs(f"s3://{bucket}/in")
+    assert [f.path for f in found.files] == [
+        f"s3://{bucket}/in/a.parquet",
+        f"s3://{bucket}/in/day/b.parquet",
+    ]
+    assert found.skipped == (f"s3://{bucket}/in/readme.txt",)
+    globbed = find_inputs(f"s3://{bucket}/in/**/*.parquet")
+    assert [f.name for f in globbed.files] == ["a.parquet", "b.parquet"]
