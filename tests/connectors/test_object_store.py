@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from connectors.sources import ColumnMap, inspect_source, iter_batches
 from connectors.sources.files import find_inputs
 from pipeline.cli import main
 from storage import fs
+from tests.conftest import REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
 
 HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
@@ -194,3 +199,35 @@ def test_bucket_listing_rules_match_local_folders(
     assert found.skipped == (f"s3://{bucket}/in/readme.txt",)
     globbed = find_inputs(f"s3://{bucket}/in/**/*.parquet")
     assert [f.name for f in globbed.files] == ["a.parquet", "b.parquet"]
+
+
+def _readme_bucket_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "s3://my-" in b)
+    return [line for line in block.splitlines() if line.startswith("ctxprec ")]
+
+
+@pytest.mark.slow
+def test_readme_bucket_commands_run_as_written(
+    s3_server: S3Server, bucket: str, tmp_path: Path
+) -> None:
+    s3_server.create_bucket("my-bucket")
+    sample = pl.read_parquet(SAMPLE)
+    s3_server.put("my-bucket/logs/dt=2026-11-28/part-0.jsonl", sample.write_ndjson().encode())
+    for i, key in enumerate(["exports/2026/11/a.jsonl.gz", "exports/b.jsonl.gz"]):
+        data = sample.slice(i * 6, 6).write_ndjson().encode()
+        s3_server.put(f"my-bucket/{key}", gzip.compress(data))
+    commands = _readme_bucket_commands()
+    assert len(commands) == 2
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert SECRET_KEY not in done.stdout + done.stderr
+    day = pl.read_parquet(tmp_path / "scores" / "dt=2026-11-28" / "*.parquet")
+    assert day.height == 12
+    exports = pl.read_parquet(tmp_path / "exports-scores" / "*.parquet")
+    assert exports.height == 12 and exports.get_column("id").is_unique().all()
