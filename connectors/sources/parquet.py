@@ -206,10 +206,17 @@ def _scan_schemas(
         schema, rows, read_schema = _file_schema(file, storage, lists, wanted)
         scanned.rows.append(rows)
         scanned.schemas.append(read_schema)
+        if read_schema is not None and rows == 0:
+            continue  # an empty text file has no columns to check (an idle day's export)
         check_partition_overlap(file, schema, keys)
         current = file_columns(file, schema, wanted)
         merged = current if merged is None else merge_columns(merged, current)
-    assert merged is not None  # resolve_inputs never returns an empty list
+    if merged is None:  # every file was an empty text file
+        shown = ", ".join(str(f) for f in files[:5])
+        raise InputError(
+            f"the input holds no records ({shown} {'is' if len(files) == 1 else 'are'} empty); "
+            "check the export, or point at the folder with the data"
+        )
     scanned.types = merged
     return scanned
 

@@ -212,3 +212,22 @@ def test_jsonl_labels_and_timestamps_keep_their_meaning(tmp_path: Path) -> None:
     frame = next(iter_batches(info, columns, batch_rows=100)).frame
     assert frame.get_column("labels").to_list() == sample.get_column("labels").to_list()
     assert frame.get_column("ts").dtype == pl.String  # JSON has strings, not timestamps
+
+
+def test_crlf_bom_and_empty_exports(tmp_path: Path) -> None:
+    """Windows line ends and a UTF-8 BOM read as usual; an empty export adds no rows; an input
+    of only empty exports is refused."""
+    sample = pl.read_parquet(SAMPLE)
+    text = sample.write_ndjson()
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    (src / "idle-day.jsonl").write_text("\n")
+    columns = ColumnMap(labels="labels")
+    info = inspect_source(str(src), columns, use_extractor=False)
+    assert info.rows == (12, 0)
+    frame = pl.concat([b.frame for b in iter_batches(info, columns, batch_rows=5)])
+    assert frame.get_column("id").to_list() == sample.get_column("id").to_list()
+    assert frame.get_column("query").to_list() == sample.get_column("query").to_list()
+    with pytest.raises(InputError, match=r"holds no records \(.*idle-day.jsonl is empty\)"):
+        inspect_source(str(src / "idle-day.jsonl"), columns, use_extractor=False)
