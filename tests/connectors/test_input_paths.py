@@ -34,13 +34,14 @@ def _day(root: Path, day: str, rows: slice = slice(0, 12)) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("given", ["folder", "folder/", "file"])
+@pytest.mark.parametrize("given", ["folder", "folder/", "file", "file-uri"])
 def test_partition_key_taken_from_the_given_path(tmp_path: Path, given: str) -> None:
     folder = _day(tmp_path, "2026-11-28")
     spec = {
         "folder": str(folder),
         "folder/": f"{folder}/",
         "file": str(folder / "part-0.parquet"),
+        "file-uri": folder.as_uri() + "/",
     }[given]
     info = inspect_source(spec, ColumnMap(), use_extractor=False)
     assert info.partition_columns == ("dt",)

@@ -21,6 +21,7 @@ from polars.testing import assert_frame_equal
 from connectors.sources import ColumnMap, inspect_source, iter_batches
 from connectors.sources.files import find_inputs
 from pipeline.cli import main
+from pipeline.errors import InputError
 from storage import fs
 from tests.conftest import REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
@@ -157,6 +158,15 @@ def test_uri_resolution_keeps_buckets_and_keys() -> None:
     local, path = fs.resolve("file:///tmp/x.parquet")
     assert local.type_name == "local" and path == "/tmp/x.parquet"
     assert fs.is_uri("gs://b/k") and fs.is_uri("az://c/k") and not fs.is_uri("logs/dt=1")
+    gcs, path = fs.resolve("gs://b/k.jsonl", fs.StorageOptions(endpoint_url="http://127.0.0.1:9"))
+    assert gcs.type_name == "gcs" and path == "b/k.jsonl"
+    azure_env = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "a2V5"}
+    azure, path = fs.resolve("az://logs/day/k.jsonl", env=azure_env)
+    assert azure.type_name == "abfs" and path == "logs/day/k.jsonl"
+    abfs, path = fs.resolve("abfs://logs@acct.dfs.core.windows.net/k.jsonl", env=azure_env)
+    assert abfs.type_name == "abfs" and path == "logs/k.jsonl"
+    with pytest.raises(InputError, match="needs the storage account"):
+        fs.resolve("az://logs/k.jsonl", env={})
 
 
 @pytest.mark.slow
