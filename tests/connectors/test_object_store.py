@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -241,3 +242,22 @@ def test_readme_bucket_commands_run_as_written(
     assert day.height == 12
     exports = pl.read_parquet(tmp_path / "exports-scores" / "*.parquet")
     assert exports.height == 12 and exports.get_column("id").is_unique().all()
+
+
+def test_estimate_reads_the_bucket(
+    s3_server: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "a.ndjson.zst"
+    frame = rows(hotpot, 12)
+    with pa.output_stream(str(path), compression="zstd") as out:
+        out.write(frame.write_ndjson().encode())
+    s3_server.upload(path, f"{bucket}/in/a.ndjson.zst")
+    capsys.readouterr()
+    assert main(["estimate", f"s3://{bucket}/in", *HOTPOT_MAP, "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["rows"] == 12
+    assert est["context_items"] == frame.get_column("contexts").list.len().sum()
