@@ -14,6 +14,7 @@ from typing import Any
 from connectors.judges.base import JudgeSettings
 from connectors.sources import ColumnMap
 from pipeline.errors import ConfigError
+from storage.fs import StorageOptions
 
 __all__ = ["DEFAULTS", "ENV_VARS", "Config", "Price", "load_config"]
 
@@ -51,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "output.sinks": [],
     "output.group_by": None,
     "gate.fail_under": None,
+    "storage.endpoint_url": None,
+    "storage.region": None,
+    "storage.anonymous": False,
 }
 
 # environment variable -> dotted key (values parsed like TOML scalars)
@@ -80,7 +84,13 @@ _FLOAT_KEYS = {
     "scoring.scale",
     "gate.fail_under",
 }
-_BOOL_KEYS = {"judge.structured_output", "judge.batch_api", "limits.adaptive", "run.memo"}
+_BOOL_KEYS = {
+    "judge.structured_output",
+    "judge.batch_api",
+    "limits.adaptive",
+    "run.memo",
+    "storage.anonymous",
+}
 _LIST_KEYS = {"columns.passthrough", "scoring.ks", "output.partition_by", "output.sinks"}
 
 
@@ -119,6 +129,7 @@ class Config:
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
     batch_api: bool = False  # send the judge's calls through the provider's batch API
+    storage: StorageOptions = field(default_factory=StorageOptions)  # no secrets: see storage/fs
 
     def price_for(self, model: str) -> Price | None:
         return self.prices.get(model)
@@ -148,7 +159,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; "
-            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [gate] [prices]"
+            f"known sections: [judge] [limits] [columns] [scoring] [run] [output] [gate] "
+            "[storage] [prices]"
         )
     return flat
 
@@ -292,6 +304,11 @@ def _build(
         prices=prices,
         source_file=path,
         batch_api=v["judge.batch_api"],
+        storage=StorageOptions(
+            endpoint_url=v["storage.endpoint_url"],
+            region=v["storage.region"],
+            anonymous=v["storage.anonymous"],
+        ),
     )
 
 

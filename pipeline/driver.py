@@ -16,7 +16,7 @@ import polars as pl
 
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
-from connectors.sources import SourceInfo, inspect_source
+from connectors.sources import SourceInfo, inspect_source, notice_skipped, read_ids
 from pipeline.batch import TableSpec, load_extractor
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
@@ -183,12 +183,15 @@ def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
 
 
 def _inspect(input: str, cfg: Config) -> SourceInfo:
-    return inspect_source(
+    info = inspect_source(
         input,
         cfg.columns,
         use_extractor=cfg.extractor is not None,
         expected_explicit=cfg.expected_explicit,
+        storage=cfg.storage,
     )
+    notice_skipped(info)
+    return info
 
 
 def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
@@ -211,8 +214,7 @@ def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]
 def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]:
     files = []
     for f in info.files:
-        st = f.stat()
-        files.append([str(f.resolve()), st.st_size, st.st_mtime_ns])
+        files.append([f.absolute(), f.size, f.mtime_ns])
     return {"input": input, "files": files, "batch_rows": cfg.batch_rows}
 
 
@@ -228,11 +230,8 @@ def _incremental_skip(outdir: Path, info: SourceInfo, cfg: Config) -> pl.Series:
     have = scored_ids(outdir)
     failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
     if failed.len():
-        incoming = pl.concat(
-            [pl.scan_parquet(f).select(pl.col(cfg.columns.id).alias("id")) for f in info.files],
-            how="vertical_relaxed",
-        ).collect()
-        retry = incoming.filter(pl.col("id").is_in(failed.implode())).get_column("id")
+        incoming = read_ids(info, cfg.columns.id)
+        retry = incoming.filter(incoming.is_in(failed))
         drop_ids(outdir, retry.to_list())
     return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
 

@@ -58,6 +58,7 @@ def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict
         cfg.columns,
         use_extractor=cfg.extractor is not None,
         expected_explicit=cfg.expected_explicit,
+        storage=cfg.storage,
     )
     with _no_key_needed(cfg):
         judge = create_judge(cfg.judge, stats=JudgeStats())

@@ -33,9 +33,11 @@ _SCHEMA = pa.schema(
 )
 
 
-def verdict_dir(outdir: Path, source: Path) -> Path:
-    """The folder of the verdicts judged for one input file (named by its absolute path)."""
-    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:16]
+def verdict_dir(outdir: Path, source: Path | str) -> Path:
+    """The folder of the verdicts judged for one input file (named by its absolute path, or
+    its object URI given as a string)."""
+    name = str(source.resolve()) if isinstance(source, Path) else source
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
     return outdir / STATE_DIR / "verdicts" / digest
 
 

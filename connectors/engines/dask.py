@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import pyarrow.parquet as pq
 
 from connectors.judges import JudgeStats
 from pipeline.config import Config
@@ -80,8 +79,8 @@ def plan_tasks(plan: RunPlan, task_rows: int = TASK_ROWS) -> list[Task]:
     batch_rows = plan.cfg.batch_rows
     per_task = max(1, task_rows // batch_rows)
     tasks = []
-    for index, path in enumerate(plan.info.files):
-        batches = max(1, -(-pq.read_metadata(path).num_rows // batch_rows))
+    for index, rows in enumerate(plan.info.rows):
+        batches = max(1, -(-rows // batch_rows))
         for first in range(0, batches, per_task):
             tasks.append(Task(index, first, min(first + per_task, batches), batches))
     return tasks
@@ -171,9 +170,10 @@ def _leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _portable(plan: RunPlan) -> RunPlan:
-    """What a task on another machine needs: absolute paths, and the judge's base URL as the
-    driver resolved it (API keys stay in each worker's environment)."""
-    info = dataclasses.replace(plan.info, files=tuple(f.resolve() for f in plan.info.files))
+    """What a task on another machine needs: absolute paths (object URIs as they are), and the
+    judge's base URL as the driver resolved it (API keys stay in each worker's environment)."""
+    files = tuple(dataclasses.replace(f, path=f.absolute()) for f in plan.info.files)
+    info = dataclasses.replace(plan.info, files=files)
     runlog = plan.runlog
     runlog.outdir = runlog.outdir.resolve()
     runlog.state = runlog.state.resolve()
@@ -299,7 +299,7 @@ async def _task_main(plan: RunPlan, task: Task, run_id: str | None) -> StageResu
 
 def _shared_memo(plan: RunPlan, file: int) -> MemoStore:
     local = Memo(plan.cfg.cache_dir or default_cache_dir())
-    store = VerdictStore(verdict_dir(plan.runlog.outdir, plan.info.files[file]))
+    store = VerdictStore(verdict_dir(plan.runlog.outdir, plan.info.files[file].absolute()))
     return SharedMemo(local, store)
 
 

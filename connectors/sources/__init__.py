@@ -1,4 +1,5 @@
-"""Input readers: the streaming Parquet source (files, folders, globs, Hive datasets)."""
+"""Input readers: the streaming source (Parquet, JSON Lines, CSV; files, folders, globs, Hive
+datasets, local or in an object store)."""
 
 from connectors.sources.parquet import (
     DEFAULT_EXPECTED,
@@ -8,6 +9,8 @@ from connectors.sources.parquet import (
     SourceInfo,
     inspect_source,
     iter_batches,
+    notice_skipped,
+    read_ids,
     resolve_inputs,
 )
 
@@ -19,5 +22,7 @@ __all__ = [
     "SourceInfo",
     "inspect_source",
     "iter_batches",
+    "notice_skipped",
+    "read_ids",
     "resolve_inputs",
 ]

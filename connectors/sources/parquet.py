@@ -1,10 +1,12 @@
-"""Streaming Parquet input: resolve files, folders, globs and Hive datasets, check them up front,
-and yield normalized Polars batches under deterministic part keys (never a whole file in memory).
+"""Streaming input: resolve files, folders, globs and Hive datasets (local or in an object
+store), check them up front, and yield normalized Polars batches under deterministic part keys
+(never a whole file in memory). Parquet, JSON Lines and CSV (see `formats`).
 """
 
 from __future__ import annotations
 
-import glob
+import dataclasses
+import sys
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +14,21 @@ from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from connectors.sources.files import InputFile, find_inputs
+from connectors.sources.formats import (
+    TextScan,
+    decode_lists,
+    open_parquet,
+    parquet_batches,
+    scan_text,
+    text_batches,
+)
 from connectors.sources.validate import (
     INPUT_ERROR,
     NORMALIZED_TYPES,
     ColumnTypes,
+    IdScan,
     Wanted,
     check_ids,
     check_names,
@@ -26,25 +37,26 @@ from connectors.sources.validate import (
     detail,
     file_columns,
     merge_columns,
-    open_parquet,
-    read_schema,
+    path_parts,
 )
 from pipeline.errors import ConfigError, InputError
-from storage.runlog import STATE_DIR
+from storage.fs import StorageOptions
 
 __all__ = [
     "DEFAULT_EXPECTED",
     "INPUT_ERROR",
     "ColumnMap",
+    "InputFile",
     "SourceBatch",
     "SourceInfo",
     "inspect_source",
     "iter_batches",
+    "notice_skipped",
+    "read_ids",
     "resolve_inputs",
 ]
 
 DEFAULT_EXPECTED = "expected_output"
-_GLOB_CHARS = frozenset("*?[")
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
@@ -62,15 +74,19 @@ class ColumnMap:
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
-    """What `inspect_source` learned from the Parquet footers and the id scan."""
+    """What `inspect_source` learned from the footers (text files: one pass) and the id scan."""
 
-    files: tuple[Path, ...]
+    files: tuple[InputFile, ...]
     total_rows: int
     id_type: pa.DataType
     passthrough_fields: tuple[pa.Field, ...]
     has_expected: bool
     partition_columns: tuple[str, ...]
     use_extractor: bool = False  # context comes from an extractor: batches carry `source_row`
+    rows: tuple[int, ...] = ()  # per file
+    schemas: tuple[pa.Schema | None, ...] = ()  # per text file: the schema it is read with
+    skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
+    storage: StorageOptions = dataclasses.field(default_factory=StorageOptions, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +94,7 @@ class SourceBatch:
     """One record batch of one file, normalized; `key` names its output part."""
 
     key: str
-    file: Path
+    file: InputFile
     first_row: int
     frame: pl.DataFrame
 
@@ -86,101 +102,16 @@ class SourceBatch:
 # ---------------------------------------------------------------- resolving the input
 
 
-def _visible(rel: Path) -> bool:
-    return not any(part.startswith(("_", ".")) for part in rel.parts)
+def resolve_inputs(spec: str | Path, storage: StorageOptions | None = None) -> list[InputFile]:
+    """A file, a folder (recursive, skipping `_*` and `.*`), a glob, or a Hive dataset; local
+    or an object-store URI."""
+    return list(find_inputs(spec, storage).files)
 
 
-def _sorted(paths: Collection[Path]) -> list[Path]:
-    return sorted(set(paths), key=lambda p: p.as_posix())
-
-
-def _outside_outputs(paths: Sequence[Path], root: Path) -> list[Path]:
-    """Leave out the part files of ctxprec output folders below `root`: an output folder put
-    inside the input folder must not be read as input by the next run (resume, incremental)."""
-    known: dict[Path, bool] = {}
-
-    def is_output(folder: Path) -> bool:
-        if folder not in known:
-            known[folder] = (folder / STATE_DIR / "manifest.json").is_file()
-        return known[folder]
-
-    kept = []
-    for path in paths:
-        parts = path.relative_to(root).parts
-        if not any(is_output(root.joinpath(*parts[:i])) for i in range(1, len(parts))):
-            kept.append(path)
-    return kept
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    found = [
-        p for p in folder.rglob("*.parquet") if p.is_file() and _visible(p.relative_to(folder))
-    ]
-    return _sorted(_outside_outputs(found, folder))
-
-
-def _glob_root(pattern: str) -> Path:
-    prefix: list[str] = []
-    for part in Path(pattern).parts:
-        if _GLOB_CHARS & set(part):
-            break
-        prefix.append(part)
-    return Path(*prefix) if prefix else Path()
-
-
-def _glob_files(pattern: str) -> list[Path]:
-    root = _glob_root(pattern)
-    found: list[Path] = []
-    for match in glob.glob(pattern, recursive=True):
-        path = Path(match)
-        if not _visible(path.relative_to(root)):
-            continue
-        found += _folder_files(path) if path.is_dir() else [path] if path.is_file() else []
-    found = _outside_outputs(found, root)
-    if not found:
-        raise InputError(
-            f"glob `{pattern}` matched no Parquet files; check the pattern (and quote it so the "
-            "shell does not expand it)"
-        )
-    return _sorted(found)
-
-
-def resolve_inputs(spec: str | Path) -> list[Path]:
-    """A file, a folder (recursive *.parquet, skipping `_*` and `.*`), a glob, or a Hive dataset."""
-    path = Path(spec)
-    if path.is_dir():
-        files = _folder_files(path)
-        if not files:
-            raise InputError(
-                f"folder {path} holds no *.parquet files (names starting with '_' or '.' and "
-                "ctxprec output folders are skipped); point at the folder with the data or use "
-                "a glob"
-            )
-        return files
-    if path.exists():
-        return [path]
-    if _GLOB_CHARS & set(str(spec)):
-        return _glob_files(str(spec))
-    raise InputError(
-        f"input {path} does not exist; give a Parquet file, a folder of Parquet files or a glob "
-        "such as 'data/**/*.parquet'"
-    )
-
-
-# ---------------------------------------------------------------- Hive partitions
-
-
-def _input_root(spec: str | Path) -> Path:
-    path = Path(spec)
-    if path.is_dir():
-        return path
-    return path.parent if path.exists() else _glob_root(str(spec))
-
-
-def _partition_values(path: Path, keys: Sequence[str]) -> dict[str, str | None]:
+def _partition_values(path: InputFile, keys: Sequence[str]) -> dict[str, str | None]:
     """The value of each partition key from the innermost `key=value` folder of `path`."""
     values: dict[str, str | None] = {}
-    for part in reversed(path.parent.parts):
+    for part in reversed(path_parts(path.path)[:-1]):
         key, sep, raw = part.partition("=")
         if sep and key in keys and key not in values:
             values[key] = None if raw == _HIVE_NULL else unquote(raw)
@@ -190,7 +121,9 @@ def _partition_values(path: Path, keys: Sequence[str]) -> dict[str, str | None]:
 # ---------------------------------------------------------------- inspection
 
 
-def _wanted(columns: ColumnMap, use_context: bool, expected_explicit: bool) -> list[Wanted]:
+def _wanted(
+    columns: ColumnMap, use_context: bool, expected_explicit: bool, keys: Sequence[str] = ()
+) -> list[Wanted]:
     wanted = [Wanted("id", columns.id), Wanted("query", columns.query)]
     if columns.expected is not None:
         optional = not expected_explicit and columns.expected == DEFAULT_EXPECTED
@@ -199,7 +132,9 @@ def _wanted(columns: ColumnMap, use_context: bool, expected_explicit: bool) -> l
         wanted.append(Wanted("context", columns.context))
     if columns.labels is not None:
         wanted.append(Wanted("labels", columns.labels))
-    return wanted + [Wanted("passthrough", name) for name in _passthrough_names(columns)]
+    # a partition key named in passthrough is the partition's value, not a column in the files
+    names = [name for name in _passthrough_names(columns) if name not in keys]
+    return wanted + [Wanted("passthrough", name) for name in names]
 
 
 def _passthrough_names(columns: ColumnMap) -> list[str]:
@@ -217,20 +152,73 @@ def _mapped(columns: ColumnMap, use_context: bool) -> dict[str, str | None]:
     }
 
 
+def _lists(columns: ColumnMap, use_context: bool) -> dict[str, pa.DataType]:
+    """Mapped list columns: in a text format they may hold JSON-encoded lists."""
+    lists: dict[str, pa.DataType] = {}
+    if use_context and columns.context is not None:
+        lists[columns.context] = NORMALIZED_TYPES["context"]
+    if columns.labels is not None:
+        lists[columns.labels] = NORMALIZED_TYPES["labels"]
+    return lists
+
+
+@dataclass
+class _Scanned:
+    types: ColumnTypes
+    rows: list[int]
+    schemas: list[pa.Schema | None]
+
+
+def _file_schema(
+    file: InputFile, storage: StorageOptions, lists: dict[str, pa.DataType], wanted: list[Wanted]
+) -> tuple[pa.Schema, int, pa.Schema | None]:
+    if file.format == "parquet":
+        with open_parquet(file, storage) as pf:
+            try:
+                schema = pf.schema_arrow
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise InputError(
+                    f"{file} is a corrupt or truncated Parquet file ({detail(exc)}); re-export "
+                    "it or leave it out"
+                ) from exc
+            return schema, pf.metadata.num_rows, None
+    scan: TextScan = scan_text(file, storage, lists)
+    for want in wanted:
+        if want.column in scan.conflicts:
+            raise InputError(
+                f"column `{want.column}` ({want.role}) in {file} holds values of different "
+                "JSON types (e.g. strings in some rows, numbers in others); write one type "
+                "per field"
+            )
+    return scan.schema, scan.rows, scan.schema
+
+
 def _scan_schemas(
-    files: Sequence[Path], wanted: list[Wanted], keys: Sequence[str]
-) -> tuple[ColumnTypes, int]:
+    files: Sequence[InputFile],
+    wanted: list[Wanted],
+    keys: Sequence[str],
+    storage: StorageOptions,
+    lists: dict[str, pa.DataType],
+) -> _Scanned:
     merged: ColumnTypes | None = None
-    total = 0
-    for path in files:
-        with open_parquet(path) as pf:
-            schema = read_schema(pf, path)
-            total += pf.metadata.num_rows
-        check_partition_overlap(path, schema, keys)
-        current = file_columns(path, schema, wanted)
+    scanned = _Scanned({}, [], [])
+    for file in files:
+        schema, rows, read_schema = _file_schema(file, storage, lists, wanted)
+        scanned.rows.append(rows)
+        scanned.schemas.append(read_schema)
+        if read_schema is not None and rows == 0:
+            continue  # an empty text file has no columns to check (an idle day's export)
+        check_partition_overlap(file, schema, keys)
+        current = file_columns(file, schema, wanted)
         merged = current if merged is None else merge_columns(merged, current)
-    assert merged is not None  # resolve_inputs never returns an empty list
-    return merged, total
+    if merged is None:  # every file was an empty text file
+        shown = ", ".join(str(f) for f in files[:5])
+        raise InputError(
+            f"the input holds no records ({shown} {'is' if len(files) == 1 else 'are'} empty); "
+            "check the export, or point at the folder with the data"
+        )
+    scanned.types = merged
+    return scanned
 
 
 def _passthrough_fields(
@@ -238,6 +226,8 @@ def _passthrough_fields(
 ) -> tuple[pa.Field, ...]:
     fields = []
     for name in _passthrough_names(columns):
+        if name in keys:
+            continue
         source_type = types[name][0]
         fields.append(pa.field(name, NORMALIZED_TYPES.get(name, source_type)))
     return (*fields, *(pa.field(key, pa.string()) for key in keys))
@@ -257,28 +247,93 @@ def inspect_source(
     *,
     use_extractor: bool,
     expected_explicit: bool = False,
+    storage: StorageOptions | None = None,
 ) -> SourceInfo:
     """Check the whole input before any judge call: files, columns, types, schema, ids."""
     _require_context_source(columns, use_extractor)
-    files = tuple(resolve_inputs(spec))
+    storage = storage or StorageOptions()
+    found = find_inputs(spec, storage)
+    files = found.files
     use_context = not use_extractor
     check_names(_passthrough_names(columns), _mapped(columns, use_context), "passthrough column")
-    keys = dataset_partitions(files, _input_root(spec))
+    keys = dataset_partitions(files, found.root)
     check_names(keys, {}, "Hive partition column")
-    types, total = _scan_schemas(files, _wanted(columns, use_context, expected_explicit), keys)
+    wanted = _wanted(columns, use_context, expected_explicit, keys)
+    scanned = _scan_schemas(files, wanted, keys, storage, _lists(columns, use_context))
+    types = scanned.types
     id_type = types[columns.id][0]
     assert id_type is not None  # the id column is never optional
-    check_ids(files, columns.id, id_type)
-    expected = None if columns.expected is None else types[columns.expected][0]
-    return SourceInfo(
+    info = SourceInfo(
         files=files,
-        total_rows=total,
+        total_rows=sum(scanned.rows),
         id_type=id_type,
         passthrough_fields=_passthrough_fields(columns, types, keys),
-        has_expected=expected is not None,
+        has_expected=types[columns.expected][0] is not None if columns.expected else False,
         partition_columns=keys,
         use_extractor=use_extractor,
+        rows=tuple(scanned.rows),
+        schemas=tuple(scanned.schemas),
+        skipped=found.skipped,
+        storage=storage,
     )
+    check_ids(files, _id_scans(info, columns.id), columns.id, id_type)
+    return info
+
+
+def _id_scans(info: SourceInfo, column: str) -> list[IdScan]:
+    """Per file, its id column as a lazy frame: Polars' own scan for local Parquet, else read
+    through the file's reader (only that column is kept in memory)."""
+    scans: list[IdScan] = []
+    for index, file in enumerate(info.files):
+        if file.format == "parquet" and not file.remote:
+            path = file.path
+
+            def local(path: str = path) -> pl.LazyFrame:
+                return pl.scan_parquet(path, hive_partitioning=False).select(
+                    pl.col(column).alias("id")
+                )
+
+            scans.append(local)
+        else:
+
+            def read(index: int = index) -> pl.LazyFrame:
+                return _read_id_column(info, index, column).lazy()
+
+            scans.append(read)
+    return scans
+
+
+_ID_BATCH = 65_536
+
+
+def _read_id_column(info: SourceInfo, index: int, column: str) -> pl.DataFrame:
+    chunks = [b.select([column]) for _, b in _raw_batches(info, index, _ID_BATCH, [column]) if b]
+    table = pa.Table.from_batches(chunks) if chunks else pa.table({column: pa.array([])})
+    frame = pl.from_arrow(table.rename_columns(["id"]))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def notice_skipped(info: SourceInfo) -> None:
+    """One line on stderr naming the files in no input format that were left out."""
+    if not info.skipped:
+        return
+    shown = ", ".join(info.skipped[:10])
+    more = f", … ({len(info.skipped) - 10} more)" if len(info.skipped) > 10 else ""
+    print(
+        f"ctxprec: skipped {len(info.skipped)} file(s) in no input format (Parquet, JSON Lines, "
+        f"CSV): {shown}{more}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def read_ids(info: SourceInfo, column: str) -> pl.Series:
+    """Every input row's id (the mapped column), all files in order."""
+    frames = [scan().collect() for scan in _id_scans(info, column)]
+    if not frames:
+        return pl.Series("id", [])
+    return pl.concat(frames, how="vertical_relaxed").get_column("id")
 
 
 # ---------------------------------------------------------------- streaming
@@ -391,7 +446,7 @@ def _repair_utf8(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[str | None
 
 
 def _to_frame(
-    batch: pa.RecordBatch, path: Path, first_row: int, exprs: list[pl.Expr]
+    batch: pa.RecordBatch, path: InputFile, first_row: int, exprs: list[pl.Expr]
 ) -> pl.DataFrame:
     problems: list[str | None] | None = None
     try:
@@ -412,48 +467,67 @@ def _to_frame(
     return frame
 
 
-def _read(
-    pf: pq.ParquetFile, path: Path, batch_rows: int, names: list[str] | None
-) -> Iterator[pa.RecordBatch]:
-    batches = pf.iter_batches(batch_size=batch_rows, columns=names)
-    first_row = 0
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError(
-                f"cannot read {path} after row {first_row} ({detail(exc)}); the file is "
-                "corrupt: re-export it or leave it out of the input"
-            ) from exc
-        yield batch
-        first_row += batch.num_rows
-
-
 def _key(file_index: int, batch_index: int) -> str:
     return f"{file_index:05d}-{batch_index:05d}"
+
+
+def _raw_batches(
+    info: SourceInfo,
+    index: int,
+    batch_rows: int,
+    names: list[str] | None,
+    wanted: Sequence[int] | None = None,
+) -> Iterator[tuple[int, pa.RecordBatch | None]]:
+    """(batch index, record batch) of one file; batches not in `wanted` come as None."""
+    file = info.files[index]
+    schema = info.schemas[index] if index < len(info.schemas) else None
+    if file.format != "parquet":
+        assert schema is not None  # inspect_source scanned every text file
+        for b, batch in text_batches(file, info.storage, schema, batch_rows, wanted):
+            if batch is not None and names is not None:
+                batch = batch.select([n for n in names if n in batch.schema.names])
+            yield b, batch
+        return
+    keep = None if wanted is None else set(wanted)
+    with open_parquet(file, info.storage) as pf:
+        last = None if wanted is None else max(wanted, default=-1)
+        for b, batch in enumerate(parquet_batches(pf, file, batch_rows, names)):
+            if last is not None and b > last:
+                return  # the rest is done (or another task's share of the file)
+            yield b, batch if keep is None or b in keep else None
+
+
+def _file_rows(info: SourceInfo, index: int) -> int:
+    if index < len(info.rows):
+        return info.rows[index]
+    with open_parquet(info.files[index], info.storage) as pf:
+        return int(pf.metadata.num_rows)
 
 
 def _file_batches(
     info: SourceInfo, columns: ColumnMap, index: int, batch_rows: int, done: frozenset[str]
 ) -> Iterator[SourceBatch]:
-    path = info.files[index]
-    with open_parquet(path) as pf:
-        count = -(-pf.metadata.num_rows // batch_rows)  # iter_batches yields full batches
-        todo = [b for b in range(count) if _key(index, b) not in done]
-        if not todo:
-            return
-        parts = _partition_values(path, info.partition_columns)
-        exprs = _frame_exprs(info, columns, read_schema(pf, path).names, parts)
-        first_row = 0
-        for b, batch in enumerate(_read(pf, path, batch_rows, _read_columns(info, columns))):
-            if b > todo[-1]:
-                return  # the rest is done (or another task's share of the file)
-            if _key(index, b) not in done:  # committed parts are read past, never converted
-                frame = _to_frame(batch, path, first_row, exprs)
-                yield SourceBatch(_key(index, b), path, first_row, frame)
-            first_row += batch.num_rows
+    file = info.files[index]
+    count = -(-_file_rows(info, index) // batch_rows)  # every batch is full but the last
+    todo = [b for b in range(count) if _key(index, b) not in done]
+    if not todo:
+        return
+    parts = _partition_values(file, info.partition_columns)
+    lists = _lists(columns, not info.use_extractor)
+    exprs: list[pl.Expr] | None = None
+    first_row = 0
+    names = _read_columns(info, columns)
+    for b, batch in _raw_batches(info, index, batch_rows, names, todo):
+        if batch is None:  # committed parts are read past, never converted
+            first_row += batch_rows
+            continue
+        if file.format != "parquet":
+            batch = decode_lists(batch, lists)
+        if exprs is None:
+            exprs = _frame_exprs(info, columns, batch.schema.names, parts)
+        frame = _to_frame(batch, file, first_row, exprs)
+        yield SourceBatch(_key(index, b), file, first_row, frame)
+        first_row += batch.num_rows
 
 
 def iter_batches(

@@ -1,4 +1,4 @@
-"""Up-front checks of Parquet input: readable files, mapped columns and their types, one schema
+"""Up-front checks of the input: readable files, mapped columns and their types, one schema
 across files, unique non-null ids. Every failure is an `InputError` that says what to do next.
 """
 
@@ -7,18 +7,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from connectors.sources.files import InputFile
 from pipeline.errors import InputError
 from storage.schema import output_schema
 
 __all__ = [
     "INPUT_ERROR",
     "NORMALIZED_TYPES",
+    "IdScan",
     "Wanted",
     "canonical_type",
     "check_ids",
@@ -28,8 +28,8 @@ __all__ = [
     "detail",
     "file_columns",
     "merge_columns",
-    "open_parquet",
-    "read_schema",
+    "path_parts",
+    "root_partitions",
 ]
 
 # normalized frame columns (besides "id") and the Arrow type each one is given
@@ -57,47 +57,13 @@ class Wanted:
     optional: bool = False
 
 
-ColumnTypes = dict[str, tuple[pa.DataType | None, Path]]
-
-
-_READ_BUFFER = 1 << 20
-
-
-def open_parquet(path: Path) -> pq.ParquetFile:
-    """Open a Parquet file (footer only); the caller closes it (`with open_parquet(p) as pf`)."""
-    if not path.is_file():
-        raise InputError(f"input file {path} does not exist; check the path")
-    if path.stat().st_size == 0:
-        raise InputError(f"{path} is empty (0 bytes), not a Parquet file; re-export or remove it")
-    try:
-        # pre_buffer (pyarrow's default) keeps every column chunk read so far until the file is
-        # closed: memory would grow with the file. Plain 1 MiB buffered reads stay flat.
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=_READ_BUFFER)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputError(_unreadable(path, exc)) from exc
+ColumnTypes = dict[str, tuple[pa.DataType | None, InputFile]]
 
 
 def detail(exc: BaseException, limit: int = 300) -> str:
     """A library error's text on one line (Arrow's can hold newlines and stray bytes)."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _unreadable(path: Path, exc: Exception) -> str:
-    with path.open("rb") as fh:
-        magic = fh.read(4)
-    why = detail(exc)
-    if magic != b"PAR1":
-        return f"{path} is not a Parquet file ({why}); convert it to Parquet or leave it out"
-    return f"{path} is a corrupt or truncated Parquet file ({why}); re-export it or leave it out"
-
-
-def read_schema(pf: pq.ParquetFile, path: Path) -> pa.Schema:
-    """The file's Arrow schema, with unreadable metadata reported as an InputError."""
-    try:
-        return pf.schema_arrow
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise InputError(_unreadable(path, exc)) from exc
 
 
 def canonical_type(t: pa.DataType) -> pa.DataType:
@@ -153,7 +119,7 @@ def _listed(names: Sequence[str]) -> str:
     return f"{shown}, … ({extra} more)" if extra > 0 else shown
 
 
-def _missing(path: Path, schema: pa.Schema, want: Wanted) -> InputError:
+def _missing(path: InputFile, schema: pa.Schema, want: Wanted) -> InputError:
     head = f"column `{want.column}` is missing in {path} (columns: {_listed(schema.names)})"
     if want.role == "passthrough":
         return InputError(f"{head}; fix the name or remove it from passthrough")
@@ -174,7 +140,7 @@ def _type_hint(role: str, t: pa.DataType) -> str:
     return f"convert it, or map another column with --map {role}=COLUMN"
 
 
-def _check_type(path: Path, field: pa.Field, role: str) -> None:
+def _check_type(path: InputFile, field: pa.Field, role: str) -> None:
     rule = _RULES.get(role)
     if rule is None or rule[0](field.type):
         return
@@ -184,7 +150,7 @@ def _check_type(path: Path, field: pa.Field, role: str) -> None:
     )
 
 
-def file_columns(path: Path, schema: pa.Schema, wanted: Iterable[Wanted]) -> ColumnTypes:
+def file_columns(path: InputFile, schema: pa.Schema, wanted: Iterable[Wanted]) -> ColumnTypes:
     """Check one file's mapped columns; canonical type per column (None: optional and absent)."""
     found: ColumnTypes = {}
     for want in wanted:
@@ -241,7 +207,7 @@ def check_names(names: Iterable[str], mapped: Mapping[str, str | None], what: st
             )
 
 
-def check_partition_overlap(path: Path, schema: pa.Schema, keys: Iterable[str]) -> None:
+def check_partition_overlap(path: InputFile, schema: pa.Schema, keys: Iterable[str]) -> None:
     """A Hive partition key may not also be a column inside the file."""
     for key in keys:
         if key in schema.names:
@@ -251,9 +217,33 @@ def check_partition_overlap(path: Path, schema: pa.Schema, keys: Iterable[str]) 
             )
 
 
-def _partition_keys(path: Path, root: Path) -> tuple[str, ...]:
-    parts = path.relative_to(root).parent.parts
-    keys = tuple(part.split("=", 1)[0] for part in parts if "=" in part[1:])
+def path_parts(path: str) -> tuple[str, ...]:
+    """The components of a local path or an object URI (`s3://b/k/x` -> ("b", "k", "x"))."""
+    if "://" in path:
+        path = path.split("://", 1)[1]
+    return tuple(part for part in path.replace("\\", "/").split("/") if part not in ("", "."))
+
+
+def _is_partition(part: str) -> bool:
+    return "=" in part[1:]
+
+
+def root_partitions(root: str) -> tuple[str, ...]:
+    """The `key=value` folders that end the given input path itself (`logs/dt=2026-11-28`,
+    `s3://b/logs/dt=2026-11-28/`): partition columns like those below it. Only the trailing
+    run counts, so a `a=b` folder higher up in a path is not taken for a partition."""
+    parts = path_parts(root)
+    trailing: list[str] = []
+    for part in reversed(parts):
+        if not _is_partition(part):
+            break
+        trailing.append(part.split("=", 1)[0])
+    return tuple(reversed(trailing))
+
+
+def _partition_keys(path: InputFile, root: str) -> tuple[str, ...]:
+    parts = path_parts(path.path)[len(path_parts(root)) : -1]
+    keys = root_partitions(root) + tuple(p.split("=", 1)[0] for p in parts if _is_partition(p))
     if len(set(keys)) != len(keys):
         raise InputError(
             f"{path} repeats a Hive partition key ({', '.join(keys)}); rename a folder"
@@ -261,8 +251,9 @@ def _partition_keys(path: Path, root: Path) -> tuple[str, ...]:
     return keys
 
 
-def dataset_partitions(files: Sequence[Path], root: Path) -> tuple[str, ...]:
-    """Partition keys shared by every file (`.../dt=2026-11-30/region=eu/part.parquet`)."""
+def dataset_partitions(files: Sequence[InputFile], root: str) -> tuple[str, ...]:
+    """Partition keys shared by every file (`.../dt=2026-11-30/region=eu/part.parquet`),
+    counting those that end the input path itself."""
     keys = _partition_keys(files[0], root)
     for path in files[1:]:
         other = _partition_keys(path, root)
@@ -274,25 +265,28 @@ def dataset_partitions(files: Sequence[Path], root: Path) -> tuple[str, ...]:
     return keys
 
 
-def _id_frame(files: Sequence[Path], id_column: str, as_string: bool) -> pl.LazyFrame:
+IdScan = Callable[[], pl.LazyFrame]  # one file's id column as a frame with an `id` column
+
+
+def _id_frame(scans: Sequence[IdScan], as_string: bool) -> pl.LazyFrame:
     parts = []
-    for index, path in enumerate(files):
-        ids = pl.col(id_column).cast(pl.String) if as_string else pl.col(id_column)
+    for index, scan in enumerate(scans):
+        ids = pl.col("id").cast(pl.String) if as_string else pl.col("id")
         parts.append(
-            pl.scan_parquet(path, hive_partitioning=False)
+            scan()
             .select(ids.alias("id"))
             .with_row_index("row")
             .with_columns(pl.lit(index, pl.UInt64).alias("file"))
         )
     position = (pl.col("file") * (1 << _ROW_BITS) + pl.col("row").cast(pl.UInt64)).alias("pos")
-    return pl.concat(parts).select("id", position)
+    return pl.concat(parts, how="vertical_relaxed").select("id", position)
 
 
-def _where(files: Sequence[Path], pos: int) -> str:
+def _where(files: Sequence[InputFile], pos: int) -> str:
     return f"{files[pos >> _ROW_BITS]} row {pos & ((1 << _ROW_BITS) - 1)}"
 
 
-def _check_nulls(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> None:
+def _check_nulls(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
     nulls = ids.select(
         pl.col("id").null_count().alias("n"),
         pl.col("pos").filter(pl.col("id").is_null()).min().alias("at"),
@@ -306,7 +300,7 @@ def _check_nulls(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> No
         )
 
 
-def _check_unique(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> None:
+def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
     dups = (
         ids.group_by("id")
         .agg(pl.len().alias("n"), pl.col("pos").min().alias("first"))
@@ -326,14 +320,17 @@ def _check_unique(ids: pl.LazyFrame, files: Sequence[Path], id_column: str) -> N
     )
 
 
-def check_ids(files: Sequence[Path], id_column: str, id_type: pa.DataType) -> None:
+def check_ids(
+    files: Sequence[InputFile], scans: Sequence[IdScan], id_column: str, id_type: pa.DataType
+) -> None:
     """Scan only the id column of every file (Polars streaming): no nulls, no duplicates."""
-    ids = _id_frame(files, id_column, as_string=id_type == pa.string())
+    as_string = id_type == pa.string()
     try:
+        ids = _id_frame(scans, as_string)
         _check_nulls(ids, files, id_column)
         _check_unique(ids, files, id_column)
     except pl.exceptions.PolarsError as exc:
-        where = _unreadable_ids(files, id_column, as_string=id_type == pa.string())
+        where = _unreadable_ids(files, scans, as_string)
         raise InputError(
             f"cannot read the id column `{id_column}` of {where} ({detail(exc)}); ids must be "
             "readable (string ids valid UTF-8): re-export the file, or map another column with "
@@ -341,11 +338,11 @@ def check_ids(files: Sequence[Path], id_column: str, id_type: pa.DataType) -> No
         ) from exc
 
 
-def _unreadable_ids(files: Sequence[Path], id_column: str, as_string: bool) -> str:
+def _unreadable_ids(files: Sequence[InputFile], scans: Sequence[IdScan], as_string: bool) -> str:
     """The first file whose id column cannot be read (only called once the scan failed)."""
-    for path in files:
+    for path, scan in zip(files, scans, strict=True):
         try:
-            _id_frame([path], id_column, as_string).collect(engine="streaming")
+            _id_frame([scan], as_string).collect(engine="streaming")
         except pl.exceptions.PolarsError:
             return str(path)
     return "the input"

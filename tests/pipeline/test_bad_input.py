@@ -75,7 +75,7 @@ Built = tuple[Path | str, list[str], list[str]]
 
 def _missing_file(tmp: Path) -> Built:
     path = tmp / "nope.parquet"
-    return path, [], ["input {in} does not exist", "give a Parquet file"]
+    return path, [], ["input {in} does not exist", "give a Parquet, JSON Lines or CSV file"]
 
 
 def _csv(tmp: Path) -> Built:
@@ -224,15 +224,15 @@ def _passthrough_output_name(tmp: Path) -> Built:
 def _glob_nothing(tmp: Path) -> Built:
     write(tmp / "in" / "a.parquet")
     pattern = str(tmp / "in" / "*.parq")
-    return pattern, [], [f"glob `{pattern}` matched no Parquet files", "check the pattern"]
+    return pattern, [], [f"glob `{pattern}` matched no input files", "check the pattern"]
 
 
 def _folder_without_parquet(tmp: Path) -> Built:
     folder = tmp / "in"
     folder.mkdir()
-    (folder / "notes.csv").write_text("id\n1\n", encoding="utf-8")
+    (folder / "notes.txt").write_text("id\n1\n", encoding="utf-8")
     write(folder / "_hidden.parquet")
-    return folder, [], ["folder {in} holds no *.parquet files", "point at the folder"]
+    return folder, [], ["folder {in} holds no input files", "in no input format: ", "notes.txt"]
 
 
 def _schema_mismatch(tmp: Path) -> Built:
