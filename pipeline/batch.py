@@ -61,6 +61,7 @@ class RowPlan:
     error: str | None = None
     keys: list[str] = field(default_factory=list)
     entries: list[MemoEntry | None] = field(default_factory=list)
+    paid: list[bool] = field(default_factory=list)  # this row carries the item's call tokens
     waits: list[tuple[int, ItemOutcome]] = field(default_factory=list)
 
 
@@ -159,6 +160,7 @@ def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[
         assert plan.query is not None
         plan.keys = [memo_key(prefix, version, plan.query, plan.expected, it) for it in plan.items]
         plan.entries = [None] * len(plan.items)
+        plan.paid = [False] * len(plan.items)
         every.extend(plan.keys)
     return every
 
@@ -193,6 +195,7 @@ async def _lookup(
         if entry is not None:
             counters.memo_hits += 1
             plan.entries[i] = entry
+            plan.paid[i] = dispatcher.credit(key)
             continue
         known = dispatcher.known(key)
         if known is None:
@@ -203,6 +206,8 @@ async def _lookup(
         else:
             counters.dedup_hits += 1
             plan.entries[i] = known
+    for i in missing:
+        plan.paid[i] = True
     if missing and dispatcher.decider is not None and not per_row:
         assert plan.query is not None
         for i in missing:
@@ -286,8 +291,8 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
         "context_count": len(plan.items),
         "judge_model": spec.judge_model,
         "prompt_version": version,
-        "input_tokens": sum(e[2] for e in got),
-        "output_tokens": sum(e[3] for e in got),
+        "input_tokens": _paid(plan, 2),
+        "output_tokens": _paid(plan, 3),
     }
     if plan.status == STATUS_OK:
         assert metrics is not None
@@ -310,6 +315,12 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
         if not plan.items:
             base.update(verdicts=None, verdict_reasons=None)
     return base
+
+
+def _paid(plan: RowPlan, index: int) -> int:
+    """Tokens of the calls this row carries: a call shared by several rows counts once."""
+    entries, paid = plan.entries, plan.paid or [True] * len(plan.entries)
+    return sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
 
 
 def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
