@@ -38,6 +38,7 @@ class RunCounters:
     calls_done: int = 0
     calls_failed: int = 0
     memo_writes: int = 0
+    reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
     failed_by_cause: dict[str, int] = field(default_factory=dict)
 
 

@@ -244,6 +244,7 @@ def _run_info(
         "calls_failed": c.calls_failed,
         "memo_hits": c.memo_hits,
         "dedup_hits": c.dedup_hits,
+        "reason_calls": c.reason_calls,
         "judge": stats.as_dict(),
         "gate": result.gate.as_dict(),
         "price": None

@@ -25,6 +25,7 @@ from connectors.judges.prompts import (
 from pipeline.errors import ConfigError, JudgeError
 from pipeline.limits import RateGate
 from pipeline.metric import map_score
+from pipeline.llm_reason import keep_built_reason
 from pipeline.reason import build_reason
 from storage.memo import Memo, judge_prefix, memo_key
 
@@ -176,7 +177,8 @@ class ContextPrecisionScorer:
             relevant, [g[1] for g in got], score=score, scale=self.scale, criterion=criterion
         )
         if self.reason_mode == "llm" and got:
-            reason = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
+            written = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
+            reason = keep_built_reason(written, reason)
         return ScoreResult(
             score,
             reason,

@@ -258,7 +258,7 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
         "model": run.get("judge_model"),
         "prompt_version": run.get("prompt_version"),
         "calls": run.get("judge_calls"),
-        **{k: run.get(k) for k in ("memo_hits", "dedup_hits")},
+        **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
     }

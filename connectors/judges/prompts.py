@@ -14,6 +14,7 @@ __all__ = [
     "ITEM_SCHEMA",
     "PROMPT_VERSION",
     "PROMPT_VERSION_QUERY_ONLY",
+    "REASON_VERSION",
     "ROW_SCHEMA",
     "item_messages",
     "prompt_version_for",
@@ -118,6 +119,9 @@ def row_messages(query: str, expected: str | None, items: Sequence[str]) -> tupl
     parts += [_tagged("context_item", t, f' index="{i}"') for i, t in enumerate(items)]
     parts.append(f"Judge each of the {len(items)} context items.")
     return system, "\n".join(parts)
+
+
+REASON_VERSION = "cp-reason-v1"  # memo key version of the LLM-written row reason
 
 
 def reason_prompt(query: str, expected: str | None, summary: str, score: float) -> str:

@@ -71,3 +71,38 @@ def test_a_failed_item_is_requested_once_per_run(
         code = score(src, "-o", tmp_path / "out", "--model", "openai/j", "--max-retries", 0)
         assert code == 1
         assert server.stats.total == unique
+
+
+def test_reason_llm_asks_the_judge_in_the_batch_path(tmp_path: Path, fake: FakeJudgeServer) -> None:
+    src = shared_items_log(tmp_path / "log.parquet", rows=8)
+    out = tmp_path / "out"
+    assert score(src, "-o", out, "--model", "openai/j", "--reason", "llm") == 0
+    reason_bodies = [
+        b for b in fake.stats.bodies if "Write a concise explanation" in json.dumps(b["messages"])
+    ]
+    assert reason_bodies  # the judge was asked to write the reasons
+    rows = pl.read_parquet(out / "*.parquet")
+    assert not any(r.startswith("Score ") for r in rows["reason"].to_list())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["judge"]["reason_calls"] == len(reason_bodies)
+    # a second run takes the reasons from the memo
+    before = fake.stats.total
+    assert score(src, "-o", tmp_path / "out2", "--model", "openai/j", "--reason", "llm") == 0
+    assert fake.stats.total == before
+
+
+def test_offline_reason_llm_keeps_the_built_reason(tmp_path: Path) -> None:
+    import asyncio
+
+    from pipeline import create_context_precision_scorer
+
+    scorer = create_context_precision_scorer(
+        "offline", {"context": ["Canberra is the capital.", "Kangaroos hop."], "reason": "llm"}
+    )
+    result = asyncio.run(scorer.run(input="What is the capital?", output="Canberra"))
+    assert result.reason.startswith("Score ")
+    assert "stands as is" not in result.reason
+    out = tmp_path / "out"
+    src = shared_items_log(tmp_path / "log.parquet", rows=4)
+    assert score(src, "-o", out, "--reason", "llm") == 0
+    assert pl.read_parquet(out / "*.parquet")["reason"].str.starts_with("Score ").all()
