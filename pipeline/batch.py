@@ -5,10 +5,14 @@ then the vectorized reduce and the scored Arrow table in the documented schema.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,13 +37,14 @@ Extractor = Callable[[dict[str, Any]], Any]
 
 def load_extractor(spec: str) -> Extractor:
     """Import "module:function"; a clear ConfigError when it is not there."""
-    module_name, _, attr = spec.partition(":")
+    module_name, _, attr = spec.rpartition(":")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        fn = getattr(_import(module_name), attr)
+    except (ImportError, AttributeError, OSError, SyntaxError) as exc:
         raise ConfigError(
             f"context extractor {spec!r} cannot be loaded ({exc}); give it as module:function "
-            "with the module importable (on PYTHONPATH or installed)"
+            "with the module importable (in the current folder, on PYTHONPATH or installed), "
+            "or as path/to/file.py:function"
         ) from None
     if not callable(fn):
         raise ConfigError(
@@ -48,6 +53,26 @@ def load_extractor(spec: str) -> Extractor:
         )
     extractor: Extractor = fn
     return extractor
+
+
+def _import(name: str) -> Any:
+    """A module by name (the current folder is importable, as with `python -m`) or a .py file."""
+    if name.endswith(".py") or "/" in name or os.sep in name:
+        path = Path(name).expanduser().resolve()
+        if not path.is_file():
+            raise ImportError(f"no file {path}")
+        mod_name = f"ctxprec_extractor_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+        return module
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(name)
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from pipeline.dispatch import RunCounters
 from pipeline.errors import ConfigError, CtxprecError
 from pipeline.estimate import estimate
 from pipeline.limits import GateStats
+from pipeline.notices import run_notices
 from pipeline.publish import check_sinks, publish
 from storage.charts import preload
 from storage.dataset import drop_ids, scored_ids
@@ -254,6 +255,8 @@ def _run_info(
         "rpm": run.cfg.rpm,
         "tpm": run.cfg.tpm,
         "engine": {**engine, **result.extra},
+        "notices": run_notices(run.input, run.info, run.cfg),
+        "group_by": run.cfg.group_by,
     }
 
 

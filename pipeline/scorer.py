@@ -24,8 +24,8 @@ from connectors.judges.prompts import (
 )
 from pipeline.errors import ConfigError, JudgeError
 from pipeline.limits import RateGate
-from pipeline.metric import map_score
 from pipeline.llm_reason import keep_built_reason
+from pipeline.metric import map_score
 from pipeline.reason import build_reason
 from storage.memo import Memo, judge_prefix, memo_key
 

@@ -131,7 +131,7 @@ def _relevance_by_position(ax: Axes, summary: Mapping[str, Any]) -> None:
     ax.set_ylim(0, 1.1)
     ax.set_xticks(positions if len(rows) <= 20 else positions[::5])
     ax.set_title("Share of context items judged relevant, by position")
-    ax.set_xlabel("position in the retrieved list (0 = first)")
+    ax.set_xlabel("position in the retrieved list (1 = first)")
     ax.set_ylabel("judged relevant")
 
 
@@ -141,7 +141,7 @@ def _scores_by_group(ax: Axes, summary: Mapping[str, Any]) -> None:
     groups = _groups_with_scores(summary)[:_MAX_GROUPS][::-1]
     stats = [
         {
-            "label": g["group"],
+            "label": f"{g['group']} (n={g['rows']:,})",
             "med": g["median"],
             "q1": g["p25"],
             "q3": g["p75"],

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OutputError
+from storage.mismatch import describe_differences
 
 __all__ = ["STATE_DIR", "PartRecord", "RunLog", "atomic_write_text", "fingerprint_of"]
 
@@ -76,14 +77,15 @@ class RunLog:
         elif incremental and self._other_config(manifest):
             raise OutputError(
                 f"output folder {self.outdir} was scored with another judge configuration "
-                "(model, prompt, scale, columns or k's differ); --incremental adds rows only "
+                f"({describe_differences((manifest or {}).get('describe', {}), self.describe)}); "
+                "--incremental adds rows only "
                 "under the same configuration: use a new folder for this one"
             )
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
             raise OutputError(
-                f"output folder {self.outdir} holds another run (input "
-                f"{described.get('input')!r}, judge {described.get('judge_model')!r}); "
+                f"output folder {self.outdir} holds another run "
+                f"({describe_differences(described, self.describe)}); "
                 "use a new folder, --overwrite to replace it, or --incremental to add to it"
             )
         (self.state / "parts").mkdir(parents=True, exist_ok=True)
