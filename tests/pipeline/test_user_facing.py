@@ -106,3 +106,108 @@ def test_offline_reason_llm_keeps_the_built_reason(tmp_path: Path) -> None:
     src = shared_items_log(tmp_path / "log.parquet", rows=4)
     assert score(src, "-o", out, "--reason", "llm") == 0
     assert pl.read_parquet(out / "*.parquet")["reason"].str.starts_with("Score ").all()
+
+
+def day_log(path: Path, ids: range, *, expected: bool = True) -> Path:
+    data: dict[str, object] = {
+        "id": [f"q{i}" for i in ids],
+        "query": [f"Who wrote book {i}?" for i in ids],
+        "contexts": [[f"Book {i} was written by Author {i}.", "Unrelated text."] for i in ids],
+        "retriever": ["bm25" if i % 2 else "dense" for i in ids],
+    }
+    if expected:
+        data["expected_output"] = [f"Author {i}" for i in ids]
+    pl.DataFrame(data).write_parquet(path)
+    return path
+
+
+def test_estimate_on_an_incremental_target_skips_scored_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert score(day_log(tmp_path / "d1.parquet", range(0, 50)), "-o", out) == 0
+    day2 = day_log(tmp_path / "d2.parquet", range(25, 100))  # 25 ids already scored
+    capsys.readouterr()
+    assert main(["estimate", str(day2), "-o", str(out), "--incremental", "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert est["rows"] == 50
+    assert est["rows_already_scored"] == 25
+    assert est["context_items"] == 100
+
+
+def test_summary_keeps_group_by_and_tells_the_incremental_truth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    pt = ("--passthrough", "retriever", "--group-by", "retriever")
+    assert score(day_log(tmp_path / "d1.parquet", range(0, 50)), "-o", out, *pt) == 0
+    day2 = day_log(tmp_path / "day-2.parquet", range(50, 75))
+    assert score(day2, "-o", out, "--incremental", *pt) == 0
+    md = (out / "summary.md").read_text()
+    assert "**75** rows (this run added 25 of them, scored from" in md
+    assert "75** rows scored from" not in md
+    assert main(["summary", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["by_group"]["column"] == "retriever"
+    assert "## By retriever" in (out / "summary.md").read_text()
+    capsys.readouterr()
+    assert main(["summary", str(out), "--group-by", "nosuchcol"]) == 2
+    err = capsys.readouterr().err
+    assert "--group-by nosuchcol" in err and "retriever" in err
+
+
+def test_no_expected_output_is_said_loudly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert score(day_log(tmp_path / "d.parquet", range(5), expected=False), "-o", out) == 0
+    printed = capsys.readouterr().out
+    warnings = [line for line in printed.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1
+    assert "judged against the query alone" in warnings[0]
+    assert "expected_output" in warnings[0]
+    md = (out / "summary.md").read_text()
+    assert "judged against the query alone" in md
+    assert "weak heuristic" in md  # what the offline judge without an expected output is worth
+
+
+def test_missing_columns_are_reported_all_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "odd.parquet"
+    pl.DataFrame({"request_id": ["a"], "question": ["q?"], "retrieved": [["x"]]}).write_parquet(src)
+    assert score(src, "-o", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    for column in ("`id`", "`query`", "`contexts`"):
+        assert column in err
+    assert err.count("\n") == 1
+
+
+def test_skipped_files_and_empty_input_get_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day_log(folder / "a.parquet", range(3))
+    (folder / "notes.csv").write_text("id\n1\n")
+    (folder / "_tmp.parquet").write_bytes(b"")
+    assert score(folder, "-o", tmp_path / "out") == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "not read" in x]
+    assert len(lines) == 1
+    assert "2 file(s)" in lines[0] and "notes.csv" in lines[0]
+    empty = tmp_path / "empty.parquet"
+    pl.read_parquet(folder / "a.parquet").head(0).write_parquet(empty)
+    assert score(empty, "-o", tmp_path / "out2") == 0
+    assert "holds no rows" in capsys.readouterr().out
+
+
+def test_another_run_refusal_names_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = day_log(tmp_path / "d.parquet", range(4))
+    out = tmp_path / "out"
+    assert score(src, "-o", out) == 0
+    capsys.readouterr()
+    assert score(src, "-o", out, "--scale", 10) == 2
+    err = capsys.readouterr().err
+    assert "--scale: 1.0 there, 10.0 here" in err
