@@ -206,7 +206,11 @@ def file_columns(path: Path, schema: pa.Schema, wanted: Iterable[Wanted]) -> Col
     """Check one file's mapped columns; canonical type per column (None: optional and absent)."""
     found: ColumnTypes = {}
     wanted = list(wanted)
-    absent = [w for w in wanted if w.column not in schema.names and not w.optional]
+    absent = list(
+        {
+            w.column: w for w in reversed(wanted) if w.column not in schema.names and not w.optional
+        }.values()
+    )[::-1]
     if absent:
         raise _all_missing(path, schema, absent)
     for want in wanted:

@@ -116,6 +116,14 @@ def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
     return hashlib.sha256(item.encode("utf-8")).digest()[0] % 2 == 0
 
 
+_ESCAPED_TAG = re.compile(r"&lt;(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
+
+
+def _unescaped(text: str) -> str:
+    """The item as its author wrote it: prompts escape our own tag names inside items."""
+    return _ESCAPED_TAG.sub(r"<\1", text)
+
+
 def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     """(item texts, per-row?, query-only?) recovered from the first user message."""
     users = [m.get("content") for m in messages or () if m.get("role") == "user"]
@@ -123,8 +131,8 @@ def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     query_only = "<expected_output>" not in text
     if ITEM_OPEN in text:  # one item: from the first opening tag to the last closing tag
         start = text.index(ITEM_OPEN) + len(ITEM_OPEN)
-        return [text[start : text.rindex(ITEM_CLOSE)]], False, query_only
-    items = ROW_ITEM.findall(text)
+        return [_unescaped(text[start : text.rindex(ITEM_CLOSE)])], False, query_only
+    items = [_unescaped(t) for t in ROW_ITEM.findall(text)]
     return items, bool(items), query_only
 
 
