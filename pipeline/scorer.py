@@ -1,4 +1,4 @@
-"""The seed's per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
+"""The per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
 `run_evals` over a list of items with a target function. Same judges, memo and formula as the
 batch pipeline.
 """
@@ -197,7 +197,7 @@ class ContextPrecisionScorer:
 def create_context_precision_scorer(
     model: str = "offline", options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
-    """As in the seed. options: context, context_extractor (wins over context), scale (1),
+    """options: context, context_extractor (wins over context), scale (1),
     reason ("verdicts" | "llm"), base_url, api_key_env, concurrency (8), rpm, tpm, timeout_s,
     max_retries, temperature (0), cache_dir (memo on disk; none by default)."""
     opts = dict(options or {})

@@ -1,4 +1,4 @@
-"""Pictures of a run summary: score distribution with the seed's bands, relevance rate by
+"""Pictures of a run summary: score distribution with the score bands, relevance rate by
 position, scores by group. Drawn from the summary dict alone, on matplotlib's Agg canvas.
 """
 
@@ -82,7 +82,7 @@ def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
 
 
 def _shade_bands(ax: Axes, summary: Mapping[str, Any]) -> None:
-    """Tint the score axis with the seed's bands and name each one at the top."""
+    """Tint the score axis with the score bands and name each one at the top."""
     span = _span(summary)
     for band in summary["bands"]:
         lo, hi = band["lower"] * span, band["upper"] * span

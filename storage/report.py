@@ -31,7 +31,7 @@ STATE_DIR = "_ctxprec"
 _EPS = 1e-9  # scores carry two decimals; this only absorbs float noise in score / scale
 _BINS = 20
 _MAX_GROUPS = 200
-# (band, lower, upper, range, meaning) on score / scale, as in the seed; "none" is exactly 0.
+# (band, lower, upper, range, meaning) on score / scale, the documented bands; "none" is exactly 0.
 BANDS: tuple[tuple[str, float, float, str, str], ...] = (
     ("excellent", 0.9, 1.0, "0.9 – 1.0", "relevant context comes first"),
     ("good", 0.7, 0.9, "0.7 – <0.9", "most relevant items are well placed"),
@@ -100,12 +100,12 @@ def _scan(parts: list[Path]) -> pl.LazyFrame:
 
 
 def _norm(scale: float) -> pl.Expr:
-    """score / scale: the seed's 0..1 reading of a score (scale 0 gives only zeros)."""
+    """score / scale: the 0..1 reading of a score (scale 0 gives only zeros)."""
     return pl.col("score") / scale if scale > 0 else pl.col("score") * 0.0
 
 
 def _band(scale: float) -> pl.Expr:
-    """The seed's band of each score; null for unscored rows."""
+    """The band of each score; null for unscored rows."""
     n = _norm(scale)
     return (
         pl.when(n < _EPS).then(pl.lit("none"))
@@ -444,7 +444,7 @@ def _md_score(s: Mapping[str, Any]) -> list[str]:
     text = {b: (span, meaning) for b, _, _, span, meaning in BANDS}
     rows = [[b["band"], *text[b["band"]], b["rows"], _pct(b["share"])] for b in s["bands"]]
     head = ["band", "score" if scale == 1 else f"score / {scale:g}", "meaning", "rows", "share"]
-    return out + _md_table("Score bands (from the seed)", head, rows)
+    return out + _md_table("Score bands", head, rows)
 
 
 def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
