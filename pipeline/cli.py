@@ -58,7 +58,11 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
         help="function(row: dict) -> list[str] giving the context; wins over context",
     )
-    g.add_argument("--passthrough", metavar="COL[,COL]", help="columns copied to the output")
+    g.add_argument(
+        "--passthrough",
+        metavar="COL[=NEW][,COL]",
+        help="columns copied to the output; COL=NEW renames one (e.g. score=upstream_score)",
+    )
     g.add_argument("--batch-rows", type=int, help="rows per record batch / part file")
     lim = p.add_argument_group("limits and memo")
     lim.add_argument("--concurrency", type=int, help="judge calls in flight")

@@ -294,7 +294,8 @@ def _build(
         expected=v["columns.expected"] or None,
         context=None if v["columns.extractor"] else v["columns.context"],
         labels=v["columns.labels"],
-        passthrough=tuple(v["columns.passthrough"]),
+        passthrough=tuple(str(p).partition("=")[0].strip() for p in v["columns.passthrough"]),
+        renames=_renames(v["columns.passthrough"]),
     )
     return Config(
         judge=judge,
@@ -319,6 +320,16 @@ def _build(
         prices=prices,
         source_file=path,
     )
+
+
+def _renames(entries: list[Any]) -> tuple[tuple[str, str], ...]:
+    """`--passthrough score=upstream_score`: copy `score` to the output as `upstream_score`."""
+    out = []
+    for entry in entries:
+        source, sep, target = str(entry).partition("=")
+        if sep:
+            out.append((source.strip(), target.strip()))
+    return tuple(out)
 
 
 def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
@@ -351,6 +362,10 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     ks = v["scoring.ks"]
     if not ks or any(not str(k).isdigit() or int(k) < 1 for k in ks):
         raise bad("scoring.ks", "a list of whole numbers >= 1")
+    for entry in v["columns.passthrough"]:
+        source, sep, target = str(entry).partition("=")
+        if sep and (not source.strip() or not target.strip()):
+            raise bad("columns.passthrough", "COL or COL=NEW_NAME entries")
     group_by = v["output.group_by"]
     if group_by is not None and "," in group_by:
         raise bad("output.group_by", "one column (the summary breaks scores down by one)")

@@ -162,7 +162,8 @@ def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]
     """Everything that changes a row's scored output (not which rows there are)."""
     c = cfg.columns
     return {
-        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)],
+        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)]
+        + ([[list(r) for r in c.renames]] if c.renames else []),
         "extractor": cfg.extractor,
         "judge": identity,
         "judge_model": cfg.judge.model,

@@ -255,8 +255,8 @@ def check_names(names: Iterable[str], mapped: Mapping[str, str | None], what: st
     for name in names:
         if name in taken or _RANK_COLUMN.fullmatch(name):
             raise InputError(
-                f"{what} `{name}` has the name of an output column; rename it in the data "
-                "(or leave it out of passthrough)"
+                f"{what} `{name}` has the name of an output column; rename it on the way out "
+                f"with --passthrough {name}=NEW_NAME (or leave it out of passthrough)"
             )
         if name in _RESERVED_FRAME and mapped.get(name) != name:
             raise InputError(

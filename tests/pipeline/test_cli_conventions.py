@@ -194,3 +194,23 @@ def test_cache_info_and_clear(
     memo = Memo(folder)
     assert len(memo) == 0
     memo.close()
+
+
+def test_passthrough_named_like_an_output_column_can_be_renamed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.parquet"
+    log(tmp_path / "base.parquet")
+    pl.read_parquet(tmp_path / "base.parquet").with_columns(
+        pl.lit(0.5).alias("score"), pl.lit("x").alias("status")
+    ).write_parquet(src)
+    assert main(["score", str(src), "-o", str(tmp_path / "a"), "--passthrough", "score"]) == 2
+    assert "--passthrough score=NEW_NAME" in capsys.readouterr().err
+    out = tmp_path / "b"
+    flags = ["--passthrough", "score=upstream_score,status=upstream_status,retriever"]
+    assert main(["score", str(src), "-o", str(out), *flags, "--group-by", "retriever"]) == 0
+    rows = pl.read_parquet(out / "*.parquet")
+    assert rows["upstream_score"].to_list() == [0.5] * 4
+    assert rows["upstream_status"].to_list() == ["x"] * 4
+    assert set(rows["status"]) == {"ok"}
+    assert rows["retriever"].to_list() == ["a", "b", "a", "b"]
