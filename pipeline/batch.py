@@ -107,8 +107,8 @@ def _check_items(items: Any, max_chars: int) -> str | None:
             return f"context item #{i + 1} is {type(item).__name__}, not a string"
         if len(item) > max_chars:
             return (
-                f"context item #{i + 1} has {len(item):,} characters, over run.max_item_chars="
-                f"{max_chars:,}; trim it or raise the limit"
+                f"context item #{i + 1} has {len(item):,} characters, over the limit of "
+                f"{max_chars:,} ([run] max_item_chars); trim it or raise the limit"
             )
     return None
 

@@ -782,8 +782,8 @@ def test_one_megabyte_item_fails_only_that_row(
     status, error = rows["r1"]
     assert status == "failed"
     assert error == (
-        "invalid_input: context item #2 has 1,000,000 characters, over "
-        "run.max_item_chars=200,000; trim it or raise the limit"
+        "invalid_input: context item #2 has 1,000,000 characters, over the limit of "
+        "200,000 ([run] max_item_chars); trim it or raise the limit"
     )
     scored_ok(rows, "r0", "r2")
     assert big not in fake.stats.items and "short" not in fake.stats.items
