@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         type=Path,
-        help="also save it in OUTDIR, so the summary of a later score run into "
-        "OUTDIR shows estimate vs actual",
+        help="the folder a score run would write: ids already scored there are not counted, "
+        "and the estimate is saved there so that run's summary shows estimate vs actual",
     )
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
     sm.add_argument("outdir", type=Path, help="an output folder written by `ctxprec score`")
@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cache_command(sub)
     show_defaults(parser)
+    for action in es._actions:  # accepted only to be refused with a reason (see below)
+        if action.dest in _NOT_FOR_ESTIMATE:
+            action.help = argparse.SUPPRESS
     return parser
 
 

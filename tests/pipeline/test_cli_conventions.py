@@ -214,3 +214,47 @@ def test_passthrough_named_like_an_output_column_can_be_renamed(
     assert rows["upstream_status"].to_list() == ["x"] * 4
     assert set(rows["status"]) == {"ok"}
     assert rows["retriever"].to_list() == ["a", "b", "a", "b"]
+
+
+def _synopsis() -> dict[str, set[str]]:
+    from tests.conftest import REPO
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```\n(ctxprec score INPUT.*?)```", text, re.S)
+    assert block, "README: the command synopsis is missing"
+    flags: dict[str, set[str]] = {}
+    command = ""
+    for line in block.group(1).splitlines():
+        if line.startswith("ctxprec "):
+            command = line.split()[1]
+        found = re.findall(r"(?<![\w-])--[a-z][a-z-]+|(?<![\w-])-o(?= )", line)
+        flags.setdefault(command, set()).update("--output" if f == "-o" else f for f in found)
+    return flags
+
+
+def test_readme_synopsis_and_help_list_the_same_flags() -> None:
+    documented = _synopsis()
+    for name, sub in subparsers(build_parser()).items():
+        shown = {
+            s
+            for a in sub._actions
+            if a.help is not argparse.SUPPRESS
+            for s in a.option_strings
+            if s.startswith("--") and s != "--help"
+        }
+        assert documented.get(name, set()) - {"--version"} == shown, name
+
+
+def test_readme_defaults_match_the_help() -> None:
+    from tests.conftest import REPO
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    para = re.search(r"Defaults \(also in every `--help`\): (.*?)\. Flags are matched", text)
+    assert para
+    score_parser = subparsers(build_parser())["score"]
+    helps = {s: str(a.help) for a in score_parser._actions for s in a.option_strings}
+    pairs = re.findall(r"`(--[a-z-]+) ([^`]+)`", para.group(1))
+    assert len(pairs) >= 8
+    for flag, value in pairs:
+        got = re.search(r"\(default: ([^)]*)\)", helps[flag])
+        assert got and got.group(1) == value, (flag, helps[flag], value)
