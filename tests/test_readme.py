@@ -6,7 +6,8 @@ Only paths, ports and keys are substituted: absolute paths move under the temp f
 `--base-url http://127.0.0.1:PORT/v1` points at the fake server, keys and base URLs come from
 the environment. Input paths a command names are created with sample rows when missing. A line
 ending in `# readme-test: skip (why)` is not run; keep that for commands that need what a test
-cannot have here (a running cluster on other hosts).
+cannot have here (a running cluster on other hosts). A line ending in `# readme-test: exit N`
+must exit N (a quality gate that is meant to fail); every other command must exit 0.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudge
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 SKIP_MARK = "# readme-test: skip"
+EXIT_MARK = re.compile(r"# readme-test: exit (\d+)")
 KEY = "sk-readme-test-0000"
 DS = "2026-11-30"
 # Commands that fail today for a reason another piece of work fixes: substring -> why.
@@ -74,23 +76,26 @@ def _ctxprec_segments(line: str) -> list[str]:
     return out
 
 
-def readme_commands(text: str = README) -> list[str]:
-    """Every ctxprec command of the bash blocks and of the Airflow bash_command."""
-    commands: list[str] = []
+def readme_commands(text: str = README) -> list[tuple[str, int]]:
+    """Every ctxprec command of the bash blocks and of the Airflow bash_command, with the exit
+    code it must give: 0, or N when its line ends in `# readme-test: exit N` (a failing gate)."""
+    commands: list[tuple[str, int]] = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in _logical_lines(block):
             if SKIP_MARK not in line:
-                commands += _ctxprec_segments(line)
+                code = EXIT_MARK.search(line)
+                want = int(code.group(1)) if code else 0
+                commands += [(c, want) for c in _ctxprec_segments(line)]
     for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
         for node in ast.walk(ast.parse(block)):
             if isinstance(node, ast.keyword) and node.arg == "bash_command":
-                value = ast.literal_eval(node.value)
-                commands += _ctxprec_segments(str(value).replace("{{ ds }}", DS))
+                value = str(ast.literal_eval(node.value)).replace("{{ ds }}", DS)
+                commands += [(c, 0) for c in _ctxprec_segments(value)]
     return commands
 
 
 def test_commands_are_found() -> None:
-    found = readme_commands()
+    found = [c for c, _ in readme_commands()]
     assert any(c.startswith("ctxprec score examples/sample.parquet") for c in found)
     assert any("--incremental" in c and "--sink delta:" in c for c in found)  # nightly + Airflow
     assert sum("dt=" in c for c in found) >= 2
@@ -158,9 +163,13 @@ def _env(root: Path, fake_url: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("command", readme_commands())
+@pytest.mark.parametrize(("command", "exit_code"), readme_commands())
 def test_readme_command_runs(
-    command: str, workdir: Path, fake: FakeJudgeServer, request: pytest.FixtureRequest
+    command: str,
+    exit_code: int,
+    workdir: Path,
+    fake: FakeJudgeServer,
+    request: pytest.FixtureRequest,
 ) -> None:
     for fragment, why in KNOWN_BROKEN.items():
         if fragment in command:
@@ -175,7 +184,7 @@ def test_readme_command_runs(
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, f"{local}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == exit_code, f"{local}\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr
 
 
@@ -200,3 +209,19 @@ def test_first_command_prints_what_the_readme_shows(fake: FakeJudgeServer, tmp_p
 def _memo_hits(lines: list[str]) -> str:
     line = next(x for x in lines if "this run:" in x)
     return re.sub(r", [\d.]+ (s|min)\b.*", "", line)
+
+
+def test_extraction_follows_the_markers() -> None:
+    text = (
+        "```bash\n"
+        "# a comment line\n"
+        "python3 -m venv .venv && .venv/bin/ctxprec score a.parquet -o out/a\n"
+        "ctxprec score b.parquet -o out/b \\\n"
+        "    --quiet  # readme-test: skip (elsewhere)\n"
+        "ctxprec compare out/a out/b --fail-under 0.9  # readme-test: exit 5\n"
+        "```\n"
+    )
+    assert readme_commands(text) == [
+        ("ctxprec score a.parquet -o out/a", 0),
+        ("ctxprec compare out/a out/b --fail-under 0.9", 5),
+    ]
