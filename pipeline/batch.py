@@ -87,6 +87,10 @@ class RowPlan:
     keys: list[str] = field(default_factory=list)
     entries: list[MemoEntry | None] = field(default_factory=list)
     paid: list[bool] = field(default_factory=list)  # this row carries the item's call tokens
+    # --mode row: the row's call also judged items whose verdicts came from elsewhere; their
+    # share of the call's tokens is carried here (the verdicts stay those already known)
+    extra: list[ItemOutcome] = field(default_factory=list)
+    extra_tokens: tuple[int, int] = (0, 0)
     waits: list[tuple[int, ItemOutcome]] = field(default_factory=list)
 
 
@@ -245,6 +249,11 @@ async def _lookup(
 async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCounters) -> None:
     async with plans:
         async for plan in plans:
+            for outcome in plan.extra:
+                await outcome.event.wait()
+                if outcome.entry is not None:
+                    t_in, t_out = plan.extra_tokens
+                    plan.extra_tokens = (t_in + outcome.entry[2], t_out + outcome.entry[3])
             for i, outcome in plan.waits:
                 await outcome.event.wait()
                 plan.entries[i] = outcome.entry
@@ -261,6 +270,8 @@ async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per
         keys = [plan.keys[i] for i in range(len(plan.items))]
         outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
         plan.waits.extend((i, outcomes[i]) for i in missing)
+        taken = set(missing)
+        plan.extra.extend(o for i, o in enumerate(outcomes) if i not in taken)
         return
     for i in missing:
         request = ItemRequest(plan.query, plan.expected, plan.items[i])
@@ -345,7 +356,8 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
 def _paid(plan: RowPlan, index: int) -> int:
     """Tokens of the calls this row carries: a call shared by several rows counts once."""
     entries, paid = plan.entries, plan.paid or [True] * len(plan.entries)
-    return sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
+    own = sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
+    return own + plan.extra_tokens[index - 2]
 
 
 def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:

@@ -233,3 +233,13 @@ def test_a_hostile_item_cannot_forge_item_boundaries(tmp_path: Path, fake: FakeJ
     row = pl.read_parquet(out / "*.parquet").row(0, named=True)
     assert row["status"] == "ok" and len(row["verdicts"]) == 3
     assert row["prompt_version"] == "cp-row-v3"
+
+
+def test_row_mode_tokens_match_the_server(tmp_path: Path, fake: FakeJudgeServer) -> None:
+    # rows sharing some items with earlier rows: their row calls carry those items again
+    src = shared_items_log(tmp_path / "log.parquet")
+    out = tmp_path / "out"
+    assert score(src, "-o", out, "--model", "openai/j", "--mode", "row", "--batch-rows", 5) == 0
+    rows = pl.read_parquet(out / "*.parquet")
+    assert rows["input_tokens"].sum() == fake.stats.input_tokens > 0
+    assert rows["output_tokens"].sum() == fake.stats.output_tokens
