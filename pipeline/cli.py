@@ -1,4 +1,4 @@
-"""The `ctxprec` command: `score`, `estimate` and `summary`. Exit codes: 0 all rows scored,
+"""The `ctxprec` command: `score`, `estimate`, `summary` and `cache`. Exit codes: 0 all rows scored,
 1 some rows failed (output still written), 2 usage/config/input errors before any judge call,
 130 interrupted (finished parts kept; the same command resumes).
 """
