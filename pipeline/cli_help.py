@@ -57,6 +57,14 @@ def _default_text(dest: str) -> str | None:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _argparse_default(action: argparse.Action) -> str | None:
+    """A flag added elsewhere with a plain argparse default shows it too."""
+    value = action.default
+    if value in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
+        return None
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def show_defaults(parser: argparse.ArgumentParser) -> None:
     """Append "(default: ...)" to the help of every flag whose default is known."""
     for action in parser._actions:
@@ -64,7 +72,7 @@ def show_defaults(parser: argparse.ArgumentParser) -> None:
             for sub in action.choices.values():
                 show_defaults(sub)
             continue
-        text = _default_text(action.dest)
+        text = _default_text(action.dest) or _argparse_default(action)
         helped = action.help and action.help is not argparse.SUPPRESS
         if text and helped and "default" not in str(action.help):
             action.help = f"{action.help} (default: {text})"
