@@ -5,10 +5,14 @@ then the vectorized reduce and the scored Arrow table in the documented schema.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,13 +37,14 @@ Extractor = Callable[[dict[str, Any]], Any]
 
 def load_extractor(spec: str) -> Extractor:
     """Import "module:function"; a clear ConfigError when it is not there."""
-    module_name, _, attr = spec.partition(":")
+    module_name, _, attr = spec.rpartition(":")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        fn = getattr(_import(module_name), attr)
+    except (ImportError, AttributeError, OSError, SyntaxError) as exc:
         raise ConfigError(
             f"context extractor {spec!r} cannot be loaded ({exc}); give it as module:function "
-            "with the module importable (on PYTHONPATH or installed)"
+            "with the module importable (in the current folder, on PYTHONPATH or installed), "
+            "or as path/to/file.py:function"
         ) from None
     if not callable(fn):
         raise ConfigError(
@@ -48,6 +53,26 @@ def load_extractor(spec: str) -> Extractor:
         )
     extractor: Extractor = fn
     return extractor
+
+
+def _import(name: str) -> Any:
+    """A module by name (the current folder is importable, as with `python -m`) or a .py file."""
+    if name.endswith(".py") or "/" in name or os.sep in name:
+        path = Path(name).expanduser().resolve()
+        if not path.is_file():
+            raise ImportError(f"no file {path}")
+        mod_name = f"ctxprec_extractor_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+        return module
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(name)
 
 
 @dataclass(slots=True)
@@ -61,6 +86,11 @@ class RowPlan:
     error: str | None = None
     keys: list[str] = field(default_factory=list)
     entries: list[MemoEntry | None] = field(default_factory=list)
+    paid: list[bool] = field(default_factory=list)  # this row carries the item's call tokens
+    # --mode row: the row's call also judged items whose verdicts came from elsewhere; their
+    # share of the call's tokens is carried here (the verdicts stay those already known)
+    extra: list[ItemOutcome] = field(default_factory=list)
+    extra_tokens: tuple[int, int] = (0, 0)
     waits: list[tuple[int, ItemOutcome]] = field(default_factory=list)
 
 
@@ -81,8 +111,8 @@ def _check_items(items: Any, max_chars: int) -> str | None:
             return f"context item #{i + 1} is {type(item).__name__}, not a string"
         if len(item) > max_chars:
             return (
-                f"context item #{i + 1} has {len(item):,} characters, over run.max_item_chars="
-                f"{max_chars:,}; trim it or raise the limit"
+                f"context item #{i + 1} has {len(item):,} characters, over the limit of "
+                f"{max_chars:,} ([run] max_item_chars); trim it or raise the limit"
             )
     return None
 
@@ -159,6 +189,7 @@ def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[
         assert plan.query is not None
         plan.keys = [memo_key(prefix, version, plan.query, plan.expected, it) for it in plan.items]
         plan.entries = [None] * len(plan.items)
+        plan.paid = [False] * len(plan.items)
         every.extend(plan.keys)
     return every
 
@@ -193,6 +224,7 @@ async def _lookup(
         if entry is not None:
             counters.memo_hits += 1
             plan.entries[i] = entry
+            plan.paid[i] = dispatcher.credit(key)
             continue
         known = dispatcher.known(key)
         if known is None:
@@ -203,6 +235,8 @@ async def _lookup(
         else:
             counters.dedup_hits += 1
             plan.entries[i] = known
+    for i in missing:
+        plan.paid[i] = True
     if missing and dispatcher.decider is not None and not per_row:
         assert plan.query is not None
         for i in missing:
@@ -215,6 +249,11 @@ async def _lookup(
 async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCounters) -> None:
     async with plans:
         async for plan in plans:
+            for outcome in plan.extra:
+                await outcome.event.wait()
+                if outcome.entry is not None:
+                    t_in, t_out = plan.extra_tokens
+                    plan.extra_tokens = (t_in + outcome.entry[2], t_out + outcome.entry[3])
             for i, outcome in plan.waits:
                 await outcome.event.wait()
                 plan.entries[i] = outcome.entry
@@ -231,6 +270,8 @@ async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per
         keys = [plan.keys[i] for i in range(len(plan.items))]
         outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
         plan.waits.extend((i, outcomes[i]) for i in missing)
+        taken = set(missing)
+        plan.extra.extend(o for i, o in enumerate(outcomes) if i not in taken)
         return
     for i in missing:
         request = ItemRequest(plan.query, plan.expected, plan.items[i])
@@ -286,8 +327,8 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
         "context_count": len(plan.items),
         "judge_model": spec.judge_model,
         "prompt_version": version,
-        "input_tokens": sum(e[2] for e in got),
-        "output_tokens": sum(e[3] for e in got),
+        "input_tokens": _paid(plan, 2),
+        "output_tokens": _paid(plan, 3),
     }
     if plan.status == STATUS_OK:
         assert metrics is not None
@@ -310,6 +351,13 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
         if not plan.items:
             base.update(verdicts=None, verdict_reasons=None)
     return base
+
+
+def _paid(plan: RowPlan, index: int) -> int:
+    """Tokens of the calls this row carries: a call shared by several rows counts once."""
+    entries, paid = plan.entries, plan.paid or [True] * len(plan.entries)
+    own = sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
+    return own + plan.extra_tokens[index - 2]
 
 
 def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:

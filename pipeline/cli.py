@@ -1,4 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare` and `batches`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches` and
+`cache`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -20,8 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.cache_cmd import add_cache_command, run_cache_command
+from pipeline.cli_help import Parser, show_defaults
 from pipeline.config import Config, load_config
 from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError
+from storage.report import seconds
 
 __all__ = ["build_parser", "main"]
 
@@ -30,13 +34,17 @@ _MAP_FIELDS = {"id", "query", "expected", "context", "labels"}
 
 def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
-    g.add_argument("--model", help="provider/model, e.g. openai/gpt-4o-mini (default: offline)")
+    g.add_argument("--model", help="provider/model, e.g. openai/gpt-4o-mini")
     g.add_argument("--base-url", help="OpenAI-compatible or Anthropic base URL")
     g.add_argument("--api-key-env", help="name of the env var holding the API key")
-    g.add_argument("--mode", choices=["item", "row"], help="one call per item (default) or per row")
+    g.add_argument("--mode", choices=["item", "row"], help="one judge call per item or per row")
     g.add_argument("--timeout", type=float, help="seconds per judge call")
     g.add_argument("--max-retries", type=int, help="retries per judge call")
-    g.add_argument("--reason", choices=["verdicts", "llm"], help="how the row reason is written")
+    g.add_argument(
+        "--reason",
+        choices=["verdicts", "llm"],
+        help="row reason built from the verdicts, or written by the judge (one more call per row)",
+    )
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -52,22 +60,28 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--extractor",
-        metavar="MODULE:FUNCTION",
+        metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
         help="function(row: dict) -> list[str] giving the context; wins over context",
     )
-    g.add_argument("--passthrough", metavar="COL[,COL]", help="columns copied to the output")
+    g.add_argument(
+        "--passthrough",
+        metavar="COL[=NEW][,COL]",
+        help="columns copied to the output; COL=NEW renames one (e.g. score=upstream_score)",
+    )
     g.add_argument("--batch-rows", type=int, help="rows per record batch / part file")
     lim = p.add_argument_group("limits and memo")
     lim.add_argument("--concurrency", type=int, help="judge calls in flight")
     lim.add_argument("--rpm", type=float, help="requests per minute (all calls)")
     lim.add_argument("--tpm", type=float, help="tokens per minute (estimated before each call)")
     lim.add_argument("--no-adaptive", action="store_true", help="do not slow down on 429 by itself")
-    lim.add_argument("--cache-dir", help="memo folder (default: the user cache dir)")
+    lim.add_argument("--cache-dir", help="memo folder")
     lim.add_argument("--no-memo", action="store_true", help="do not read or write the memo")
     s = p.add_argument_group("scoring")
-    s.add_argument("--scale", type=float, help="score scale (default 1)")
+    s.add_argument("--scale", type=float, help="score scale")
     s.add_argument("--ks", metavar="K[,K]", help="cut-offs for precision@k, hit@k, ndcg@k")
-    s.add_argument("--group-by", help="column to break scores down by in the summary")
+    s.add_argument(
+        "--group-by", metavar="COL", help="one column to break scores down by in the summary"
+    )
 
 
 WAIT_LOCK_S = 3600.0  # --wait-lock without a number
@@ -118,11 +132,12 @@ def _batch_options(args: argparse.Namespace) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ctxprec",
         description="Context precision (MAP) of "
         "retrieved context, judged item by item, over Parquet.",
     )
+    parser.add_argument("--version", action="version", version=f"ctxprec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("score", help="score a dataset into OUTDIR")
     _add_data_flags(sc)
@@ -139,7 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
     _add_lock_flag(sc)
-    sc.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto")
+    sc.add_argument(
+        "--progress",
+        choices=["auto", "bar", "log", "off"],
+        default="auto",
+        help="a bar on a terminal, a log line every 10 s otherwise (auto), or none",
+    )
     sc.add_argument("--quiet", action="store_true", help="print only one JSON line at the end")
     en = sc.add_argument_group("engine")
     en.add_argument("--engine", choices=["local", "dask"], default="local", help="where to run")
@@ -152,22 +172,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_batch_flags(es, score=False)
     es.add_argument("--json", action="store_true", help="print JSON")
     es.add_argument(
+        "--incremental",
+        action="store_true",
+        help="count only ids not yet scored in -o OUTDIR (rows already there are never counted)",
+    )
+    es.add_argument(
         "-o",
         "--output",
         type=Path,
-        help="also save it in OUTDIR, so the summary of a later score run into "
-        "OUTDIR shows estimate vs actual",
+        help="the folder a score run would write: ids already scored there are not counted, "
+        "and the estimate is saved there so that run's summary shows estimate vs actual",
     )
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
-    sm.add_argument("outdir", type=Path)
-    sm.add_argument("--group-by")
+    sm.add_argument("outdir", type=Path, help="an output folder written by `ctxprec score`")
+    sm.add_argument(
+        "--group-by", metavar="COL", help="one column to break scores down by (default: the run's)"
+    )
+    add_cache_command(sub)
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
     bt.add_argument("outdir", type=Path)
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
+    show_defaults(parser)
+    for action in es._actions:  # accepted only to be refused with a reason (see below)
+        if action.dest in _NOT_FOR_ESTIMATE:
+            action.help = argparse.SUPPRESS
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ctxprec")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
@@ -319,6 +360,7 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "sinks": run.get("sinks"),
         "sink_errors": run.get("sink_errors"),
         "wall_s": run.get("wall_s"),
+        "notices": run.get("notices") or [],
     }
 
 
@@ -326,14 +368,16 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
     rows = summary.get("rows", {})
     run = summary.get("run", {})
     sc = summary.get("score", {})
+    judge = run.get("judge") or {}
+    figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
     lines = [
-        f"ctxprec: {rows.get('total', 0)} rows -> {outdir}  (ok {rows.get('ok', 0)}, "
-        f"empty_context {rows.get('empty_context', 0)}, failed {rows.get('failed', 0)})",
-        f"  score mean {sc.get('mean')}  median {sc.get('median')}  p10 {sc.get('p10')}  "
-        f"p90 {sc.get('p90')}",
-        f"  this run: {run.get('rows_this_run', 0)} rows, {run.get('judge_calls', 0)} judge calls, "
-        f"{run.get('memo_hits', 0)} memo hits, {run.get('judge', {}).get('retries', 0)} retries, "
-        f"{run.get('judge', {}).get('rate_limited', 0)} 429s, {float(run.get('wall_s', 0)):.1f} s",
+        *(f"ctxprec: {notice}" for notice in run.get("notices") or []),
+        f"ctxprec: {rows.get('total', 0):,} rows -> {outdir}  (ok {rows.get('ok', 0):,}, "
+        f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
+        f"  score {figures}",
+        f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
+        f"judge calls, {run.get('memo_hits') or 0:,} memo hits, {judge.get('retries') or 0:,} "
+        f"retries, {judge.get('rate_limited') or 0:,} 429s, {seconds(run.get('wall_s') or 0)}",
         f"  summary: {outdir / 'summary.md'}",
     ]
     for loaded in run.get("sinks") or []:
@@ -349,6 +393,10 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
     return "\n".join(lines)
 
 
+def _num(value: Any) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
 def _cmd_summary(args: argparse.Namespace) -> int:
     from storage.report import build_summary, write_summary
     from storage.runlog import STATE_DIR
@@ -361,13 +409,16 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     run = json.loads(state.read_text(encoding="utf-8"))
     manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
     describe = manifest.get("describe", {})
+    group_by = args.group_by or run.get("group_by")
     summary = build_summary(
         args.outdir,
         run,
         scale=float(describe.get("scale", 1.0)),
-        group_by=args.group_by,
+        group_by=group_by,
         ks=describe.get("ks", [1, 3, 5]),
     )
+    if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
+        raise CtxprecError(f"--group-by {args.group_by}: {note}; name one of those columns")
     write_summary(args.outdir, summary)
     print(_human_line(summary, args.outdir))
     from storage.trend import trend_text
@@ -377,11 +428,44 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_estimate(args: argparse.Namespace) -> int:
-    from pipeline.estimate import estimate, render_estimate
+_NOT_FOR_ESTIMATE = {
+    "scale": "--scale",
+    "ks": "--ks",
+    "group_by": "--group-by",
+    "passthrough": "--passthrough",
+    "no_adaptive": "--no-adaptive",
+    "timeout": "--timeout",
+    "max_retries": "--max-retries",
+    "reason": "--reason",
+    "batch_rows": "--batch-rows",
+}
 
+
+def _refuse_estimate_flags(args: argparse.Namespace) -> None:
+    given = [flag for dest, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, dest, None)]
+    if given:
+        raise CtxprecError(
+            f"`ctxprec estimate` does not use {', '.join(given)}: they change how rows are "
+            "scored or written, not which judge calls a run makes; drop them here"
+        )
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from pipeline.estimate import estimate, render_estimate
+    from storage.dataset import scored_ids
+    from storage.schema import STATUS_FAILED
+
+    _refuse_estimate_flags(args)
+    if args.incremental and args.output is None:
+        raise CtxprecError("estimate --incremental needs -o OUTDIR: the folder to add to")
     cfg = _config(args)
-    est = estimate(args.input, cfg)
+    skip = None
+    if args.output is not None and args.output.is_dir():
+        have = scored_ids(args.output)
+        skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
+    est = estimate(args.input, cfg, skip_ids=skip)
     if cfg.batch_api:
         from pipeline.batch_run import batch_estimate, check_batch_provider
 
@@ -459,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "estimate": _cmd_estimate,
         "compare": _cmd_compare,
         "batches": _cmd_batches,
+        "cache": run_cache_command,
     }
     try:
         return commands[args.command](args)

@@ -16,7 +16,7 @@ from connectors.sources import ColumnMap
 from pipeline.errors import ConfigError
 from storage.fs import StorageOptions
 
-__all__ = ["DEFAULTS", "ENV_VARS", "Config", "Price", "load_config"]
+__all__ = ["DEFAULTS", "ENV_VARS", "FLAGS", "Config", "Price", "load_config", "where"]
 
 DEFAULTS: dict[str, Any] = {
     "judge.model": "offline",
@@ -196,10 +196,50 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
             items = value.split(",") if isinstance(value, str) else list(value)
             return [x.strip() if isinstance(x, str) else x for x in items if x != ""]
     except (TypeError, ValueError):
-        raise ConfigError(f"{key} from {origin} must be a {_kind(key)}, got {value!r}") from None
+        raise ConfigError(f"{where(key, origin)} must be a {_kind(key)}, got {value!r}") from None
     if not isinstance(value, str):
-        raise ConfigError(f"{key} from {origin} must be a string, got {value!r}")
+        raise ConfigError(f"{where(key, origin)} must be a string, got {value!r}")
     return value
+
+
+# dotted key -> the flag that sets it (for messages: a user typed the flag, not the key)
+FLAGS: dict[str, str] = {
+    "judge.model": "--model",
+    "judge.base_url": "--base-url",
+    "judge.api_key_env": "--api-key-env",
+    "judge.mode": "--mode",
+    "judge.timeout_s": "--timeout",
+    "judge.max_retries": "--max-retries",
+    "scoring.reason": "--reason",
+    "columns.extractor": "--extractor",
+    "columns.passthrough": "--passthrough",
+    "run.batch_rows": "--batch-rows",
+    "limits.concurrency": "--concurrency",
+    "limits.rpm": "--rpm",
+    "limits.tpm": "--tpm",
+    "limits.adaptive": "--no-adaptive",
+    "run.cache_dir": "--cache-dir",
+    "run.memo": "--no-memo",
+    "scoring.scale": "--scale",
+    "scoring.ks": "--ks",
+    "output.group_by": "--group-by",
+    "output.partition_by": "--partition-by",
+    "output.sinks": "--sink",
+    **{f"columns.{f}": f"--map {f}=" for f in ("id", "query", "expected", "context", "labels")},
+}
+
+
+def where(key: str, origin: str) -> str:
+    """A setting named as the user gave it: the flag, the env var or the TOML table entry."""
+    if origin == "command line":
+        return FLAGS.get(key, key)
+    if origin == "environment":
+        var = next((v for v, k in ENV_VARS.items() if k == key), key)
+        return f"{var} (environment)"
+    section, _, name = key.partition(".")
+    if origin == "defaults":
+        return f"[{section}] {name}"
+    return f"[{section}] {name} in {origin}"
 
 
 def _kind(key: str) -> str:
@@ -278,7 +318,8 @@ def _build(
         expected=v["columns.expected"] or None,
         context=None if v["columns.extractor"] else v["columns.context"],
         labels=v["columns.labels"],
-        passthrough=tuple(v["columns.passthrough"]),
+        passthrough=tuple(str(p).partition("=")[0].strip() for p in v["columns.passthrough"]),
+        renames=_renames(v["columns.passthrough"]),
     )
     return Config(
         judge=judge,
@@ -312,9 +353,19 @@ def _build(
     )
 
 
+def _renames(entries: list[Any]) -> tuple[tuple[str, str], ...]:
+    """`--passthrough score=upstream_score`: copy `score` to the output as `upstream_score`."""
+    out = []
+    for entry in entries:
+        source, sep, target = str(entry).partition("=")
+        if sep:
+            out.append((source.strip(), target.strip()))
+    return tuple(out)
+
+
 def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     def bad(key: str, want: str) -> ConfigError:
-        return ConfigError(f"{key} from {origins[key]} must be {want}, got {v[key]!r}")
+        return ConfigError(f"{where(key, origins[key])} must be {want}, got {v[key]!r}")
 
     if v["judge.mode"] not in {"item", "row"}:
         raise bad("judge.mode", '"item" (one call per context item) or "row"')
@@ -332,7 +383,7 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     cache = Path(v["run.cache_dir"]).expanduser() if v["run.cache_dir"] else None
     if cache is not None and cache.exists() and not cache.is_dir():
         raise ConfigError(
-            f"run.cache_dir from {origins['run.cache_dir']} is {cache}, a file, not a folder; "
+            f"{where('run.cache_dir', origins['run.cache_dir'])} is {cache}, a file, not a folder; "
             "give a folder for the memo (created if missing) or turn it off with --no-memo"
         )
     if v["judge.max_retries"] < 0:
@@ -342,9 +393,16 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     ks = v["scoring.ks"]
     if not ks or any(not str(k).isdigit() or int(k) < 1 for k in ks):
         raise bad("scoring.ks", "a list of whole numbers >= 1")
+    for entry in v["columns.passthrough"]:
+        source, sep, target = str(entry).partition("=")
+        if sep and (not source.strip() or not target.strip()):
+            raise bad("columns.passthrough", "COL or COL=NEW_NAME entries")
+    group_by = v["output.group_by"]
+    if group_by is not None and "," in group_by:
+        raise bad("output.group_by", "one column (the summary breaks scores down by one)")
     extractor = v["columns.extractor"]
     if extractor is not None and ":" not in extractor:
-        raise bad("columns.extractor", '"module:function"')
+        raise bad("columns.extractor", '"module:function" or "path/to/file.py:function"')
     if not v["columns.context"] and not extractor:
         raise ConfigError(
             "no context given: map a list<string> column with --map context=COLUMN "

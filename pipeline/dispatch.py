@@ -38,6 +38,7 @@ class RunCounters:
     calls_done: int = 0
     calls_failed: int = 0
     memo_writes: int = 0
+    reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
     failed_by_cause: dict[str, int] = field(default_factory=dict)
 
 
@@ -74,6 +75,8 @@ class Dispatcher:
         self.decider = judge if isinstance(judge, SyncDecider) else None
         self._pending: dict[str, ItemOutcome] = {}
         self._recent: OrderedDict[str, MemoEntry] = OrderedDict()
+        self._failed: OrderedDict[str, ItemOutcome] = OrderedDict()  # failed calls, not retried
+        self._credited: OrderedDict[str, None] = OrderedDict()  # keys whose tokens a row carries
         send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
@@ -98,11 +101,22 @@ class Dispatcher:
         hit = self._recent.get(key)
         if hit is not None:
             return hit
-        return self._pending.get(key)
+        return self._pending.get(key) or self._failed.get(key)
+
+    def credit(self, key: str) -> bool:
+        """True the first time a row of this run takes the tokens of `key`'s verdict: each
+        call's tokens are carried by one row (the first that used it), never by every row."""
+        if key in self._credited:
+            return False
+        self._credited[key] = None
+        if len(self._credited) > _RECENT_CAP * 4:
+            self._credited.popitem(last=False)
+        return True
 
     async def submit_item(self, key: str, request: ItemRequest) -> ItemOutcome:
         outcome = ItemOutcome()
         self._pending[key] = outcome
+        self.credit(key)
         self.counters.judge_calls += 1
         await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
         return outcome
@@ -124,6 +138,7 @@ class Dispatcher:
         outcomes = [ItemOutcome() for _ in keys]
         for key, outcome in zip(keys, outcomes, strict=True):
             self._pending[key] = outcome
+            self.credit(key)
         self.counters.judge_calls += 1
         job = _Job(keys[0], None, (query, expected, tuple(items)), tuple(keys), tuple(outcomes))
         await self._job_send.send(job)
@@ -171,6 +186,10 @@ class Dispatcher:
         for key, outcome in zip(job.keys, job.outcomes, strict=True):
             outcome.error = message
             self._pending.pop(key, None)
+            # later rows holding the same item share this failure: one call per item per run
+            self._failed[key] = outcome
+            if len(self._failed) > _RECENT_CAP:
+                self._failed.popitem(last=False)
             outcome.event.set()
 
     def _remember(self, key: str, entry: MemoEntry) -> None:

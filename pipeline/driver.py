@@ -23,6 +23,7 @@ from pipeline.dispatch import RunCounters
 from pipeline.errors import ConfigError, CtxprecError
 from pipeline.estimate import estimate
 from pipeline.limits import GateStats
+from pipeline.notices import run_notices
 from pipeline.publish import check_sinks, publish
 from storage.charts import preload
 from storage.dataset import drop_ids, scored_ids
@@ -198,7 +199,8 @@ def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]
     """Everything that changes a row's scored output (not which rows there are)."""
     c = cfg.columns
     return {
-        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)],
+        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)]
+        + ([[list(r) for r in c.renames]] if c.renames else []),
         "extractor": cfg.extractor,
         "judge": identity,
         "judge_model": cfg.judge.model,
@@ -277,6 +279,7 @@ def _run_info(
         "calls_failed": c.calls_failed,
         "memo_hits": c.memo_hits,
         "dedup_hits": c.dedup_hits,
+        "reason_calls": c.reason_calls,
         "judge": stats.as_dict(),
         "gate": result.gate.as_dict(),
         "price": None
@@ -286,6 +289,8 @@ def _run_info(
         "rpm": run.cfg.rpm,
         "tpm": run.cfg.tpm,
         "engine": {**engine, **result.extra},
+        "notices": run_notices(run.input, run.info, run.cfg),
+        "group_by": run.cfg.group_by,
     }
 
 

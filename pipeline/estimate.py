@@ -9,12 +9,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import polars as pl
+
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
 from pipeline.batch import attach_keys, load_extractor, plan_rows
 from pipeline.config import Config
 from storage.memo import Memo, default_cache_dir, judge_prefix
+from storage.report import seconds
 from storage.schema import STATUS_OK
 
 __all__ = ["DEFAULT_LATENCY_S", "DEFAULT_OUTPUT_TOKENS", "estimate", "render_estimate"]
@@ -51,8 +54,15 @@ def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bo
     return out
 
 
-def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict[str, Any]:
-    """Figures for a run of `cfg` over `input`; reads the memo, never writes or calls."""
+def estimate(
+    input: str,
+    cfg: Config,
+    *,
+    latency_s: float | None = None,
+    skip_ids: pl.Series | None = None,
+) -> dict[str, Any]:
+    """Figures for a run of `cfg` over `input`; reads the memo, never writes or calls. Rows
+    whose id is in `skip_ids` (already scored in the target folder) are counted apart."""
     info = inspect_source(
         input,
         cfg.columns,
@@ -69,6 +79,7 @@ def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict
     seen: set[int] = set()
     f: dict[str, Any] = dict(
         rows=0,
+        rows_already_scored=0,
         rows_to_judge=0,
         items=0,
         memo_hits=0,
@@ -79,7 +90,11 @@ def estimate(input: str, cfg: Config, *, latency_s: float | None = None) -> dict
     )
     try:
         for batch in iter_batches(info, cfg.columns, batch_rows=cfg.batch_rows):
-            plans = plan_rows(batch.frame, extractor, cfg.max_item_chars)
+            frame = batch.frame
+            if skip_ids is not None and skip_ids.len():
+                frame = frame.filter(~pl.col("id").is_in(skip_ids.implode()))
+                f["rows_already_scored"] += batch.frame.height - frame.height
+            plans = plan_rows(frame, extractor, cfg.max_item_chars)
             keys = attach_keys(plans, prefix, per_row)
             found = memo.get_many(keys) if memo is not None and keys else {}
             f["rows"] += len(plans)
@@ -160,6 +175,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "judge_model": model,
         "rows": f["rows"],
         "rows_to_judge": f["rows_to_judge"],
+        "rows_already_scored": f["rows_already_scored"],
         "context_items": f["items"],
         "memo_hits": f["memo_hits"],
         "in_run_duplicates": f["duplicates"],
@@ -179,6 +195,10 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     }
 
 
+def _limit(value: float | None) -> str:
+    return "no limit" if value is None else f"{value:,g}"
+
+
 def render_estimate(e: dict[str, Any]) -> str:
     cost = (
         "unknown (add a [prices] entry for this model)"
@@ -189,14 +209,20 @@ def render_estimate(e: dict[str, Any]) -> str:
         [
             f"ctxprec estimate for {e['judge_model']}",
             f"  rows {e['rows']:,} ({e['rows_to_judge']:,} need the judge), "
-            f"context items {e['context_items']:,}",
+            f"context items {e['context_items']:,}"
+            + (
+                f"; {e['rows_already_scored']:,} rows already scored in the output folder "
+                "are not counted"
+                if e.get("rows_already_scored")
+                else ""
+            ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
             f"in-run duplicates {e['in_run_duplicates']:,})",
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",
-            f"  wall time ~{e['wall_s']:,.0f} s, bound by {e['bound_by']} "
-            f"(concurrency {e['concurrency']}, rpm {e['rpm']}, tpm {e['tpm']}, "
-            f"latency {e['latency_s_assumed']} s/call assumed)",
+            f"  wall time ~{seconds(e['wall_s'])}, bound by {e['bound_by']} "
+            f"(concurrency {e['concurrency']}, rpm {_limit(e['rpm'])}, tpm {_limit(e['tpm'])}, "
+            f"latency {e['latency_s_assumed']:g} s/call assumed)",
         ]
     )

@@ -225,6 +225,22 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
         raise failure
 
 
+async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
+    from pipeline.llm_reason import write_llm_reasons
+
+    table, calls = await write_llm_reasons(
+        table,
+        [p.query for p in plans],
+        [p.expected for p in plans],
+        judge=run.dispatcher.judge,
+        memo=run.memo,
+        prefix=run.prefix,
+        concurrency=run.plan.cfg.concurrency,
+    )
+    run.counters.reason_calls += calls
+    return table
+
+
 def _batches_in_flight(cfg: Config) -> int:
     # enough open batches that the workers never wait on a batch boundary
     per_batch = max(cfg.batch_rows * 5, 1)
@@ -255,6 +271,8 @@ async def _process(run: _Stage, batch: SourceBatch) -> None:
         found = await anyio.to_thread.run_sync(run.memo.get_many, keys)
     await resolve_items(plans, found, run.dispatcher, plan.spec.per_row)
     table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
+    if plan.cfg.reason == "llm":
+        table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)
     key = f"{plan.run_tag}{batch.key}"
     tables = partition_tables(table, plan.cfg.partition_by, f"part-{key}")

@@ -166,9 +166,14 @@ class RateGate:
     through in the first minute). TPM is GCRA on estimated tokens: a start waits until the
     tokens of earlier starts have drained at tpm/60 a second, so any minute holds at most tpm
     plus one request; `used_tokens` moves that schedule by the estimate's error (debt or credit).
-    Both are O(1) per call. Adaptive mode is AIMD on the rate: a fresh 429 sets
-    rate = min(rate, 0.7 x accepted rate over the last minute) and remembers that as the ceiling;
-    each rate-bound admission then adds back, fast up to 0.95 x ceiling, then a slow probe.
+    Both are O(1) per call. Every fresh 429 pauses all admissions (Retry-After, else 1 s doubling
+    to 8 s while 429s keep coming). Adaptive mode is AIMD on the rate, and only on significant
+    pushback: at least 3 429s that are at least 10 % of the last minute's admissions, or a
+    Retry-After of 10 s or more. Then rate = min(rate, 0.7 x accepted rate over the last minute)
+    and that accepted rate is remembered as the ceiling; a burst of 429s cuts once (a burst's
+    later 429s may make it significant). Each rate-bound admission then adds back, fast up to
+    0.95 x ceiling, then a slow probe that doubles each calm minute. Random 429s below that
+    share are retried after their pause without slowing the run.
     """
 
     def __init__(
@@ -215,7 +220,8 @@ class RateGate:
         return self._epoch
 
     def rate_limited(self, retry_after: float | None, *, epoch: int | None = None) -> None:
-        """The server said 429: pause all admissions, and in adaptive mode slow down (x0.7).
+        """The server said 429: pause all admissions; in adaptive mode, when the pushback is
+        significant (`_significant`), slow down to 0.7 x the last minute's accepted rate.
 
         Only a 429 for an attempt admitted since the last fresh one starts a new pause and slows
         the rate; 429s of older attempts only extend the pause to their Retry-After. `epoch`

@@ -1,4 +1,4 @@
-"""The seed's per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
+"""The per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
 `run_evals` over a list of items with a target function. Same judges, memo and formula as the
 batch pipeline.
 """
@@ -24,6 +24,7 @@ from connectors.judges.prompts import (
 )
 from pipeline.errors import ConfigError, JudgeError
 from pipeline.limits import RateGate
+from pipeline.llm_reason import keep_built_reason
 from pipeline.metric import map_score
 from pipeline.reason import build_reason
 from storage.memo import Memo, judge_prefix, memo_key
@@ -176,7 +177,8 @@ class ContextPrecisionScorer:
             relevant, [g[1] for g in got], score=score, scale=self.scale, criterion=criterion
         )
         if self.reason_mode == "llm" and got:
-            reason = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
+            written = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
+            reason = keep_built_reason(written, reason)
         return ScoreResult(
             score,
             reason,
@@ -195,7 +197,7 @@ class ContextPrecisionScorer:
 def create_context_precision_scorer(
     model: str = "offline", options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
-    """As in the seed. options: context, context_extractor (wins over context), scale (1),
+    """options: context, context_extractor (wins over context), scale (1),
     reason ("verdicts" | "llm"), base_url, api_key_env, concurrency (8), rpm, tpm, timeout_s,
     max_retries, temperature (0), cache_dir (memo on disk; none by default)."""
     opts = dict(options or {})

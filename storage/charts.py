@@ -1,4 +1,4 @@
-"""Pictures of a run summary: score distribution with the seed's bands, relevance rate by
+"""Pictures of a run summary: score distribution with the score bands, relevance rate by
 position, scores by group. Drawn from the summary dict alone, on matplotlib's Agg canvas.
 """
 
@@ -90,7 +90,7 @@ def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
 
 
 def _shade_bands(ax: Axes, summary: Mapping[str, Any]) -> None:
-    """Tint the score axis with the seed's bands and name each one at the top."""
+    """Tint the score axis with the score bands and name each one at the top."""
     span = _span(summary)
     for band in summary["bands"]:
         lo, hi = band["lower"] * span, band["upper"] * span
@@ -139,7 +139,7 @@ def _relevance_by_position(ax: Axes, summary: Mapping[str, Any]) -> None:
     ax.set_ylim(0, 1.1)
     ax.set_xticks(positions if len(rows) <= 20 else positions[::5])
     ax.set_title("Share of context items judged relevant, by position")
-    ax.set_xlabel("position in the retrieved list (0 = first)")
+    ax.set_xlabel("position in the retrieved list (1 = first)")
     ax.set_ylabel("judged relevant")
 
 
@@ -149,7 +149,7 @@ def _scores_by_group(ax: Axes, summary: Mapping[str, Any]) -> None:
     groups = _groups_with_scores(summary)[:_MAX_GROUPS][::-1]
     stats = [
         {
-            "label": g["group"],
+            "label": f"{g['group']} (n={g['rows']:,})",
             "med": g["median"],
             "q1": g["p25"],
             "q3": g["p75"],

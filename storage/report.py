@@ -18,12 +18,20 @@ from storage.ownership import part_files
 from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
 
-__all__ = ["BANDS", "agreement", "build_summary", "render_markdown", "write_summary"]
+__all__ = [
+    "BANDS",
+    "agreement",
+    "build_summary",
+    "rate",
+    "render_markdown",
+    "seconds",
+    "write_summary",
+]
 
 _EPS = 1e-9  # scores carry two decimals; this only absorbs float noise in score / scale
 _BINS = 20
 _MAX_GROUPS = 200
-# (band, lower, upper, range, meaning) on score / scale, as in the seed; "none" is exactly 0.
+# (band, lower, upper, range, meaning) on score / scale, the documented bands; "none" is exactly 0.
 BANDS: tuple[tuple[str, float, float, str, str], ...] = (
     ("excellent", 0.9, 1.0, "0.9 – 1.0", "relevant context comes first"),
     ("good", 0.7, 0.9, "0.7 – <0.9", "most relevant items are well placed"),
@@ -87,12 +95,12 @@ def _scan(parts: list[Path]) -> pl.LazyFrame:
 
 
 def _norm(scale: float) -> pl.Expr:
-    """score / scale: the seed's 0..1 reading of a score (scale 0 gives only zeros)."""
+    """score / scale: the 0..1 reading of a score (scale 0 gives only zeros)."""
     return pl.col("score") / scale if scale > 0 else pl.col("score") * 0.0
 
 
 def _band(scale: float) -> pl.Expr:
-    """The seed's band of each score; null for unscored rows."""
+    """The band of each score; null for unscored rows."""
     n = _norm(scale)
     return (
         pl.when(n < _EPS).then(pl.lit("none"))
@@ -147,10 +155,11 @@ def _histogram(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
 
 
 def _positions(lf: pl.LazyFrame) -> list[dict[str, Any]]:
-    """Relevant rate per position over every judged item (null verdicts of failed items skipped)."""
+    """Relevant rate per position (1 = first retrieved) over every judged item (null verdicts of
+    failed items skipped)."""
     v = pl.col("verdicts")
     got = (
-        lf.select(v, pl.int_ranges(v.list.len()).alias("position"))
+        lf.select(v, pl.int_ranges(1, v.list.len() + 1).alias("position"))
         .explode(["verdicts", "position"])
         .drop_nulls()
         .group_by("position")
@@ -253,7 +262,7 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
         "model": run.get("judge_model"),
         "prompt_version": run.get("prompt_version"),
         "calls": run.get("judge_calls"),
-        **{k: run.get(k) for k in ("memo_hits", "dedup_hits")},
+        **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
     }
@@ -339,7 +348,7 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         return [f"![{CHART_FILES[name]}](charts/{name})", ""] if name in pictures else []
 
     positions = [
-        [p["position"], p["items"], _pct(p["relevant_rate"])]
+        [f"#{p['position']}", p["items"], _pct(p["relevant_rate"])]
         for p in summary["relevance_by_position"][:30]
     ]
     lines = [*_md_intro(summary), *_md_score(summary), *img("score_distribution.png")]
@@ -361,21 +370,57 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
     source = f"`{run['input']}`" if run.get("input") else "the input"
     judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
     this_run = (
-        f" This run handled {_fmt(run.get('rows_this_run'))} rows in {_fmt(s['wall_s'])} s "
-        f"({_fmt(tp['calls_per_s'])} judge calls/s, {_fmt(tp['rows_per_s'])} rows/s)."
+        f" This run handled {_fmt(run.get('rows_this_run'))} rows in {seconds(s['wall_s'])} "
+        f"({rate(tp['calls_per_s'])} judge calls/s, {rate(tp['rows_per_s'])} rows/s)."
     )
     lines = [
         "# ctxprec run summary",
         "",
-        f"The output holds **{rows['total']:,}** rows scored from {source}{judge}: "
+        f"The output holds **{rows['total']:,}** rows {_origin(run, source)}{judge}: "
         f"**{rows['ok']:,}** ok, **{rows['empty_context']:,}** with an empty context, {failed}. "
         f"Coverage: {_pct(s['coverage'])}." + (this_run if s["wall_s"] is not None else ""),
         "",
     ]
+    for notice in run.get("notices") or []:
+        lines += [f"> **{notice}**", ""]
     if n := rows["failed"]:
         noun = "row" if n == 1 else "rows"
         lines += [f"> **{n:,} {noun} failed — re-run the same command to retry only them.**", ""]
     return lines
+
+
+def _origin(run: Mapping[str, Any], source: str) -> str:
+    """Where the rows came from: an incremental run added only some of them."""
+    if not run.get("incremental"):
+        return f"scored from {source}"
+    added = run.get("rows_this_run")
+    return f"(this run added {_fmt(added)} of them, scored from {source})"
+
+
+def seconds(value: Any) -> str:
+    """Wall time for people: 0.13 s, 4.2 s, 57 s, 12 min 5 s, 2 h 3 min."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if v < 1:
+        return f"{v:.2f} s"
+    if v < 10:
+        return f"{v:.1f} s"
+    if v < 120:
+        return f"{v:.0f} s"
+    if v < 7200:
+        return f"{int(v // 60)} min {int(v % 60)} s"
+    return f"{int(v // 3600)} h {int(v % 3600 // 60)} min"
+
+
+def rate(value: Any) -> str:
+    """A rate for people: three significant figures at most (90.9712 -> 91, 0.1234 -> 0.123)."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{float(f'{v:.3g}'):,g}"
 
 
 def _md_score(s: Mapping[str, Any]) -> list[str]:
@@ -384,7 +429,7 @@ def _md_score(s: Mapping[str, Any]) -> list[str]:
     text = {b: (span, meaning) for b, _, _, span, meaning in BANDS}
     rows = [[b["band"], *text[b["band"]], b["rows"], _pct(b["share"])] for b in s["bands"]]
     head = ["band", "score" if scale == 1 else f"score / {scale:g}", "meaning", "rows", "share"]
-    return out + _md_table("Score bands (from the seed)", head, rows)
+    return out + _md_table("Score bands", head, rows)
 
 
 def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
@@ -407,9 +452,9 @@ def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
         ["tokens in / out, all rows", f"{_fmt(t['input'])} / {_fmt(t['output'])}"],
         ["estimated cost USD, this run", cost.get("this_run")],
         ["estimated cost USD, all rows", cost.get("all_rows")],
-        ["wall time s", s["wall_s"]],
-        ["rows/s", tp["rows_per_s"]],
-        ["judge calls/s", tp["calls_per_s"]],
+        ["wall time", seconds(s["wall_s"])],
+        ["rows/s", rate(tp["rows_per_s"])],
+        ["judge calls/s", rate(tp["calls_per_s"])],
     ]
 
 

@@ -22,6 +22,7 @@ from pipeline.errors import OutputError
 from storage import ownership
 from storage.atomic import atomic_write, atomic_write_text
 from storage.lock import command_line
+from storage.mismatch import describe_differences
 from storage.ownership import COMMITTED, PARTS, PENDING, STATE_DIR, SUCCESS
 
 __all__ = ["STATE_DIR", "PartRecord", "RunLog", "atomic_write_text", "fingerprint_of"]
@@ -66,14 +67,15 @@ class RunLog:
         elif incremental and self._other_config(manifest):
             raise OutputError(
                 f"output folder {self.outdir} was scored with another judge configuration "
-                "(model, prompt, scale, columns or k's differ); --incremental adds rows only "
+                f"({describe_differences((manifest or {}).get('describe', {}), self.describe)}); "
+                "--incremental adds rows only "
                 "under the same configuration: use a new folder for this one"
             )
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
             raise OutputError(
-                f"output folder {self.outdir} holds another run (input "
-                f"{described.get('input')!r}, judge {described.get('judge_model')!r}); "
+                f"output folder {self.outdir} holds another run "
+                f"({describe_differences(described, self.describe)}); "
                 "use a new folder, --overwrite to replace it, or --incremental to add to it"
             )
         try:

@@ -1,18 +1,44 @@
-"""The README's Python example runs as written (offline judge) and prints what it says."""
+"""The README runs as written. Its Python example prints what it says, and every `ctxprec`
+command in its ```bash blocks (and the Airflow recipe's bash_command) runs in a temp folder
+against the loopback fake judge and exits as the README says.
+
+Only paths, ports and keys are substituted: absolute paths move under the temp folder, a
+`--base-url http://127.0.0.1:PORT/v1` points at the fake server, keys and base URLs come from
+the environment. Input paths a command names are created with sample rows when missing. A line
+ending in `# readme-test: skip (why)` is not run; keep that for commands that need what a test
+cannot have here (a running cluster on other hosts). A line ending in `# readme-test: exit N`
+must exit N (a quality gate that is meant to fail); every other command must exit 0.
+"""
 
 from __future__ import annotations
 
+import ast
+import datetime as dt
+import itertools
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
+import pytest
+
 from tests.conftest import REPO
+from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+SKIP_MARK = "# readme-test: skip"
+EXIT_MARK = re.compile(r"# readme-test: exit (\d+)")
+KEY = "sk-readme-test-0000"
+DS = "2026-11-30"
 
 
 def test_readme_python_example_runs_as_written() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
     example = next(b for b in blocks if "create_context_precision_scorer" in b)
     done = subprocess.run(
         [sys.executable, "-c", example], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -48,3 +74,174 @@ def test_readme_reader_of_exactly_ctxprecs_parts(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["12"]
+
+
+# -- extracting the commands ----------------------------------------------------------------
+def _logical_lines(block: str) -> Iterator[str]:
+    """Lines of a bash block with backslash continuations joined."""
+    pending = ""
+    for raw in block.splitlines():
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        yield (pending + raw).strip()
+        pending = ""
+
+
+def _ctxprec_segments(line: str) -> list[str]:
+    """The `ctxprec ...` commands of one shell line (`a && b`, a `# comment` at the end)."""
+    code = line.split(" #", 1)[0] if not line.startswith("#") else ""
+    out = []
+    for segment in re.split(r"&&|;|\|\|", code):
+        words = segment.strip().split(maxsplit=1)
+        if words and Path(words[0]).name == "ctxprec":
+            out.append("ctxprec " + (words[1] if len(words) > 1 else ""))
+    return out
+
+
+def readme_commands(text: str = README) -> list[tuple[str, int]]:
+    """Every ctxprec command of the bash blocks and of the Airflow bash_command, with the exit
+    code it must give: 0, or N when its line ends in `# readme-test: exit N` (a failing gate)."""
+    commands: list[tuple[str, int]] = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in _logical_lines(block):
+            if SKIP_MARK not in line:
+                code = EXIT_MARK.search(line)
+                want = int(code.group(1)) if code else 0
+                commands += [(c, want) for c in _ctxprec_segments(line)]
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.keyword) and node.arg == "bash_command":
+                value = str(ast.literal_eval(node.value)).replace("{{ ds }}", DS)
+                commands += [(c, 0) for c in _ctxprec_segments(value)]
+    return commands
+
+
+def test_commands_are_found() -> None:
+    found = [c for c, _ in readme_commands()]
+    assert any(c.startswith("ctxprec score examples/sample.parquet") for c in found)
+    assert any("--incremental" in c and "--sink delta:" in c for c in found)  # nightly + Airflow
+    assert sum("dt=" in c for c in found) >= 2
+
+
+# -- running them ---------------------------------------------------------------------------
+def _localize(command: str, root: Path, fake_url: str) -> str:
+    """Absolute paths under `root`; a loopback --base-url at the fake server."""
+    command = re.sub(r"http://127\.0\.0\.1:\d+/v1", fake_url, command)
+    return re.sub(r"(?<=[\s=:\"'])/(?=[A-Za-z])", str(root) + "/", command)
+
+
+def _log_rows() -> pl.DataFrame:
+    sample = pl.read_parquet(REPO / "examples" / "sample.parquet")
+    return sample.with_columns(pl.lit(DS).alias("dt"))
+
+
+def _inputs(command: str, root: Path) -> None:
+    """Create the input a `score`/`estimate` command names when the temp folder lacks it."""
+    words = shlex.split(command.replace("$(date +%F)", dt.date.today().isoformat()))
+    for flag, value in itertools.pairwise(words):
+        bundled, wanted = REPO / "configs" / Path(value).name, root / value
+        if flag == "--config" and not wanted.exists() and bundled.is_file():
+            wanted.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(bundled, wanted)  # a deployment's copy of a bundled config
+    if len(words) < 3 or words[1] not in ("score", "estimate"):
+        return
+    target = root / words[2]
+    if target.exists() or any(ch in words[2] for ch in "*?["):
+        return
+    if target.suffix == ".parquet":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _log_rows().write_parquet(target)
+    elif not target.suffix:
+        target.mkdir(parents=True, exist_ok=True)
+        _log_rows().write_parquet(target / "part-0.parquet")
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeJudgeServer]:
+    with FakeJudgeThread(FakeJudgeConfig()) as server:
+        yield server
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A fresh folder per command, holding the bundled examples and configs."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    return tmp_path
+
+
+def _env(root: Path, fake_url: str) -> dict[str, str]:
+    bindir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
+    env.pop("ANTHROPIC_API_KEY", None)
+    return env | {
+        "PATH": bindir + os.pathsep + env.get("PATH", ""),
+        "OPENAI_API_KEY": KEY,
+        "ANTHROPIC_API_KEY": KEY,
+        "OPENAI_BASE_URL": fake_url,
+        "ANTHROPIC_BASE_URL": fake_url,
+        "CTXPREC_BASE_URL": fake_url,  # over a config's own base_url (vLLM on port 8000)
+        "CTXPREC_CACHE_DIR": str(root / "memo"),
+    }
+
+
+@pytest.mark.parametrize(("command", "exit_code"), readme_commands())
+def test_readme_command_runs(
+    command: str,
+    exit_code: int,
+    workdir: Path,
+    fake: FakeJudgeServer,
+    request: pytest.FixtureRequest,
+) -> None:
+    local = _localize(command, workdir, fake.url)
+    _inputs(local, workdir)
+    done = subprocess.run(
+        ["bash", "-c", local],
+        cwd=workdir,
+        env=_env(workdir, fake.url),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == exit_code, f"{local}\n{done.stdout}\n{done.stderr}"
+    assert "Traceback" not in done.stderr
+
+
+def test_first_command_prints_what_the_readme_shows(fake: FakeJudgeServer, tmp_path: Path) -> None:
+    """The README shows the first run's lines and a second run's on a machine with a memo."""
+    env = _env(tmp_path, fake.url)
+    shown = re.search(r"The first prints something like:\n\n```\n(.*?)```", README, re.S)
+    again = re.search(r"already has a memo.*?\n\n```\n(.*?)```", README, re.S)
+    assert shown and again, "README: the first command's output blocks are missing"
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    for block, out in ((shown, "out/sample"), (again, "out/sample2")):
+        args = ["ctxprec", "score", "examples/sample.parquet", "-o", out]
+        done = subprocess.run(
+            args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        got, want = done.stdout.splitlines(), block.group(1).splitlines()
+        assert got[0] == want[0].replace("out/sample", out)
+        assert _memo_hits(got) == _memo_hits(want)
+
+
+def _memo_hits(lines: list[str]) -> str:
+    line = next(x for x in lines if "this run:" in x)
+    return re.sub(r", [\d.]+ (s|min)\b.*", "", line)
+
+
+def test_extraction_follows_the_markers() -> None:
+    text = (
+        "```bash\n"
+        "# a comment line\n"
+        "python3 -m venv .venv && .venv/bin/ctxprec score a.parquet -o out/a\n"
+        "ctxprec score b.parquet -o out/b \\\n"
+        "    --quiet  # readme-test: skip (elsewhere)\n"
+        "ctxprec compare out/a out/b --fail-under 0.9  # readme-test: exit 5\n"
+        "```\n"
+    )
+    assert readme_commands(text) == [
+        ("ctxprec score a.parquet -o out/a", 0),
+        ("ctxprec compare out/a out/b --fail-under 0.9", 5),
+    ]

@@ -320,11 +320,9 @@ class OfflineJudge:
         return [JudgeReply(self.decide(query, expected, item)) for item in items]
 
     async def write_reason(self, prompt: str) -> str:
-        """The offline judge writes no prose: a fixed sentence, so runs stay deterministic."""
-        return (
-            "The offline judge is a heuristic and writes no free-text explanation; "
-            "the verdict-based explanation stands as is."
-        )
+        """The offline judge writes no prose: it answers "", and callers keep the reason built
+        from the verdicts (runs stay deterministic)."""
+        return ""
 
     async def aclose(self) -> None:
         return None

@@ -4,6 +4,7 @@ the version is part of every memo key, so old verdicts are never reused for a ne
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from connectors.judges.base import ItemRequest
@@ -14,16 +15,19 @@ __all__ = [
     "ITEM_SCHEMA",
     "PROMPT_VERSION",
     "PROMPT_VERSION_QUERY_ONLY",
+    "REASON_VERSION",
     "ROW_SCHEMA",
+    "escape_tags",
     "item_messages",
     "prompt_version_for",
     "reason_prompt",
     "row_messages",
 ]
 
-PROMPT_VERSION = "cp-item-v2"
-PROMPT_VERSION_QUERY_ONLY = "cp-item-query-v2"
-PROMPT_VERSION_ROW = "cp-row-v2"
+# v3: text inside the tags has our tag names escaped (see `escape_tags`)
+PROMPT_VERSION = "cp-item-v3"
+PROMPT_VERSION_QUERY_ONLY = "cp-item-query-v3"
+PROMPT_VERSION_ROW = "cp-row-v3"
 
 CRITERION = (
     "an item is relevant when it directly contributes information needed to produce the "
@@ -82,10 +86,21 @@ def prompt_version_for(expected: str | None, per_row: bool = False) -> str:
     return PROMPT_VERSION if expected is not None else PROMPT_VERSION_QUERY_ONLY
 
 
+_OUR_TAGS = re.compile(r"<(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
+
+
+def escape_tags(text: str) -> str:
+    """The text verbatim except that an opening `<` of one of our own tags (`<context_item`,
+    `</context_item`, `<query`, `<expected_output`, any case) becomes `&lt;`: an item holding
+    `</context_item>` or a forged `<context_item index="3">` cannot end its own block or start
+    another, so the judge sees exactly one block per item."""
+    return _OUR_TAGS.sub(r"&lt;\1", text)
+
+
 def _tagged(tag: str, text: str, attrs: str = "") -> str:
-    # verbatim between tags: a server or a log reader finds the exact item text in the message;
-    # the reply parser never reads the prompt, so text inside cannot change how replies are read
-    return f"<{tag}{attrs}>\n{text}\n</{tag}>"
+    # text between tags, verbatim but for escaped tag names of ours; the reply parser never
+    # reads the prompt, so text inside cannot change how replies are read
+    return f"<{tag}{attrs}>\n{escape_tags(text)}\n</{tag}>"
 
 
 def item_messages(request: ItemRequest) -> tuple[str, str]:
@@ -118,6 +133,9 @@ def row_messages(query: str, expected: str | None, items: Sequence[str]) -> tupl
     parts += [_tagged("context_item", t, f' index="{i}"') for i, t in enumerate(items)]
     parts.append(f"Judge each of the {len(items)} context items.")
     return system, "\n".join(parts)
+
+
+REASON_VERSION = "cp-reason-v1"  # memo key version of the LLM-written row reason
 
 
 def reason_prompt(query: str, expected: str | None, summary: str, score: float) -> str:

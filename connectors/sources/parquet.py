@@ -70,6 +70,11 @@ class ColumnMap:
     context: str | None = "contexts"  # list<string>; None when an extractor gives the context
     labels: str | None = None  # optional list<bool> human labels
     passthrough: tuple[str, ...] = ()
+    renames: tuple[tuple[str, str], ...] = ()  # passthrough (source, output name) pairs
+
+    def output_name(self, source: str) -> str:
+        """The output column a passthrough source column is written as."""
+        return dict(self.renames).get(source, source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +234,8 @@ def _passthrough_fields(
         if name in keys:
             continue
         source_type = types[name][0]
-        fields.append(pa.field(name, NORMALIZED_TYPES.get(name, source_type)))
+        out = columns.output_name(name)
+        fields.append(pa.field(out, NORMALIZED_TYPES.get(out, source_type)))
     return (*fields, *(pa.field(key, pa.string()) for key in keys))
 
 
@@ -255,7 +261,11 @@ def inspect_source(
     found = find_inputs(spec, storage)
     files = found.files
     use_context = not use_extractor
-    check_names(_passthrough_names(columns), _mapped(columns, use_context), "passthrough column")
+    check_names(
+        [columns.output_name(n) for n in _passthrough_names(columns)],
+        _mapped(columns, use_context),
+        "passthrough column",
+    )
     keys = dataset_partitions(files, found.root)
     check_names(keys, {}, "Hive partition column")
     wanted = _wanted(columns, use_context, expected_explicit, keys)
@@ -347,7 +357,12 @@ def _read_columns(info: SourceInfo, columns: ColumnMap) -> list[str] | None:
     names += [columns.expected] if info.has_expected and columns.expected else []
     names += [columns.context] if columns.context else []
     names += [columns.labels] if columns.labels else []
-    names += [f.name for f in info.passthrough_fields if f.name not in info.partition_columns]
+    sources = {columns.output_name(n): n for n in _passthrough_names(columns)}
+    names += [
+        sources.get(f.name, f.name)
+        for f in info.passthrough_fields
+        if f.name not in info.partition_columns
+    ]
     return list(dict.fromkeys(names))
 
 
@@ -376,7 +391,12 @@ def _frame_exprs(
     """id, query, expected, context[, labels], passthrough[, partitions][, source_row]."""
     exprs = _core_exprs(info, columns)
     taken = {*(e.meta.output_name() for e in exprs), *parts}
-    exprs += [pl.col(f.name) for f in info.passthrough_fields if f.name not in taken]
+    sources = {columns.output_name(n): n for n in _passthrough_names(columns)}
+    exprs += [
+        pl.col(sources.get(f.name, f.name)).alias(f.name)
+        for f in info.passthrough_fields
+        if f.name not in taken
+    ]
     literals = [pl.lit(value, pl.String).alias(key) for key, value in parts.items()]
     exprs += literals
     if info.use_extractor:

@@ -150,13 +150,37 @@ def _check_type(path: InputFile, field: pa.Field, role: str) -> None:
     )
 
 
+def _all_missing(path: InputFile, schema: pa.Schema, wants: Sequence[Wanted]) -> InputError:
+    """Every missing mapped column in one message, so one run shows all there is to fix."""
+    if len(wants) == 1:
+        return _missing(path, schema, wants[0])
+    names = ", ".join(f"`{w.column}` ({w.role})" for w in wants)
+    fixes = "; ".join(
+        f"remove {w.column} from passthrough"
+        if w.role == "passthrough"
+        else f"--map {w.role}=COLUMN"
+        + (" or --extractor module:function" if w.role == "context" else "")
+        for w in wants
+    )
+    return InputError(
+        f"columns {names} are missing in {path} (columns: {_listed(schema.names)}); "
+        f"map them: {fixes}"
+    )
+
+
 def file_columns(path: InputFile, schema: pa.Schema, wanted: Iterable[Wanted]) -> ColumnTypes:
     """Check one file's mapped columns; canonical type per column (None: optional and absent)."""
     found: ColumnTypes = {}
+    wanted = list(wanted)
+    absent = list(
+        {
+            w.column: w for w in reversed(wanted) if w.column not in schema.names and not w.optional
+        }.values()
+    )[::-1]
+    if absent:
+        raise _all_missing(path, schema, absent)
     for want in wanted:
         if want.column not in schema.names:
-            if not want.optional:
-                raise _missing(path, schema, want)
             found.setdefault(want.column, (None, path))
             continue
         field = schema.field(want.column)
@@ -197,8 +221,8 @@ def check_names(names: Iterable[str], mapped: Mapping[str, str | None], what: st
     for name in names:
         if name in taken or _RANK_COLUMN.fullmatch(name):
             raise InputError(
-                f"{what} `{name}` has the name of an output column; rename it in the data "
-                "(or leave it out of passthrough)"
+                f"{what} `{name}` has the name of an output column; rename it on the way out "
+                f"with --passthrough {name}=NEW_NAME (or leave it out of passthrough)"
             )
         if name in _RESERVED_FRAME and mapped.get(name) != name:
             raise InputError(

@@ -89,6 +89,8 @@ class FakeJudgeStats:
     response_format_seen: int = 0
     auth_headers: list[str] = field(default_factory=list)
     bodies: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=1000))  # latest
+    input_tokens: int = 0  # usage the server reported in its successful replies, summed
+    output_tokens: int = 0
 
     def per_window(self, width_s: float = 1.0) -> Counter[int]:
         """Requests per window since the first one: per second by default, 60.0 per minute."""
@@ -96,7 +98,10 @@ class FakeJudgeStats:
         return Counter(int((t - start) // width_s) for t in self.timestamps)
 
     def as_dict(self) -> dict[str, Any]:
-        scalars = ("total", "max_in_flight", "query_only", "response_format_seen")
+        scalars = (
+            "total", "max_in_flight", "query_only", "response_format_seen",
+            "input_tokens", "output_tokens",
+        )  # fmt: skip
         return {k: getattr(self, k) for k in scalars} | {
             "by_outcome": dict(self.by_outcome),
             "items_judged": self.items.total(), "distinct_items": len(self.items),
@@ -111,6 +116,14 @@ def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
     return hashlib.sha256(item.encode("utf-8")).digest()[0] % 2 == 0
 
 
+_ESCAPED_TAG = re.compile(r"&lt;(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
+
+
+def _unescaped(text: str) -> str:
+    """The item as its author wrote it: prompts escape our own tag names inside items."""
+    return _ESCAPED_TAG.sub(r"<\1", text)
+
+
 def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     """(item texts, per-row?, query-only?) recovered from the first user message."""
     users = [m.get("content") for m in messages or () if m.get("role") == "user"]
@@ -118,8 +131,8 @@ def items_from_messages(messages: Any) -> tuple[list[str], bool, bool]:
     query_only = "<expected_output>" not in text
     if ITEM_OPEN in text:  # one item: from the first opening tag to the last closing tag
         start = text.index(ITEM_OPEN) + len(ITEM_OPEN)
-        return [text[start : text.rindex(ITEM_CLOSE)]], False, query_only
-    items = ROW_ITEM.findall(text)
+        return [_unescaped(text[start : text.rindex(ITEM_CLOSE)])], False, query_only
+    items = [_unescaped(t) for t in ROW_ITEM.findall(text)]
     return items, bool(items), query_only
 
 
@@ -230,7 +243,11 @@ class FakeJudgeServer:
         if outcome.startswith(("4", "5", "quota", "rpm")):
             return self._error(outcome, anthropic, request)
         text = self._reply_text(body, outcome)
-        return web.json_response(_envelope(anthropic, body, text))
+        envelope = _envelope(anthropic, body, text)
+        usage = envelope["usage"]
+        self.stats.input_tokens += usage.get("input_tokens", usage.get("prompt_tokens", 0))
+        self.stats.output_tokens += usage.get("output_tokens", usage.get("completion_tokens", 0))
+        return web.json_response(envelope)
 
     def _reply_text(self, body: dict[str, Any], outcome: str) -> str:
         if outcome == "garbage_content":

@@ -371,22 +371,22 @@ BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "map_empty_column": (["--map", "query="], ["--map 'query='", "write FIELD=COLUMN"]),
     "concurrency_zero": (
         ["--concurrency", "0"],
-        ["limits.concurrency from command line must be at least 1, got 0"],
+        ["--concurrency must be at least 1, got 0"],
     ),
     "negative_scale": (
         ["--scale", "-1"],
-        ["scoring.scale from command line must be zero or more, got -1.0"],
+        ["--scale must be zero or more, got -1.0"],
     ),
-    "batch_rows_zero": (["--batch-rows", "0"], ["run.batch_rows from command line"]),
-    "rpm_zero": (["--rpm", "0"], ["limits.rpm from command line must be a positive number"]),
-    "ks_zero": (["--ks", "0,3"], ["scoring.ks from command line must be a list of whole numbers"]),
+    "batch_rows_zero": (["--batch-rows", "0"], ["--batch-rows must be at least 1"]),
+    "rpm_zero": (["--rpm", "0"], ["--rpm must be a positive number"]),
+    "ks_zero": (["--ks", "0,3"], ["--ks must be a list of whole numbers"]),
     "timeout_zero": (
         ["--timeout", "0"],
-        ["judge.timeout_s from command line must be a positive number of seconds, got 0.0"],
+        ["--timeout must be a positive number of seconds, got 0.0"],
     ),
     "negative_retries": (
         ["--max-retries", "-1"],
-        ["judge.max_retries from command line must be 0 or more, got -1"],
+        ["--max-retries must be 0 or more, got -1"],
     ),
     "scheduler_without_dask": (
         ["--scheduler", "tcp://127.0.0.1:9"],
@@ -395,7 +395,7 @@ BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "workers_without_dask": (["--workers", "2"], ["--scheduler and --workers are for --engine"]),
     "extractor_without_colon": (
         ["--extractor", "just_a_module"],
-        ['columns.extractor from command line must be "module:function"'],
+        ['--extractor must be "module:function"'],
     ),
     "extractor_not_importable": (
         ["--extractor", "no_such_module_ctxprec:split"],
@@ -479,7 +479,7 @@ def test_bad_environment_value(
 ) -> None:
     monkeypatch.setenv("CTXPREC_CONCURRENCY", "lots")
     source = write(tmp_path / "in.parquet")
-    fragments = ["limits.concurrency from environment must be a whole number, got 'lots'"]
+    fragments = ["CTXPREC_CONCURRENCY (environment) must be a whole number, got 'lots'"]
     refused(capsys, fake, [source, "-o", tmp_path / "out"], fragments)
 
 
@@ -492,10 +492,10 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
     "unknown_section": ("[juge]\nmodel = 1\n", ["unknown setting(s) juge.model"]),
     "wrong_type": (
         '[limits]\nconcurrency = "many"\n',
-        ["limits.concurrency from {cfg} must be a whole number, got 'many'"],
+        ["[limits] concurrency in {cfg} must be a whole number, got 'many'"],
     ),
-    "wrong_value": ('[judge]\nmode = "batch"\n', ['judge.mode from {cfg} must be "item"']),
-    "float_for_int": ("[run]\nbatch_rows = 2.5\n", ["run.batch_rows from {cfg} must be a whole"]),
+    "wrong_value": ('[judge]\nmode = "batch"\n', ['[judge] mode in {cfg} must be "item"']),
+    "float_for_int": ("[run]\nbatch_rows = 2.5\n", ["[run] batch_rows in {cfg} must be a whole"]),
     "bad_prices": (
         '[prices."openai/judge-1"]\ninput_per_mtok = "cheap"\n',
         ['[prices."openai/judge-1"] in {cfg} needs input_per_mtok and output_per_mtok'],
@@ -526,7 +526,7 @@ def test_cache_dir_that_is_a_file(
     cache = tmp_path / "memo"
     cache.write_text("not a folder", encoding="utf-8")
     source = write(tmp_path / "in.parquet")
-    fragments = [f"run.cache_dir from command line is {cache}, a file, not a folder", "--no-memo"]
+    fragments = [f"--cache-dir is {cache}, a file, not a folder", "--no-memo"]
     refused(capsys, fake, [source, "-o", tmp_path / "out", "--cache-dir", cache], fragments)
 
 
@@ -637,7 +637,7 @@ def test_output_folder_holding_another_run_loses_nothing(
     capsys.readouterr()
     fragments = [
         f"output folder {out} holds another run",
-        "judge 'offline'",
+        "--model: 'offline' there, 'openai/judge-1' here",
         "use a new folder, --overwrite to replace it, or --incremental",
     ]
     refused(capsys, fake, [source, "-o", out], fragments)
@@ -787,8 +787,8 @@ def test_one_megabyte_item_fails_only_that_row(
     status, error = rows["r1"]
     assert status == "failed"
     assert error == (
-        "invalid_input: context item #2 has 1,000,000 characters, over "
-        "run.max_item_chars=200,000; trim it or raise the limit"
+        "invalid_input: context item #2 has 1,000,000 characters, over the limit of "
+        "200,000 ([run] max_item_chars); trim it or raise the limit"
     )
     scored_ok(rows, "r0", "r2")
     assert big not in fake.stats.items and "short" not in fake.stats.items

@@ -45,11 +45,11 @@ def test_prices_table(tmp_path: Path) -> None:
     [
         ("[limits\nconcurrency = 1", "is not valid TOML"),
         ("[limits]\nconcurency = 3", "unknown setting(s) limits.concurency"),
-        ('[limits]\nconcurrency = "many"', "limits.concurrency"),
+        ('[limits]\nconcurrency = "many"', "[limits] concurrency in"),
         ("[limits]\nconcurrency = 0", "at least 1"),
-        ('[judge]\nmode = "batch"', "judge.mode"),
+        ('[judge]\nmode = "batch"', "[judge] mode in"),
         ('[columns]\nextractor = "nocolon"', "module:function"),
-        ("[scoring]\nscale = -1", "scoring.scale"),
+        ("[scoring]\nscale = -1", "[scoring] scale in"),
     ],
 )
 def test_bad_config_files(tmp_path: Path, text: str, message: str) -> None:

@@ -93,7 +93,7 @@ def test_without_expected_column_judges_against_the_query(
     assert score(src, "-o", out, "--model", "openai/judge-1", "--map", "query=question") == 0
     assert_scores_are_map_of_server_verdicts(out, src, fake.config)
     assert fake.stats.query_only == fake.stats.total > 0
-    assert set(read(out).get_column("prompt_version")) == {"cp-item-query-v2"}
+    assert set(read(out).get_column("prompt_version")) == {"cp-item-query-v3"}
 
 
 def test_second_run_makes_zero_calls(subset: Path, tmp_path: Path, fake: FakeJudgeServer) -> None:

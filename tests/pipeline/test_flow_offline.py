@@ -100,4 +100,4 @@ def test_query_only_rows_use_their_own_prompt(tmp_path: Path) -> None:
     assert _run(SAMPLE, "-o", out) == 0
     df = _read(out)
     versions = dict(zip(df.get_column("id"), df.get_column("prompt_version"), strict=True))
-    assert versions["q010"] == "cp-item-query-v2" and versions["q001"] == "cp-item-v2"
+    assert versions["q010"] == "cp-item-query-v3" and versions["q001"] == "cp-item-v3"

@@ -166,10 +166,10 @@ def test_band_edges_on_another_scale(tmp_path: Path) -> None:
 def test_relevance_by_position_skips_null_verdicts(outdir: Path) -> None:
     # position 0: a T, b T, c F, d F, g F, f T -> 3/6; position 1: f's null item skipped -> 2/5
     assert build_summary(outdir, RUN)["relevance_by_position"] == [
-        {"position": 0, "items": 6, "relevant_rate": 0.5},
-        {"position": 1, "items": 5, "relevant_rate": 0.4},
-        {"position": 2, "items": 4, "relevant_rate": 0.5},
-        {"position": 3, "items": 1, "relevant_rate": 0.0},
+        {"position": 1, "items": 6, "relevant_rate": 0.5},
+        {"position": 2, "items": 5, "relevant_rate": 0.4},
+        {"position": 3, "items": 4, "relevant_rate": 0.5},
+        {"position": 4, "items": 1, "relevant_rate": 0.0},
     ]
 
 
@@ -247,7 +247,7 @@ def test_markdown_has_the_key_lines(outdir: Path) -> None:
     assert "Coverage: 75.0%" in md
     assert "| excellent | 0.9 – 1.0 | relevant context comes first | 1 | 16.7% |" in md
     assert "| none | 0 | no relevant context found | 2 | 33.3% |" in md
-    assert "| 1 | 5 | 40.0% |" in md
+    assert "| #2 | 5 | 40.0% |" in md
     assert "| 429 responses | 2 |" in md
     assert "| estimated cost USD, this run | 0.4 |" in md
     assert "![score distribution](charts/score_distribution.png)" in md

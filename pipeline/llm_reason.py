@@ -1,0 +1,76 @@
+"""`--reason llm` in the batch path: after a batch is scored, the judge rewrites each scored row's
+verdict-built reason into prose. Reason calls are memoized (same memo, own prompt version) and
+run `concurrency` at a time through the judge's rate gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pyarrow as pa
+
+from connectors.judges.base import Judge
+from connectors.judges.prompts import REASON_VERSION, reason_prompt
+from pipeline.errors import JudgeError
+from storage.memo import MemoEntry, MemoStore, memo_key
+from storage.schema import STATUS_OK
+
+__all__ = ["keep_built_reason", "write_llm_reasons"]
+
+
+def keep_built_reason(written: str, built: str) -> str:
+    """A judge that writes no prose (the offline one answers "") leaves the built reason."""
+    return written.strip() or built
+
+
+async def write_llm_reasons(
+    table: pa.Table,
+    queries: Sequence[str | None],
+    expecteds: Sequence[str | None],
+    *,
+    judge: Judge,
+    memo: MemoStore | None,
+    prefix: bytes,
+    concurrency: int,
+) -> tuple[pa.Table, int]:
+    """The table with its `reason` column rewritten by the judge for `ok` rows; also the number
+    of reason calls made. A reason call that fails keeps the built reason (the score stands)."""
+    built = table.column("reason").to_pylist()
+    status = table.column("status").to_pylist()
+    scores = table.column("score").to_pylist()
+    todo = [i for i, s in enumerate(status) if s == STATUS_OK and queries[i] is not None]
+    keys = {
+        i: memo_key(prefix, REASON_VERSION, str(queries[i]), expecteds[i], built[i]) for i in todo
+    }
+    found: dict[str, MemoEntry] = {}
+    if memo is not None and keys:
+        found = await anyio.to_thread.run_sync(memo.get_many, list(keys.values()))
+    out = list(built)
+    calls = 0
+    fresh: list[tuple[str, MemoEntry]] = []
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(i: int) -> None:
+        nonlocal calls
+        async with limiter:
+            prompt = reason_prompt(str(queries[i]), expecteds[i], built[i], scores[i])
+            calls += 1
+            try:
+                text = await judge.write_reason(prompt)
+            except JudgeError:
+                return
+            out[i] = keep_built_reason(text, built[i])
+            fresh.append((keys[i], (True, out[i], 0, 0)))
+
+    async with anyio.create_task_group() as tg:
+        for i in todo:
+            hit = found.get(keys[i])
+            if hit is not None:
+                out[i] = hit[1]
+            else:
+                tg.start_soon(one, i)
+    if memo is not None and fresh:
+        await anyio.to_thread.run_sync(memo.set_many, fresh)
+    index = table.schema.get_field_index("reason")
+    return table.set_column(index, "reason", pa.array(out, pa.string())), calls
