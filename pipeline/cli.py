@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
-    bt.add_argument("outdir", type=Path)
+    bt.add_argument("outdir", type=Path, help="an output folder of a `score --batch-api` run")
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
     show_defaults(parser)

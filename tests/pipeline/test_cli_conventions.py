@@ -227,7 +227,7 @@ def _synopsis() -> dict[str, set[str]]:
     for line in block.group(1).splitlines():
         if line.startswith("ctxprec "):
             command = line.split()[1]
-        found = re.findall(r"(?<![\w-])--[a-z][a-z-]+|(?<![\w-])-o(?= )", line)
+        found = re.findall(r"(?<![\w-])--[a-z][a-z-]*|(?<![\w-])-o(?= )", line)
         flags.setdefault(command, set()).update("--output" if f == "-o" else f for f in found)
     return flags
 

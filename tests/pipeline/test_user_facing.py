@@ -189,12 +189,12 @@ def test_skipped_files_and_empty_input_get_one_line(
     folder = tmp_path / "logs"
     folder.mkdir()
     day_log(folder / "a.parquet", range(3))
-    (folder / "notes.csv").write_text("id\n1\n")
+    (folder / "notes.txt").write_text("id\n1\n")
     (folder / "_tmp.parquet").write_bytes(b"")
     assert score(folder, "-o", tmp_path / "out") == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if "not read" in x]
     assert len(lines) == 1
-    assert "2 file(s)" in lines[0] and "notes.csv" in lines[0]
+    assert "2 file(s)" in lines[0] and "notes.txt" in lines[0]
     empty = tmp_path / "empty.parquet"
     pl.read_parquet(folder / "a.parquet").head(0).write_parquet(empty)
     assert score(empty, "-o", tmp_path / "out2") == 0
