@@ -1,6 +1,8 @@
 """The `ctxprec` command: `score`, `estimate` and `summary`. Exit codes: 0 all rows scored,
 1 some rows failed (output still written), 2 usage/config/input errors before any judge call,
-130 interrupted (finished parts kept; the same command resumes).
+4 the judge refused the run (auth, quota, unknown model, a request it rejects and that cannot be
+adapted: finished parts kept; the same command resumes once fixed), 130 interrupted (finished
+parts kept; the same command resumes).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import Config, load_config
-from pipeline.errors import CtxprecError, JudgeError
+from pipeline.errors import CtxprecError, JudgeError, JudgeRefusedRunError
 
 __all__ = ["build_parser", "main"]
 
@@ -297,6 +299,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"score": _cmd_score, "summary": _cmd_summary, "estimate": _cmd_estimate}
     try:
         return commands[args.command](args)
+    except JudgeRefusedRunError as exc:
+        print(
+            f"ctxprec: the judge refused the run: {exc}. Finished parts are kept; run the same "
+            "command again once this is fixed",
+            file=sys.stderr,
+        )
+        return 4
     except CtxprecError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2
