@@ -351,7 +351,7 @@ class HttpJudgeBase(abc.ABC):
             return (f"the account is out of quota or credit: {err}. Fix: add credit or raise the "
                     f"spend limit of the account behind ${env} (or use another key)")  # fmt: skip
         if status == 401:
-            return f"the API key was refused: {err}. Fix: put a valid key in ${env}"
+            return f"the API key was refused ({err}). Fix: put a valid key in ${env}"
         if status == 403:
             return (f"this key may not use the model: {err}. Fix: use a key or project with "
                     "access to it, or another --model")  # fmt: skip
@@ -370,7 +370,6 @@ class HttpJudgeBase(abc.ABC):
     def _refuse(self, message: str) -> JudgeRefusedRunError:
         if self._refused is None:
             self._refused = JudgeRefusedRunError(redact(f"{self.model}: {message}"))
-            _log.error("%s", self._refused)
         return self._refused
 
     async def _hold(self) -> None:
