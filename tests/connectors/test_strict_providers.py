@@ -64,9 +64,16 @@ async def strict(
 
 @pytest.mark.parametrize(
     ("model", "effort"),
-    [("gpt-5-mini", "minimal"), ("gpt-5", "minimal"), ("gpt-5.1", "none"), ("o4-mini", "low"),
-     ("o3", "low"), ("o3-mini", "low"), ("gpt-5.2-2026-01-01", "none")],
-)  # fmt: skip
+    [
+        ("gpt-5-mini", "minimal"),
+        ("gpt-5", "minimal"),
+        ("gpt-5.1", "none"),
+        ("o4-mini", "low"),
+        ("o3", "low"),
+        ("o3-mini", "low"),
+        ("gpt-5.2-2026-01-01", "none"),
+    ],
+)
 async def test_reasoning_models_are_right_the_first_time(model: str, effort: str) -> None:
     async with strict(f"openai/{model}") as (judge, server, stats):
         replies = await asyncio.gather(*(judge.judge_item(req(t)) for t in ITEMS[:6]))
@@ -89,7 +96,9 @@ async def test_reasoning_effort_setting_wins_and_a_rejected_value_adapts_once(
     async with strict("openai/gpt-5-mini", reasoning_effort="none") as (judge, server, stats):
         first = await asyncio.gather(*(judge.judge_item(req(t)) for t in ITEMS[:8]))
         second = await asyncio.gather(*(judge.judge_item(req(t)) for t in ITEMS[8:]))
-    assert all(r.verdict.relevant == expected_verdict(t) for r, t in zip(first, ITEMS, strict=False))
+    assert all(
+        r.verdict.relevant == expected_verdict(t) for r, t in zip(first, ITEMS, strict=False)
+    )
     assert len(second) == 4
     rejected = server.stats.by_status[400]
     assert 1 <= rejected <= 8 and server.stats.total == 12 + rejected  # the wave, then never
@@ -179,14 +188,18 @@ async def test_llama_cpp_500_on_json_schema_steps_down_to_json_object_with_schem
 
 def test_openai_rejections_step_down_the_ladder() -> None:
     shape = RequestShape(output="json_object_schema")
-    body = ('{"error": {"message": "Unknown parameter: \'response_format.schema\'.", "type": '
-            '"invalid_request_error", "param": "response_format.schema", '
-            '"code": "unknown_parameter"}}')  # fmt: skip
+    body = (
+        '{"error": {"message": "Unknown parameter: \'response_format.schema\'.", "type": '
+        '"invalid_request_error", "param": "response_format.schema", '
+        '"code": "unknown_parameter"}}'
+    )
     assert learn_openai(shape, 400, body, {"response_format": {}}) is not None
     assert shape.output == "json_object"
-    no_json = ('{"error": {"message": "\'messages\' must contain the word \'json\' in some form, '
-               'to use \'response_format\' of type \'json_object\'.", "type": '
-               '"invalid_request_error", "param": "messages", "code": null}}')  # fmt: skip
+    no_json = (
+        '{"error": {"message": "\'messages\' must contain the word \'json\' in some form, '
+        "to use 'response_format' of type 'json_object'.\", \"type\": "
+        '"invalid_request_error", "param": "messages", "code": null}}'
+    )
     assert learn_openai(shape, 400, no_json, {"response_format": {}}) is not None
     assert shape.output == OUTPUT_LADDER[-1] == "text"
     assert learn_openai(shape, 500, '{"error": {"message": "server error"}}', {}) is None
@@ -195,18 +208,25 @@ def test_openai_rejections_step_down_the_ladder() -> None:
 @pytest.mark.parametrize(
     ("body", "check"),
     [
-        ('{"error":{"message":"Unsupported parameter: \'max_tokens\' is not supported with this '
-         'model. Use \'max_completion_tokens\' instead.","type":"invalid_request_error",'
-         '"param":"max_tokens","code":"unsupported_parameter"}}',
-         lambda s: s.tokens_field == "max_completion_tokens"),
-        ('{"error":{"message":"Unsupported value: \'temperature\' does not support 0 with this '
-         'model. Only the default (1) value is supported.","type":"invalid_request_error",'
-         '"param":"temperature","code":"unsupported_value"}}',
-         lambda s: not s.send_temperature),
-        ('{"error":{"message":"Unknown parameter: \'seed\'.","type":"invalid_request_error",'
-         '"param":"seed","code":"unknown_parameter"}}', lambda s: "seed" in s.dropped),
+        (
+            '{"error":{"message":"Unsupported parameter: \'max_tokens\' is not supported with this '
+            'model. Use \'max_completion_tokens\' instead.","type":"invalid_request_error",'
+            '"param":"max_tokens","code":"unsupported_parameter"}}',
+            lambda s: s.tokens_field == "max_completion_tokens",
+        ),
+        (
+            '{"error":{"message":"Unsupported value: \'temperature\' does not support 0 with this '
+            'model. Only the default (1) value is supported.","type":"invalid_request_error",'
+            '"param":"temperature","code":"unsupported_value"}}',
+            lambda s: not s.send_temperature,
+        ),
+        (
+            '{"error":{"message":"Unknown parameter: \'seed\'.","type":"invalid_request_error",'
+            '"param":"seed","code":"unknown_parameter"}}',
+            lambda s: "seed" in s.dropped,
+        ),
     ],
-)  # fmt: skip
+)
 def test_parameter_rejections_change_the_shape(body: str, check: Any) -> None:
     shape = openai_shape("qwen2.5", True, None)
     payload = {"model": "m", "temperature": 0, "max_tokens": 10, "seed": 1}
@@ -235,7 +255,7 @@ async def test_ollama_prose_is_never_read_as_not_relevant() -> None:
         ("openai/gpt-4o", StrictConfig(models=frozenset({"gpt-4.1"})), "does not exist"),
         ("anthropic/claude-opus-4-7", StrictConfig(models=frozenset()), "unknown model"),
     ],
-)  # fmt: skip
+)
 async def test_run_wide_refusals_stop_every_call(
     model: str, config: StrictConfig, words: str
 ) -> None:
@@ -300,8 +320,10 @@ async def test_a_long_retry_after_pauses_the_run_with_a_line_saying_until_when(
 )
 async def test_transient_failures_of_every_shape_are_retried(outcome: str) -> None:
     async with strict("openai/gpt-4o", StrictConfig(script=[outcome, outcome])) as (
-        judge, server, stats,
-    ):  # fmt: skip
+        judge,
+        server,
+        stats,
+    ):
         reply = await judge.judge_item(req(ITEMS[3]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[3])
     assert server.stats.total == 3 and stats.retries == 2
@@ -328,9 +350,15 @@ async def test_x_should_retry_false_and_context_length_fail_the_item_once() -> N
 
 @pytest.mark.parametrize(
     "body",
-    ['{"error": "Unauthorized"}', '{"error": {"code": 502, "message": "Bad gateway."}}',
-     '{"error": {"code": "429", "type": "None", "message": "x"}}', "<html>502</html>", "", "[]"],
-)  # fmt: skip
+    [
+        '{"error": "Unauthorized"}',
+        '{"error": {"code": 502, "message": "Bad gateway."}}',
+        '{"error": {"code": "429", "type": "None", "message": "x"}}',
+        "<html>502</html>",
+        "",
+        "[]",
+    ],
+)
 def test_error_bodies_of_every_shape_are_read(body: str) -> None:
     for status in (400, 401, 429, 502):
         assert classify(status, body, {"x-request-id": "req_1"}).status == status
@@ -341,9 +369,12 @@ def test_error_bodies_of_every_shape_are_read(body: str) -> None:
 
 @pytest.mark.parametrize(
     ("model", "outcome", "cause"),
-    [("openai/gpt-4o", "refusal", "refused"), ("openai/gpt-4o", "content_filter", "filtered"),
-     ("anthropic/claude-sonnet-4-5", "refusal", "refused")],
-)  # fmt: skip
+    [
+        ("openai/gpt-4o", "refusal", "refused"),
+        ("openai/gpt-4o", "content_filter", "filtered"),
+        ("anthropic/claude-sonnet-4-5", "refusal", "refused"),
+    ],
+)
 async def test_refusals_and_filters_are_their_own_failures(
     model: str, outcome: str, cause: str
 ) -> None:
@@ -375,11 +406,18 @@ async def test_batch_paths_build_and_read_the_same_bodies() -> None:
     async with strict("openai/gpt-5-mini") as (judge, _, _):
         body = judge.build_payload(req(ITEMS[0]))
         row = judge.build_payload(row=("q", None, ITEMS[:3]))
-        data = {"choices": [{"message": {"content": '{"relevant": true, "reason": "r"}'},
-                             "finish_reason": "stop"}], "usage": {"prompt_tokens": 9,
-                                                                  "completion_tokens": 4}}  # fmt: skip
-        refused = {"choices": [{"message": {"content": None, "refusal": "no"},
-                                "finish_reason": "stop"}]}  # fmt: skip
+        data = {
+            "choices": [
+                {
+                    "message": {"content": '{"relevant": true, "reason": "r"}'},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 4},
+        }
+        refused = {
+            "choices": [{"message": {"content": None, "refusal": "no"}, "finish_reason": "stop"}]
+        }
         assert judge.read_response(data)[0].verdict.relevant is True
         with pytest.raises(JudgeFatalError):
             judge.read_response(refused)

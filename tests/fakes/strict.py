@@ -30,18 +30,59 @@ from tests.fakes.judge_server import expected_verdict, items_from_messages
 __all__ = ["StrictConfig", "StrictServer", "StrictStats", "StrictThread", "running_strict"]
 
 _REASONS = {True: "It states what the query asks for.", False: "It does not help."}
-_OPENAI_PARAMS = frozenset({
-    "model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens",
-    "response_format", "reasoning_effort", "stop", "n", "seed", "user", "stream",
-    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
-    "metadata", "store", "service_tier", "parallel_tool_calls", "tools", "tool_choice",
-    "prediction", "modalities", "audio", "verbosity", "stream_options", "safety_identifier",
-})  # fmt: skip
-_ANTHROPIC_PARAMS = frozenset({
-    "model", "messages", "max_tokens", "system", "temperature", "top_p", "top_k", "metadata",
-    "stop_sequences", "stream", "tools", "tool_choice", "thinking", "output_config",
-    "service_tier",
-})  # fmt: skip
+_OPENAI_PARAMS = frozenset(
+    {
+        "model",
+        "messages",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "response_format",
+        "reasoning_effort",
+        "stop",
+        "n",
+        "seed",
+        "user",
+        "stream",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "metadata",
+        "store",
+        "service_tier",
+        "parallel_tool_calls",
+        "tools",
+        "tool_choice",
+        "prediction",
+        "modalities",
+        "audio",
+        "verbosity",
+        "stream_options",
+        "safety_identifier",
+    }
+)
+_ANTHROPIC_PARAMS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "temperature",
+        "top_p",
+        "top_k",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "service_tier",
+    }
+)
 QUOTA_MESSAGE = (
     "You exceeded your current quota, please check your plan and billing details. For more "
     "information on this error, read the docs: "
@@ -112,12 +153,17 @@ def _strict_schema_problem(schema: Any, path: tuple[str, ...] = ()) -> str | Non
         return None
     if schema.get("type") == "object":
         if schema.get("additionalProperties") is not False:
-            return f"In context={path}, 'additionalProperties' is required to be supplied and to be false."
+            return (
+                f"In context={path}, 'additionalProperties' is required to be supplied and to "
+                "be false."
+            )
         props = schema.get("properties") or {}
         missing = [k for k in props if k not in (schema.get("required") or [])]
         if missing:
-            return (f"In context={path}, 'required' is required to be supplied and to be an array "
-                    f"including every key in properties. Missing '{missing[0]}'.")  # fmt: skip
+            return (
+                f"In context={path}, 'required' is required to be supplied and to be an array "
+                f"including every key in properties. Missing '{missing[0]}'."
+            )
         for key, sub in props.items():
             found = _strict_schema_problem(sub, (*path, "properties", key))
             if found:
@@ -139,8 +185,9 @@ class StrictServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5,
-                                     access_log=None)  # fmt: skip
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None
+        )
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,8 +215,14 @@ class StrictServer:
             await asyncio.sleep(self.config.latency_s)
         return body, items
 
-    def _json(self, payload: dict[str, Any], status: int, outcome: str,
-              headers: dict[str, str] | None = None, anthropic: bool = False) -> web.Response:  # fmt: skip
+    def _json(
+        self,
+        payload: dict[str, Any],
+        status: int,
+        outcome: str,
+        headers: dict[str, str] | None = None,
+        anthropic: bool = False,
+    ) -> web.Response:
         rid = "req_" + secrets.token_hex(12)
         if anthropic and status >= 400:
             payload = {**payload, "request_id": rid}
@@ -196,16 +249,21 @@ class StrictServer:
         model = str(body.get("model"))
         fmt = body.get("response_format") or {}
         cap = body.get("max_completion_tokens")
-        if c.flavor == "openai" and _reasoning(model) and isinstance(cap, int) \
-                and cap <= c.reasoning_cap:  # fmt: skip
+        if (
+            c.flavor == "openai"
+            and _reasoning(model)
+            and isinstance(cap, int)
+            and cap <= c.reasoning_cap
+        ):
             return self._completion(body, "", "length", reasoning=cap, outcome="cut_off")
         structured = c.flavor != "ollama" and fmt.get("type") in ("json_schema", "json_object")
         if c.flavor == "llamacpp" and fmt.get("type") == "json_object" and "schema" not in fmt:
             structured = False  # free JSON, not our schema: the model writes prose
         text = self._verdict_text(items, structured)
         if outcome == "refusal":
-            return self._completion(body, None, "stop", refusal="I'm sorry, I can't help with that.",
-                                    outcome=outcome)  # fmt: skip
+            return self._completion(
+                body, None, "stop", refusal="I'm sorry, I can't help with that.", outcome=outcome
+            )
         if outcome == "content_filter":
             return self._completion(body, None, "content_filter", outcome=outcome)
         self.stats.ok_pairs.update(items)
@@ -221,30 +279,63 @@ class StrictServer:
             if c.flavor == "vllm":
                 return 401, {"error": "Unauthorized"}, "auth"
             masked = f"{auth[:6]}****{auth[-4:]}" if len(auth) > 10 else "****"
-            return 401, _oai_error(
-                f"Incorrect API key provided: {masked}. You can find your API key at "
-                "https://platform.openai.com/account/api-keys.", "invalid_request_error", None,
-                "invalid_api_key"), "auth"  # fmt: skip
+            return (
+                401,
+                _oai_error(
+                    f"Incorrect API key provided: {masked}. You can find your API key at "
+                    "https://platform.openai.com/account/api-keys.",
+                    "invalid_request_error",
+                    None,
+                    "invalid_api_key",
+                ),
+                "auth",
+            )
         model = str(body.get("model"))
         if c.models is not None and model not in c.models:
-            return 404, _oai_error(
-                f"The model `{model}` does not exist or you do not have access to it.",
-                "invalid_request_error", None, "model_not_found"), "unknown_model"  # fmt: skip
+            return (
+                404,
+                _oai_error(
+                    f"The model `{model}` does not exist or you do not have access to it.",
+                    "invalid_request_error",
+                    None,
+                    "model_not_found",
+                ),
+                "unknown_model",
+            )
         if c.account == "quota":
-            return 429, _oai_error(QUOTA_MESSAGE, "insufficient_quota", None,
-                                   "insufficient_quota"), "quota"  # fmt: skip
+            return (
+                429,
+                _oai_error(QUOTA_MESSAGE, "insufficient_quota", None, "insufficient_quota"),
+                "quota",
+            )
         if c.account == "credit_exhausted":
-            return 429, {"error": {"message": "You have no credits remaining.", "type":
-                                   "insufficient_quota", "code": "credit_balance_exhausted"}
-                         }, "quota"  # fmt: skip
+            return (
+                429,
+                {
+                    "error": {
+                        "message": "You have no credits remaining.",
+                        "type": "insufficient_quota",
+                        "code": "credit_balance_exhausted",
+                    }
+                },
+                "quota",
+            )
         if c.flavor == "llamacpp":
             return self._llamacpp_reject(body)
         if c.flavor != "openai":
             return None
         for key in body:
             if key not in _OPENAI_PARAMS:
-                return 400, _oai_error(f"Unknown parameter: '{key}'.", "invalid_request_error",
-                                       key, "unknown_parameter"), "bad_param"  # fmt: skip
+                return (
+                    400,
+                    _oai_error(
+                        f"Unknown parameter: '{key}'.",
+                        "invalid_request_error",
+                        key,
+                        "unknown_parameter",
+                    ),
+                    "bad_param",
+                )
         if _reasoning(model):
             found = self._reasoning_reject(model, body)
             if found is not None:
@@ -258,27 +349,45 @@ class StrictServer:
             return 400, _oai_error(message, "invalid_request_error", param, code), "bad_param"
 
         if "max_tokens" in body:
-            return unsupported("max_tokens", "Unsupported parameter: 'max_tokens' is not "
-                               "supported with this model. Use 'max_completion_tokens' "
-                               "instead.", "unsupported_parameter")  # fmt: skip
+            return unsupported(
+                "max_tokens",
+                "Unsupported parameter: 'max_tokens' is not "
+                "supported with this model. Use 'max_completion_tokens' "
+                "instead.",
+                "unsupported_parameter",
+            )
         if "temperature" in body:
             if model.startswith("o3-mini"):
-                return unsupported("temperature", "Unsupported parameter: 'temperature' is not "
-                                   "supported with this model.", "unsupported_parameter")  # fmt: skip
+                return unsupported(
+                    "temperature",
+                    "Unsupported parameter: 'temperature' is not supported with this model.",
+                    "unsupported_parameter",
+                )
             if body["temperature"] != 1:
-                return unsupported("temperature", f"Unsupported value: 'temperature' does not "
-                                   f"support {body['temperature']} with this model. Only the "
-                                   "default (1) value is supported.", "unsupported_value")  # fmt: skip
+                return unsupported(
+                    "temperature",
+                    f"Unsupported value: 'temperature' does not "
+                    f"support {body['temperature']} with this model. Only the "
+                    "default (1) value is supported.",
+                    "unsupported_value",
+                )
         if "stop" in body and re.match(r"o3|o4-mini", model):
-            return unsupported("stop", "Unsupported parameter: 'stop' is not supported with "
-                               "this model.", "unsupported_parameter")  # fmt: skip
+            return unsupported(
+                "stop",
+                "Unsupported parameter: 'stop' is not supported with this model.",
+                "unsupported_parameter",
+            )
         effort = body.get("reasoning_effort")
         allowed = _efforts(model)
         if effort is not None and effort not in allowed:
             listed = ", ".join(f"'{e}'" for e in allowed[:-1]) + f", and '{allowed[-1]}'"
-            return unsupported("reasoning_effort", f"Unsupported value: 'reasoning_effort' does "
-                               f"not support '{effort}' with this model. Supported values are: "
-                               f"{listed}.", "unsupported_value")  # fmt: skip
+            return unsupported(
+                "reasoning_effort",
+                f"Unsupported value: 'reasoning_effort' does "
+                f"not support '{effort}' with this model. Supported values are: "
+                f"{listed}.",
+                "unsupported_value",
+            )
         return None
 
     def _format_reject(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], str] | None:
@@ -286,8 +395,9 @@ class StrictServer:
         if fmt is None:
             return None
 
-        def bad(message: str, param: str = "response_format", code: object = None
-                ) -> tuple[int, dict[str, Any], str]:  # fmt: skip
+        def bad(
+            message: str, param: str = "response_format", code: object = None
+        ) -> tuple[int, dict[str, Any], str]:
             return 400, _oai_error(message, "invalid_request_error", param, code), "bad_format"
 
         kind = fmt.get("type")
@@ -303,24 +413,36 @@ class StrictServer:
         if kind == "json_object":
             if set(fmt) - {"type"}:
                 extra = sorted(set(fmt) - {"type"})[0]
-                return bad(f"Unknown parameter: 'response_format.{extra}'.",
-                           f"response_format.{extra}", "unknown_parameter")  # fmt: skip
+                return bad(
+                    f"Unknown parameter: 'response_format.{extra}'.",
+                    f"response_format.{extra}",
+                    "unknown_parameter",
+                )
             words = json.dumps(body.get("messages", "")).lower()
             if "json" not in words:
-                return bad("'messages' must contain the word 'json' in some form, to use "
-                           "'response_format' of type 'json_object'.", "messages")  # fmt: skip
+                return bad(
+                    "'messages' must contain the word 'json' in some form, to use "
+                    "'response_format' of type 'json_object'.",
+                    "messages",
+                )
             return None
         if kind == "text":
             return None
-        return bad(f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and "
-                   "'json_schema'.", "response_format.type", "invalid_value")  # fmt: skip
+        return bad(
+            f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and "
+            "'json_schema'.",
+            "response_format.type",
+            "invalid_value",
+        )
 
     def _llamacpp_reject(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], str] | None:
         fmt = body.get("response_format") or {}
         if fmt and fmt.get("type") not in ("text", "json_object"):
-            message = ("1 validation error: {'type': 'literal_error', 'loc': ('body', "
-                       "'response_format', 'type'), 'msg': \"Input should be 'text' or "
-                       f"'json_object'\", 'input': '{fmt.get('type')}'}}")  # fmt: skip
+            message = (
+                "1 validation error: {'type': 'literal_error', 'loc': ('body', "
+                "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                f"'json_object'\", 'input': '{fmt.get('type')}'}}"
+            )
             return 500, _oai_error(message, "internal_server_error", None, None), "llamacpp_500"
         return None
 
@@ -329,53 +451,134 @@ class StrictServer:
         wait = c.retry_after_s
         if outcome == "rate_limit":
             ms = int(wait * 1000)
-            return self._json(_oai_error(
-                f"Rate limit reached for o4-mini in organization org-x on tokens per min (TPM): "
-                f"Limit 200000, Used 162960, Requested 42288. Please try again in {ms}ms. Visit "
-                "https://platform.openai.com/account/rate-limits to learn more.", "tokens", None,
-                "rate_limit_exceeded"), 429, outcome, {
-                "retry-after": f"{wait:g}", "retry-after-ms": str(ms),
-                "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": f"{ms}ms"})  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "Rate limit reached for o4-mini in organization org-x on tokens per min "
+                    f"(TPM): Limit 200000, Used 162960, Requested 42288. Please try again in "
+                    f"{ms}ms. Visit "
+                    "https://platform.openai.com/account/rate-limits to learn more.",
+                    "tokens",
+                    None,
+                    "rate_limit_exceeded",
+                ),
+                429,
+                outcome,
+                {
+                    "retry-after": f"{wait:g}",
+                    "retry-after-ms": str(ms),
+                    "x-ratelimit-remaining-tokens": "0",
+                    "x-ratelimit-reset-tokens": f"{ms}ms",
+                },
+            )
         if outcome == "too_large":
-            return self._json(_oai_error(
-                "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
-                "Limit 30000, Requested 30601. The input or output tokens must be reduced in "
-                "order to run successfully.", "tokens", None, "rate_limit_exceeded"), 429,
-                outcome)  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "Request too large for gpt-4o in organization org-x on tokens per min (TPM): "
+                    "Limit 30000, Requested 30601. The input or output tokens must be reduced in "
+                    "order to run successfully.",
+                    "tokens",
+                    None,
+                    "rate_limit_exceeded",
+                ),
+                429,
+                outcome,
+            )
         if outcome == "long_retry":
-            return self._json(_oai_error("Rate limit reached. Please try again in 1h.", "requests",
-                                         None, "rate_limit_exceeded"), 429, outcome,
-                              {"retry-after": "3600"})  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "Rate limit reached. Please try again in 1h.",
+                    "requests",
+                    None,
+                    "rate_limit_exceeded",
+                ),
+                429,
+                outcome,
+                {"retry-after": "3600"},
+            )
         if outcome == "overloaded_429":
-            return self._json(_oai_error("The engine is currently overloaded, please try again "
-                                         "later", "server_error", None, None), 429, outcome)  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "The engine is currently overloaded, please try again later",
+                    "server_error",
+                    None,
+                    None,
+                ),
+                429,
+                outcome,
+            )
         if outcome == "overloaded_503":
-            return self._json(_oai_error("The server is overloaded.", "service_unavailable_error",
-                                         None, "server_is_overloaded"), 503, outcome)  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "The server is overloaded.",
+                    "service_unavailable_error",
+                    None,
+                    "server_is_overloaded",
+                ),
+                503,
+                outcome,
+            )
         if outcome == "busy_503":
-            return self._json(_oai_error("server busy, please try again.  maximum pending "
-                                         "requests exceeded", "api_error", None, None), 503,
-                              outcome)  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "server busy, please try again.  maximum pending requests exceeded",
+                    "api_error",
+                    None,
+                    None,
+                ),
+                503,
+                outcome,
+            )
         if outcome == "html_502":
             self.stats.by_status[502] += 1
             self.stats.by_outcome[outcome] += 1
             html = "<html><head><title>api.openai.com | 502: Bad gateway</title></head></html>"
             return web.Response(status=502, text=html, content_type="text/html")
         if outcome == "json_502":
-            return self._json({"error": {"code": 502, "message": "Bad gateway.", "param": None,
-                                         "type": "cf_bad_gateway"}}, 502, outcome)  # fmt: skip
+            return self._json(
+                {
+                    "error": {
+                        "code": 502,
+                        "message": "Bad gateway.",
+                        "param": None,
+                        "type": "cf_bad_gateway",
+                    }
+                },
+                502,
+                outcome,
+            )
         if outcome == "litellm_429":
-            return self._json({"error": {"message": "litellm.RateLimitError: rate limited",
-                                         "type": "None", "param": "None", "code": "429"}}, 429,
-                              outcome, {"retry-after": "1"})  # fmt: skip
+            return self._json(
+                {
+                    "error": {
+                        "message": "litellm.RateLimitError: rate limited",
+                        "type": "None",
+                        "param": "None",
+                        "code": "429",
+                    }
+                },
+                429,
+                outcome,
+                {"retry-after": "1"},
+            )
         if outcome == "context_length":
-            return self._json(_oai_error(
-                "This model's maximum context length is 8192 tokens. However, your messages "
-                "resulted in 8227 tokens. Please reduce the length of the messages.",
-                "invalid_request_error", "messages", "context_length_exceeded"), 400, outcome)  # fmt: skip
+            return self._json(
+                _oai_error(
+                    "This model's maximum context length is 8192 tokens. However, your messages "
+                    "resulted in 8227 tokens. Please reduce the length of the messages.",
+                    "invalid_request_error",
+                    "messages",
+                    "context_length_exceeded",
+                ),
+                400,
+                outcome,
+            )
         if outcome == "x_should_retry_false":
-            return self._json(_oai_error("boom", "server_error", None, None), 500, outcome,
-                              {"x-should-retry": "false"})  # fmt: skip
+            return self._json(
+                _oai_error("boom", "server_error", None, None),
+                500,
+                outcome,
+                {"x-should-retry": "false"},
+            )
         return None
 
     def _verdict_text(self, items: list[str], structured: bool) -> str:
@@ -387,38 +590,57 @@ class StrictServer:
         rows = [{"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(verdicts)]
         return json.dumps({"verdicts": rows}) if items else "Fine."
 
-    def _completion(self, body: dict[str, Any], content: str | None, finish: str, *,
-                    reasoning: int = 0, refusal: str | None = None, outcome: str = "ok"
-                    ) -> web.Response:  # fmt: skip
+    def _completion(
+        self,
+        body: dict[str, Any],
+        content: str | None,
+        finish: str,
+        *,
+        reasoning: int = 0,
+        refusal: str | None = None,
+        outcome: str = "ok",
+    ) -> web.Response:
         c = self.config
         prompt = len(json.dumps(body.get("messages", ""))) // 4 + 1 + c.cached_tokens
         visible = len(content or "") // 4 + (1 if content else 0)
         usage: dict[str, Any] | None = {
-            "prompt_tokens": prompt, "completion_tokens": visible + reasoning,
+            "prompt_tokens": prompt,
+            "completion_tokens": visible + reasoning,
             "total_tokens": prompt + visible + reasoning,
             "prompt_tokens_details": {"cached_tokens": c.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0},
-        }  # fmt: skip
+        }
         if c.flavor == "ollama":
-            usage = {"prompt_tokens": prompt, "completion_tokens": visible,
-                     "total_tokens": prompt + visible}  # fmt: skip
-        message = {"role": "assistant", "content": content, "refusal": refusal,
-                   "annotations": []}  # fmt: skip
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": visible,
+                "total_tokens": prompt + visible,
+            }
+        message = {"role": "assistant", "content": content, "refusal": refusal, "annotations": []}
         payload: dict[str, Any] = {
-            "id": "chatcmpl-" + secrets.token_hex(8), "object": "chat.completion",
-            "created": int(time.time()), "model": body.get("model"),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": finish}],
-            "usage": usage, "service_tier": "default", "system_fingerprint": None,
-        }  # fmt: skip
+            "id": "chatcmpl-" + secrets.token_hex(8),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+            "usage": usage,
+            "service_tier": "default",
+            "system_fingerprint": None,
+        }
         if outcome == "no_usage":
             payload.pop("usage")
         headers = {
-            "x-ratelimit-limit-requests": "5000", "x-ratelimit-remaining-requests": "4999",
-            "x-ratelimit-reset-requests": "12ms", "x-ratelimit-limit-tokens": "2000000",
-            "x-ratelimit-remaining-tokens": "1999000", "x-ratelimit-reset-tokens": "1m30.5s",
-            "openai-processing-ms": "321", "openai-version": "2020-10-01",
-        }  # fmt: skip
+            "x-ratelimit-limit-requests": "5000",
+            "x-ratelimit-remaining-requests": "4999",
+            "x-ratelimit-reset-requests": "12ms",
+            "x-ratelimit-limit-tokens": "2000000",
+            "x-ratelimit-remaining-tokens": "1999000",
+            "x-ratelimit-reset-tokens": "1m30.5s",
+            "openai-processing-ms": "321",
+            "openai-version": "2020-10-01",
+        }
         if outcome == "null_completion":
             payload["usage"]["completion_tokens"] = None
         return self._json(payload, 200, outcome, headers)
@@ -428,14 +650,20 @@ class StrictServer:
         body, items = await self._read(request)
         c = self.config
 
-        def error(status: int, kind: str, message: str, outcome: str,
-                  headers: dict[str, str] | None = None) -> web.Response:  # fmt: skip
+        def error(
+            status: int,
+            kind: str,
+            message: str,
+            outcome: str,
+            headers: dict[str, str] | None = None,
+        ) -> web.Response:
             payload = {"type": "error", "error": {"type": kind, "message": message}}
             return self._json(payload, status, outcome, headers, anthropic=True)
 
         if "anthropic-version" not in request.headers:
-            return error(400, "invalid_request_error", "anthropic-version: header is required",
-                         "bad_header")  # fmt: skip
+            return error(
+                400, "invalid_request_error", "anthropic-version: header is required", "bad_header"
+            )
         key = request.headers.get("x-api-key")
         if key is None:
             return error(401, "authentication_error", "x-api-key header is required", "auth")
@@ -447,39 +675,71 @@ class StrictServer:
         if c.account in ("credit_low", "quota", "credit_exhausted"):
             return error(400, "invalid_request_error", CREDIT_MESSAGE, "quota")
         if c.account == "usage_limit":
-            return error(400, "invalid_request_error", "You have reached your specified API "
-                         "usage limits. You will regain access on 2026-12-01 at 00:00 UTC.",
-                         "quota")  # fmt: skip
+            return error(
+                400,
+                "invalid_request_error",
+                "You have reached your specified API "
+                "usage limits. You will regain access on 2026-12-01 at 00:00 UTC.",
+                "quota",
+            )
         for k in body:
             if k not in _ANTHROPIC_PARAMS:
-                return error(400, "invalid_request_error", f"{k}: Extra inputs are not permitted",
-                             "bad_param")  # fmt: skip
+                return error(
+                    400,
+                    "invalid_request_error",
+                    f"{k}: Extra inputs are not permitted",
+                    "bad_param",
+                )
         if "max_tokens" not in body:
             return error(400, "invalid_request_error", "max_tokens: Field required", "bad_param")
-        if _no_temperature_claude(model) and any(k in body for k in ("temperature", "top_p",
-                                                                         "top_k")):  # fmt: skip
-            return error(400, "invalid_request_error",
-                         "`temperature` is deprecated for this model.", "bad_param")  # fmt: skip
+        if _no_temperature_claude(model) and any(
+            k in body for k in ("temperature", "top_p", "top_k")
+        ):
+            return error(
+                400,
+                "invalid_request_error",
+                "`temperature` is deprecated for this model.",
+                "bad_param",
+            )
         if "temperature" in body and "top_p" in body:
-            return error(400, "invalid_request_error", "`temperature` and `top_p` cannot both be "
-                         "specified for this model. Please use only one.", "bad_param")  # fmt: skip
+            return error(
+                400,
+                "invalid_request_error",
+                "`temperature` and `top_p` cannot both be "
+                "specified for this model. Please use only one.",
+                "bad_param",
+            )
         outcome = self._next()
         if outcome == "overloaded_529":
             return error(529, "overloaded_error", "Overloaded", outcome)
         if outcome == "rate_limit_anthropic":
             reset = (datetime.now(UTC) + timedelta(seconds=c.retry_after_s)).isoformat()
-            return error(429, "rate_limit_error", "This request would exceed the rate limit for "
-                         "your organization of 1,000,000 input tokens per minute.", outcome, {
-                             "retry-after": f"{max(1, round(c.retry_after_s))}",
-                             "anthropic-ratelimit-input-tokens-remaining": "0",
-                             "anthropic-ratelimit-input-tokens-reset": reset})  # fmt: skip
-        usage = {"input_tokens": len(json.dumps(body.get("messages", ""))) // 4 + 1,
-                 "cache_creation_input_tokens": 0,
-                 "cache_read_input_tokens": c.cached_tokens, "output_tokens": 20,
-                 "service_tier": "standard"}  # fmt: skip
+            return error(
+                429,
+                "rate_limit_error",
+                "This request would exceed the rate limit for "
+                "your organization of 1,000,000 input tokens per minute.",
+                outcome,
+                {
+                    "retry-after": f"{max(1, round(c.retry_after_s))}",
+                    "anthropic-ratelimit-input-tokens-remaining": "0",
+                    "anthropic-ratelimit-input-tokens-reset": reset,
+                },
+            )
+        usage = {
+            "input_tokens": len(json.dumps(body.get("messages", ""))) // 4 + 1,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": c.cached_tokens,
+            "output_tokens": 20,
+            "service_tier": "standard",
+        }
         payload: dict[str, Any] = {
-            "id": "msg_" + secrets.token_hex(8), "type": "message", "role": "assistant",
-            "model": model, "stop_sequence": None, "usage": usage,
+            "id": "msg_" + secrets.token_hex(8),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "stop_sequence": None,
+            "usage": usage,
         }
         if outcome == "refusal":
             payload |= {"content": [], "stop_reason": "refusal"}
@@ -487,9 +747,12 @@ class StrictServer:
             self.stats.ok_pairs.update(items)
             text = self._verdict_text(items, True)
             payload |= {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
-        headers = {"anthropic-ratelimit-requests-remaining": "999",
-                   "anthropic-ratelimit-input-tokens-reset":
-                   datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+        headers = {
+            "anthropic-ratelimit-requests-remaining": "999",
+            "anthropic-ratelimit-input-tokens-reset": datetime.now(UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        }
         return self._json(payload, 200, outcome, headers, anthropic=True)
 
 
