@@ -87,6 +87,7 @@ class Price:
 
     input_per_mtok: float
     output_per_mtok: float
+    cached_input_per_mtok: float | None = None  # prompt tokens read from the provider's cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +202,12 @@ def _prices(raw: Any, origin: str) -> dict[str, Price]:
     out: dict[str, Price] = {}
     for model, entry in raw.items():
         try:
-            out[model] = Price(float(entry["input_per_mtok"]), float(entry["output_per_mtok"]))
+            cached = entry.get("cached_input_per_mtok")
+            out[model] = Price(
+                float(entry["input_per_mtok"]),
+                float(entry["output_per_mtok"]),
+                None if cached is None else float(cached),
+            )
         except (KeyError, TypeError, ValueError):
             raise ConfigError(
                 f'[prices."{model}"] in {origin} needs input_per_mtok and output_per_mtok numbers'
