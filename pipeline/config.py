@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "judge.max_retries": 6,
     "judge.retry_budget_s": 300.0,
     "judge.structured_output": True,
+    "judge.reasoning_effort": None,  # None: the lowest the model accepts (reasoning models)
     "judge.mode": "item",
     "limits.concurrency": 32,
     "limits.rpm": None,
@@ -253,6 +254,7 @@ def _build(
         max_retries=v["judge.max_retries"],
         retry_budget_s=v["judge.retry_budget_s"],
         structured_output=v["judge.structured_output"],
+        reasoning_effort=v["judge.reasoning_effort"],
     )
     columns = ColumnMap(
         id=v["columns.id"],
@@ -310,6 +312,10 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
             f"run.cache_dir from {origins['run.cache_dir']} is {cache}, a file, not a folder; "
             "give a folder for the memo (created if missing) or turn it off with --no-memo"
         )
+    effort = v["judge.reasoning_effort"]
+    if effort is not None and effort not in ("none", "minimal", "low", "medium", "high", "xhigh",
+                                             "max"):  # fmt: skip
+        raise bad("judge.reasoning_effort", "none, minimal, low, medium, high, xhigh or max")
     if v["judge.max_retries"] < 0:
         raise bad("judge.max_retries", "0 or more")
     if v["judge.timeout_s"] <= 0:

@@ -271,3 +271,18 @@ def test_slices_of_a_big_file_cover_it_once(hotpot: Path, tmp_path: Path, server
     assert again.counters.rows_done == 20 and again.counters.judge_calls == 0
     done = pl.read_parquet(tmp_path / "out" / "*.parquet")
     assert done.height == 60 and done.get_column("id").is_unique().all()
+
+
+def test_a_refused_run_exits_4_on_the_cluster_too(
+    cluster: Client, hotpot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 401 on the workers is the judge refusing the run: exit 4 with its cause, not exit 3."""
+    proc, url = start_server("--require-key", "another-key")
+    src = split(hotpot, tmp_path / "in", files=2, rows=10)
+    try:
+        assert score(src, tmp_path / "out", url, tmp_path / "c1", cluster=cluster) == 4
+    finally:
+        proc.kill()
+        proc.wait()
+    err = capsys.readouterr().err
+    assert "the judge refused the run" in err and "API key was refused" in err
