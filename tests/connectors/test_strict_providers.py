@@ -234,7 +234,8 @@ def test_parameter_rejections_change_the_shape(body: str, check: Any) -> None:
 
 
 async def test_ollama_prose_is_never_read_as_not_relevant() -> None:
-    async with strict("openai/llama3.2", StrictConfig(flavor="ollama")) as (judge, _, stats):
+    config = StrictConfig(flavor="ollama")
+    async with strict("openai/llama3.2", config, structured_output=False) as (judge, _, stats):
         with pytest.raises(JudgeParseError) as caught:
             await judge.judge_item(req(ITEMS[0]))
     assert caught.value.cause == "unparseable" and stats.failures == {"unparseable": 1}

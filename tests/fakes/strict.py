@@ -256,7 +256,7 @@ class StrictServer:
             and cap <= c.reasoning_cap
         ):
             return self._completion(body, "", "length", reasoning=cap, outcome="cut_off")
-        structured = c.flavor != "ollama" and fmt.get("type") in ("json_schema", "json_object")
+        structured = fmt.get("type") in ("json_schema", "json_object")  # Ollama: others ignored
         if c.flavor == "llamacpp" and fmt.get("type") == "json_object" and "schema" not in fmt:
             structured = False  # free JSON, not our schema: the model writes prose
         text = self._verdict_text(items, structured)
