@@ -118,3 +118,17 @@ def test_out_of_quota_stops_the_run_with_exit_4_and_the_same_command_resumes(
         assert score(src, out, model, monkeypatch, url, "--concurrency", "32") == 0
     df = pl.read_parquet(out / "*.parquet")
     assert df.height == 300 and df.get_column("status").unique().to_list() == ["ok"]
+
+
+def test_cached_prompt_tokens_are_priced_at_the_cached_price() -> None:
+    from storage.report import _cost
+
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.5}
+    tokens = {"input": 3_000_000, "output": 1_000_000}
+    cost = _cost(price, tokens, [2_000_000, 1_000_000], 1_000_000)
+    assert cost == {"this_run": 3.5, "all_rows": 5.0}  # 1M at 1.0 + 1M cached at 0.5 + 1M x 2
+    plain = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+    assert _cost(plain, tokens, [2_000_000, 1_000_000], 1_000_000) == {
+        "this_run": 4.0,
+        "all_rows": 5.0,
+    }
