@@ -250,6 +250,7 @@ class HttpJudgeBase(abc.ABC):
         register_secret(api_key)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.shape = RequestShape()  # providers set the one their model calls for
         self._refused: JudgeRefusedRunError | None = None
         self._accepted = 0
         self._same_400: Counter[str] = Counter()
