@@ -426,3 +426,38 @@ async def test_batch_paths_build_and_read_the_same_bodies() -> None:
             judge.read_response(refused)
     assert "temperature" not in body and body["reasoning_effort"] == "minimal"
     assert row["response_format"]["json_schema"]["name"] == "verdicts"
+
+
+def test_x_should_retry_overrides_the_status_as_the_sdks_do() -> None:
+    body = '{"error": {"message": "try again", "type": "invalid_request_error"}}'
+    assert classify(400, body, {"x-should-retry": "true"}).__class__.__name__ == (
+        "JudgeRetryableError"
+    )
+    assert isinstance(classify(500, body, {"x-should-retry": "false"}), JudgeFatalError)
+    assert classify(402, body).cause == "quota_exhausted"  # Anthropic billing_error, 402
+
+
+@pytest.mark.parametrize(
+    ("model", "temperature"),
+    [("claude-opus-4-7", False), ("claude-opus-4-7-20260415", False), ("claude-sonnet-5", False),
+     ("claude-opus-4-1-20250805", True), ("claude-opus-4-20250514", True),
+     ("claude-3-7-sonnet-latest", True), ("claude-haiku-4-5", True)],
+)  # fmt: skip
+def test_anthropic_model_names_decide_temperature(model: str, temperature: bool) -> None:
+    from connectors.judges.shapes import anthropic_shape
+
+    assert anthropic_shape(model).send_temperature is temperature
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "field"),
+    [("o1-mini", None, "max_completion_tokens"), ("gpt-5-pro", "high", "max_completion_tokens"),
+     ("gpt-5-codex", "low", "max_completion_tokens"), ("gpt-5-chat-latest", None, "max_tokens"),
+     ("gpt-4o-mini", None, "max_tokens"), ("Qwen/Qwen2.5-7B-Instruct", None, "max_tokens")],
+)  # fmt: skip
+def test_openai_model_names_decide_the_first_shape(
+    model: str, effort: str | None, field: str
+) -> None:
+    shape = openai_shape(model, True, None)
+    assert (shape.reasoning_effort, shape.tokens_field) == (effort, field)
+    assert shape.send_temperature is (field == "max_tokens")
