@@ -40,7 +40,6 @@ from connectors.judges.batch_api import (
     create_batch_client,
     custom_id_for,
 )
-from connectors.judges.parse import parse_row_verdicts, parse_verdict
 from connectors.judges.registry import split_model
 from connectors.sources import iter_batches
 from pipeline.batch import attach_keys, load_extractor, plan_rows
@@ -373,17 +372,10 @@ class _Collector:
         writer.close()
 
     def _item_body(self, request: ItemRequest) -> dict[str, Any]:
-        system, user = prompts.item_messages(request)
-        schema = ("verdict", prompts.ITEM_SCHEMA)
-        return self.judge.build_payload(
-            system, [{"role": "user", "content": user}], schema, self.cfg.judge.max_output_tokens
-        )
+        return self.judge.build_payload(request)  # the online path's body, its shape included
 
     def _row_body(self, query: str, expected: str | None, items: list[str]) -> dict[str, Any]:
-        system, user = prompts.row_messages(query, expected, items)
-        schema = ("verdicts", prompts.ROW_SCHEMA)
-        budget = self.cfg.judge.max_output_tokens * len(items)
-        return self.judge.build_payload(system, [{"role": "user", "content": user}], schema, budget)
+        return self.judge.build_payload(row=(query, expected, items))
 
     # -- phase 2: submit, poll, collect
     async def _wait(self) -> None:
@@ -518,14 +510,14 @@ class _Collector:
         await anyio.to_thread.run_sync(self._settle, chunk, remote, ids, entries, errors, tokens)
 
     def _entries(self, keys: list[str], body: dict[str, Any]) -> list[tuple[str, MemoEntry]]:
-        text, t_in, t_out = self.judge.read_response(body)
-        if len(keys) == 1 and not self.per_row:
-            v = parse_verdict(text)
-            return [(keys[0], (v.relevant, v.reason, t_in, t_out))]
-        verdicts = parse_row_verdicts(text, len(keys))
-        n = len(keys)
-        pairs = zip(keys, verdicts, _split(t_in, n), _split(t_out, n), strict=True)
-        return [(k, (v.relevant, v.reason, i, o)) for k, v, i, o in pairs]
+        """Verdicts of one result line, read as the online path reads a reply (refusals,
+        filters and cut-off replies raise their JudgeError)."""
+        single = len(keys) == 1 and not self.per_row
+        replies = self.judge.read_response(body, None if single else len(keys))
+        return [
+            (k, (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens))
+            for k, r in zip(keys, replies, strict=True)
+        ]
 
     def _settle(
         self,

@@ -4,7 +4,9 @@
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
 folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop; 1 wins when rows
-failed too); 6 provider batches still pending after --batch-wait (the same command collects
+failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
+rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
+6 provider batches still pending after --batch-wait (the same command collects
 them later); 130 interrupted (finished parts kept; the same command resumes).
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.config import Config, load_config
-from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError
+from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError, JudgeRefusedRunError
 from storage.report import seconds
 
 __all__ = ["build_parser", "main"]
@@ -552,6 +554,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "quiet", False):  # cron logs get their one JSON line
             print(json.dumps({"outdir": str(args.output), "batches_pending": str(exc)}))
         return 6
+    except JudgeRefusedRunError as exc:
+        print(
+            f"ctxprec: the judge refused the run: {exc}. Finished parts are kept; run the same "
+            "command again once this is fixed",
+            file=sys.stderr,
+        )
+        return 4
     except CtxprecError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2

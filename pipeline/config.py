@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "judge.max_retries": 6,
     "judge.retry_budget_s": 300.0,
     "judge.structured_output": True,
+    "judge.reasoning_effort": None,  # None: the lowest the model accepts (reasoning models)
     "judge.mode": "item",
     "judge.batch_api": False,
     "limits.concurrency": 32,
@@ -102,6 +103,7 @@ class Price:
     output_per_mtok: float
     batch_input_per_mtok: float | None = None  # provider batch APIs; None: half the above
     batch_output_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None  # prompt tokens read from the provider's cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +262,14 @@ def _prices(raw: Any, origin: str) -> dict[str, Price]:
     out: dict[str, Price] = {}
     for model, entry in raw.items():
         try:
-            batch = [entry.get(f"batch_{k}_per_mtok") for k in ("input", "output")]
+            extra = [
+                entry.get(k)
+                for k in ("batch_input_per_mtok", "batch_output_per_mtok", "cached_input_per_mtok")
+            ]
             out[model] = Price(
                 float(entry["input_per_mtok"]),
                 float(entry["output_per_mtok"]),
-                *(None if b is None else float(b) for b in batch),
+                *(None if x is None else float(x) for x in extra),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
@@ -311,6 +316,7 @@ def _build(
         max_retries=v["judge.max_retries"],
         retry_budget_s=v["judge.retry_budget_s"],
         structured_output=v["judge.structured_output"],
+        reasoning_effort=v["judge.reasoning_effort"],
     )
     columns = ColumnMap(
         id=v["columns.id"],
@@ -386,6 +392,10 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
             f"{where('run.cache_dir', origins['run.cache_dir'])} is {cache}, a file, not a folder; "
             "give a folder for the memo (created if missing) or turn it off with --no-memo"
         )
+    effort = v["judge.reasoning_effort"]
+    if effort is not None and effort not in ("none", "minimal", "low", "medium", "high", "xhigh",
+                                             "max"):  # fmt: skip
+        raise bad("judge.reasoning_effort", "none, minimal, low, medium, high, xhigh or max")
     if v["judge.max_retries"] < 0:
         raise bad("judge.max_retries", "0 or more")
     if v["judge.timeout_s"] <= 0:

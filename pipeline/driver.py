@@ -284,7 +284,12 @@ def _run_info(
         "gate": result.gate.as_dict(),
         "price": None
         if price is None
-        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok},
+        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok}
+        | (
+            {}
+            if price.cached_input_per_mtok is None
+            else {"cached_input_per_mtok": price.cached_input_per_mtok}
+        ),
         "concurrency": run.cfg.concurrency,
         "rpm": run.cfg.rpm,
         "tpm": run.cfg.tpm,

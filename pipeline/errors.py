@@ -14,6 +14,7 @@ __all__ = [
     "JudgeError",
     "JudgeFatalError",
     "JudgeParseError",
+    "JudgeRefusedRunError",
     "JudgeRetryableError",
     "OutputError",
 ]
@@ -31,6 +32,12 @@ class InputError(CtxprecError):
     """Bad input data that can be seen before any judge call (missing file, column, type)."""
 
 
+class JudgeRefusedRunError(CtxprecError):
+    """The judge refused the whole run (bad key, no access, unknown model, out of quota, a
+    request it rejects and that ctxprec cannot adapt): no further call can succeed, so the run
+    stops at once (exit code 4). Finished parts are kept; the same command resumes once fixed."""
+
+
 class OutputError(CtxprecError):
     """The output folder cannot be used (holds another run, not writable)."""
 
@@ -46,6 +53,7 @@ class JudgeError(Exception):
     """A judge call failed. `cause` is a short machine-friendly tag used in summaries."""
 
     cause: str = "judge_error"
+    body: str = ""  # the provider's response body, when the error came from an HTTP reply
 
     def __init__(self, message: str, *, cause: str | None = None, status: int | None = None):
         super().__init__(message)

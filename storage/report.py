@@ -265,6 +265,7 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
+        "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
     this_run = {"this_run_input": j.get("input_tokens"), "this_run_output": j.get("output_tokens")}
     calls = judge["calls"] if judge["calls"] is not None else judge["requests"]
@@ -274,24 +275,36 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
     }
     return {
         "tokens": {**tokens, **this_run},
-        "cost_usd": _cost(run.get("price"), tokens, [*this_run.values()]),
+        "cost_usd": _cost(
+            run.get("price"), tokens, [*this_run.values()], j.get("cached_input_tokens") or 0
+        ),
         "judge": judge,
         "wall_s": _r(wall),
         "throughput": {k: _r(v) for k, v in throughput.items()},
     }
 
 
-def _cost(price: Any, tokens: Mapping[str, int], this_run: list[Any]) -> dict[str, Any] | None:
-    """USD = input tokens x input price + output tokens x output price (per million tokens)."""
+def _cost(
+    price: Any, tokens: Mapping[str, int], this_run: list[Any], cached: int = 0
+) -> dict[str, Any] | None:
+    """USD = input tokens x input price + output tokens x output price (per million tokens); this
+    run's cached prompt tokens at the cached-input price when [prices] gives one."""
     p_in, p_out = (price or {}).get("input_per_mtok"), (price or {}).get("output_per_mtok")
     if p_in is None or p_out is None:
         return None
+    p_cached = (price or {}).get("cached_input_per_mtok")
 
-    def usd(t_in: Any, t_out: Any) -> float | None:
-        known = t_in is not None and t_out is not None
-        return round((t_in * p_in + t_out * p_out) / 1e6, 6) if known else None
+    def usd(t_in: Any, t_out: Any, hits: int = 0) -> float | None:
+        if t_in is None or t_out is None:
+            return None
+        hits = min(hits, t_in) if p_cached is not None else 0
+        paid = (t_in - hits) * p_in + hits * (p_cached or 0.0) + t_out * p_out
+        return round(float(paid) / 1e6, 6)
 
-    return {"this_run": usd(*this_run), "all_rows": usd(tokens["input"], tokens["output"])}
+    return {
+        "this_run": usd(this_run[0], this_run[1], cached),
+        "all_rows": usd(tokens["input"], tokens["output"]),
+    }
 
 
 def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -439,6 +452,7 @@ def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
         "requests": "HTTP requests",
         "rate_limited": "429 responses",
         "reasks": "re-asks",
+        "adapted": "requests adapted for the run",
     }
     rows = [
         [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)

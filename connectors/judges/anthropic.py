@@ -18,32 +18,43 @@ from connectors.judges.http import (
     api_key_from_env,
     normalize_base_url,
 )
+from connectors.judges.shapes import anthropic_shape, learn_anthropic
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 
-DEFAULT_BASE_URL = "https://api.anthropic.com/v1"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def anthropic_base(url: str) -> str:
+    """The API root with its /v1: ANTHROPIC_BASE_URL is taken as the Anthropic SDK takes it
+    (`https://host`, no /v1); a trailing /v1 is tolerated."""
+    base = normalize_base_url(url)
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
 class AnthropicJudge(HttpJudgeBase):
-    """POST {base}/messages with x-api-key ($ANTHROPIC_API_KEY or settings.api_key_env) and
-    anthropic-version; base URL from settings.base_url, $ANTHROPIC_BASE_URL, or Anthropic's."""
+    """POST {base}/v1/messages with x-api-key ($ANTHROPIC_API_KEY or settings.api_key_env) and
+    anthropic-version; base URL from settings.base_url, $ANTHROPIC_BASE_URL, or Anthropic's.
+    Models that reject `temperature` (Opus 4.7 and later) are not sent one."""
 
     provider = "anthropic"
 
     def __init__(
         self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
     ) -> None:
-        base = normalize_base_url(
+        base = anthropic_base(
             settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         )
         model = f"anthropic/{model_name}"
-        key = api_key_from_env(settings.api_key_env or "ANTHROPIC_API_KEY", base, model)
+        self.key_env = settings.api_key_env or "ANTHROPIC_API_KEY"
+        key = api_key_from_env(self.key_env, base, model)
         super().__init__(settings, gate, stats, url=f"{base}/messages", api_key=key)
         self.model, self._name, self._base = model, model_name, base
+        self.shape = anthropic_shape(model_name)
 
     def identity(self) -> dict[str, object]:
         s = self.settings
@@ -70,13 +81,19 @@ class AnthropicJudge(HttpJudgeBase):
     def _payload(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> dict[str, Any]:
-        return {
-            "model": self._name,
-            "max_tokens": max_tokens,
-            "temperature": self.settings.temperature,
-            "system": system,
-            "messages": messages,
-        }
+        payload: dict[str, Any] = {"model": self._name, "max_tokens": max_tokens}
+        if self.shape.send_temperature:
+            payload["temperature"] = self.settings.temperature
+        payload |= {"system": system, "messages": messages}
+        return payload
+
+    def _learn(self, status: int, body: str, payload: dict[str, Any]) -> str | None:
+        return learn_anthropic(self.shape, status, body, payload)
+
+    def _reshape(self, payload: dict[str, Any]) -> dict[str, Any]:
+        budget = int(payload.get("max_tokens") or self.settings.max_output_tokens)
+        messages = list(payload.get("messages") or [])
+        return self._payload(str(payload.get("system", "")), messages, None, budget)
 
     def _text(self, data: dict[str, Any]) -> str:
         """The text blocks of `content`, joined; "" when absent (parser fails, one re-ask)."""
@@ -86,10 +103,21 @@ class AnthropicJudge(HttpJudgeBase):
         texts = [b.get("text") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
         return "".join(t for t in texts if isinstance(t, str))
 
+    def _finish(self, data: dict[str, Any]) -> str:
+        reason = data.get("stop_reason")
+        if reason == "refusal":
+            return "refused"
+        return "length" if reason == "max_tokens" else "stop"
+
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
-        """Input tokens include prompt-cache reads and writes: all of them count toward limits."""
+        """Input tokens include prompt-cache reads and writes (reported beside input_tokens):
+        all of them count toward limits; each is counted once."""
         usage = data.get("usage")
         if not isinstance(usage, dict):
             return None
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         return sum(_int(usage.get(k)) for k in keys), _int(usage.get("output_tokens"))
+
+    def _cached(self, data: dict[str, Any]) -> int:
+        usage = data.get("usage")
+        return _int(usage.get("cache_read_input_tokens")) if isinstance(usage, dict) else 0

@@ -69,6 +69,7 @@ class JudgeSettings:
     structured_output: bool = True
     extra_headers: tuple[tuple[str, str], ...] = ()
     anthropic_version: str = "2023-06-01"
+    reasoning_effort: str | None = None  # None: the lowest the model accepts (reasoning models)
 
 
 def estimate_tokens(*texts: str | None) -> int:
@@ -86,8 +87,12 @@ class JudgeStats:
     reasks: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
+    pauses: int = 0  # run-wide pauses for a long Retry-After
     failures: Counter[str] = field(default_factory=Counter)
     errors_by_cause: Counter[str] = field(default_factory=Counter)
+    # what the judge changed in its requests for the rest of the run (change -> times seen)
+    adaptations: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -97,8 +102,11 @@ class JudgeStats:
             "reasks": self.reasks,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "pauses": self.pauses,
             "failures": dict(self.failures),
             "errors_by_cause": dict(self.errors_by_cause),
+            "adaptations": dict(self.adaptations),
         }
 
 

@@ -12,7 +12,10 @@ import json
 import logging
 import os
 import re
+import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -38,7 +41,15 @@ from connectors.judges.retry import (
     parse_retry_after,
     set_testing,
 )
-from pipeline.errors import ConfigError, JudgeError, JudgeParseError, JudgeRetryableError
+from connectors.judges.shapes import BUDGET_CAP, RequestShape
+from pipeline.errors import (
+    ConfigError,
+    JudgeError,
+    JudgeFatalError,
+    JudgeParseError,
+    JudgeRefusedRunError,
+    JudgeRetryableError,
+)
 
 __all__ = [
     "HttpJudgeBase",
@@ -166,10 +177,13 @@ def _json_object(body: str) -> dict[str, Any]:
 
 def _final_error(err: JudgeError, message: str) -> JudgeError:
     if isinstance(err, JudgeRetryableError):
-        return JudgeRetryableError(
+        new: JudgeError = JudgeRetryableError(
             message, cause=err.cause, status=err.status, retry_after=err.retry_after
         )
-    return type(err)(message, cause=err.cause, status=err.status)
+    else:
+        new = type(err)(message, cause=err.cause, status=err.status)
+    new.body = err.body
+    return new
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -185,8 +199,12 @@ _REASK_ROW = (
 )
 _REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
 
-
 _FRESH_CONVERSATIONS = 1
+_MAX_ADAPTATIONS = 8  # shape changes one call may go through (each is shared by the run)
+_MAX_BUMPS = 3  # budget raises one call may go through (x4 each, up to shapes.BUDGET_CAP)
+PAUSE_CEILING_S = 120.0  # a longer Retry-After pauses the whole run, with a line saying so
+_SAME_400_TO_REFUSE = 3  # the same rejected request this often, and nothing accepted: stop
+Row = tuple[str, str | None, Sequence[str]]
 
 
 class _Unreadable(Exception):
@@ -197,11 +215,26 @@ class _Unreadable(Exception):
         self.error, self.tokens_in, self.tokens_out = error, tokens_in, tokens_out
 
 
+class _Reply:
+    """One completed call: the reply text, how it ended, what it cost, the budget it had."""
+
+    __slots__ = ("factor", "finish", "text", "tokens_in", "tokens_out")
+
+    def __init__(self, text: str, finish: str, tokens_in: int, tokens_out: int, factor: int):
+        self.text, self.finish, self.factor = text, finish, factor
+        self.tokens_in, self.tokens_out = tokens_in, tokens_out
+
+
 class HttpJudgeBase(abc.ABC):
-    """One shared aiohttp session and the attempt/retry loop; providers give the shapes."""
+    """One shared aiohttp session and the attempt/retry loop; providers give the shapes.
+
+    Run-wide state lives here, shared by every concurrent call: the request `shape` (what the
+    server accepts, learned once), the refusal that stops the run, and a long server pause."""
 
     provider = "http"
     model: str
+    key_env = "API_KEY"
+    shape: RequestShape
 
     def __init__(
         self,
@@ -217,6 +250,11 @@ class HttpJudgeBase(abc.ABC):
         register_secret(api_key)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.shape = RequestShape()  # providers set the one their model calls for
+        self._refused: JudgeRefusedRunError | None = None
+        self._accepted = 0
+        self._same_400: Counter[str] = Counter()
+        self._paused_until = 0.0
 
     # -- provider hooks
     @abc.abstractmethod
@@ -236,25 +274,66 @@ class HttpJudgeBase(abc.ABC):
     @abc.abstractmethod
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None: ...
 
-    def _recover(self, err: JudgeError, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """A changed payload to retry a fatal error with (e.g. without response_format)."""
+    def _cached(self, data: dict[str, Any]) -> int:
+        """Prompt tokens served from the provider's cache (a part of `_usage`'s input)."""
+        return 0
+
+    def _finish(self, data: dict[str, Any]) -> str:
+        """How the reply ended: stop, length (cut off by the budget), refused, filtered."""
+        return "stop"
+
+    def _learn(self, status: int, body: str, payload: dict[str, Any]) -> str | None:
+        """Change `self.shape` after a rejection of the request's shape; describe the change."""
         return None
 
-    # -- public wrappers for other transports (provider batch APIs send the same bodies)
-    def build_payload(
-        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
-    ) -> dict[str, Any]:
-        """The request body the online path would POST for this conversation."""
-        return self._payload(system, messages, schema, max_tokens)
+    # -- what a batch API needs: the same request bodies, the same reading of replies
+    def build_payload(self, request: ItemRequest | None = None, *, row: Row | None = None
+                      ) -> dict[str, Any]:  # fmt: skip
+        """The request body this judge sends for one item (or, with `row`, one row's items)."""
+        if request is not None:
+            system, user = prompts.item_messages(request)
+            schema: Schema = ("verdict", prompts.ITEM_SCHEMA)
+            budget = self.settings.max_output_tokens
+        elif row is not None:
+            system, user = prompts.row_messages(*row)
+            schema = ("verdicts", prompts.ROW_SCHEMA)
+            budget = self.settings.max_output_tokens * len(row[2])
+        else:
+            raise ValueError("build_payload needs an ItemRequest or a row")
+        messages = [{"role": "user", "content": user}]
+        return self._payload(system, messages, schema, self.shape.budget(budget))
 
-    def read_response(self, data: dict[str, Any]) -> tuple[str, int, int]:
-        """(reply text, input tokens, output tokens) of a reply body, read as online."""
+    def read_response(self, data: dict[str, Any], n_items: int | None = None) -> list[JudgeReply]:
+        """Verdicts from a reply body (n_items None: one item; else a row of n_items), with its
+        usage split evenly. Raises JudgeError: refused, filtered, truncated or unparseable."""
+        text, finish = self._text(data), self._finish(data)
         tokens_in, tokens_out = self._usage(data) or (0, 0)
-        return self._text(data), tokens_in, tokens_out
+        self._check_finish(finish)
+        try:
+            if n_items is None:
+                return [JudgeReply(parse_verdict(text), tokens_in, tokens_out)]
+            verdicts = parse_row_verdicts(text, n_items)
+        except JudgeParseError as err:
+            cause = "truncated" if finish == "length" else "unparseable"
+            raise JudgeParseError(f"{self.model}: {err}", cause=cause) from err
+        pairs = zip(verdicts, _split(tokens_in, n_items), _split(tokens_out, n_items), strict=True)
+        return [JudgeReply(v, i, o) for v, i, o in pairs]
+
+    def sent_shape(self) -> dict[str, object]:
+        """What this run sends (after any adaptation), for run.json and the summary."""
+        return self.shape.describe()
 
     def adapt_payload(self, err: JudgeError, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """A changed body to send again after a rejected one (None: nothing to adapt)."""
-        return self._recover(err, payload)
+        """A body to send again after `payload` was rejected for its shape (a batch line's
+        4xx), learned for the rest of the run as online; None when it is not about the shape."""
+        if not err.status or self._learn(err.status, err.body, payload) is None:
+            return None
+        fresh = self._reshape(payload)
+        return None if fresh == payload else fresh
+
+    def _reshape(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The same conversation as `payload`, built again with the current shape."""
+        return payload
 
     def auth_headers(self) -> dict[str, str]:
         """The provider's auth and version headers, without the JSON content-type ones."""
@@ -276,36 +355,119 @@ class HttpJudgeBase(abc.ABC):
         if session is not None and not session.closed:
             await session.close()
 
+    # -- run-wide state
+    def _adapted(self, change: str) -> None:
+        """Log a shape change once and record it for run.json and the summary."""
+        if change not in self.stats.adaptations:
+            _log.warning("%s: adapting for the rest of the run: %s", self.model, change)
+        self.stats.adaptations[change] = self.stats.adaptations.get(change, 0) + 1
+
+    def _refusal(self, err: JudgeError) -> str | None:
+        """The message (cause and fix) when `err` means no call of this run can succeed."""
+        status, env = err.status, self.key_env
+        if err.cause == "quota_exhausted":
+            return (f"the account is out of quota or credit: {err}. Fix: add credit or raise the "
+                    f"spend limit of the account behind ${env} (or use another key)")  # fmt: skip
+        if status == 401:
+            return f"the API key was refused ({err}). Fix: put a valid key in ${env}"
+        if status == 403:
+            return (f"this key may not use the model: {err}. Fix: use a key or project with "
+                    "access to it, or another --model")  # fmt: skip
+        if status == 404:
+            return (f"unknown model or wrong endpoint: {err}. Fix: check --model and the base "
+                    f"URL ({self._url})")  # fmt: skip
+        if status in (400, 422) and err.cause == f"http_{status}" and not self._accepted:
+            key = error_detail(err.body or str(err))
+            self._same_400[key] += 1
+            if self._same_400[key] >= _SAME_400_TO_REFUSE:
+                return (f"the server rejects every request and ctxprec cannot adapt: {err}. "
+                        "Fix: check [judge] settings (base_url, extra_headers, "
+                        "structured_output) for this server")  # fmt: skip
+        return None
+
+    def _refuse(self, message: str) -> JudgeRefusedRunError:
+        if self._refused is None:
+            self._refused = JudgeRefusedRunError(redact(f"{self.model}: {message}"))
+        return self._refused
+
+    async def _hold(self) -> None:
+        """Wait out a run-wide pause (a Retry-After beyond PAUSE_CEILING_S)."""
+        wait = self._paused_until - clock().now()
+        if wait > 0:
+            await clock().sleep(wait)
+
+    def _pause(self, seconds: float) -> None:
+        until = clock().now() + seconds
+        if until > self._paused_until + 1.0:
+            shown = datetime.fromtimestamp(time.time() + seconds, UTC).strftime("%H:%M:%S")
+            _log.warning(
+                "%s: the server asks to wait %.0f s; pausing all judge calls until %s UTC",
+                self.model, seconds, shown,
+            )  # fmt: skip
+            self.stats.pauses += 1
+        self._paused_until = max(self._paused_until, until)
+
     # -- one POST with retries
     async def post_json(
-        self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+        est_tokens: int,
+        rebuild: Callable[[], dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], Mapping[str, str]]:
-        """POST JSON, retrying what `classify` calls retryable; raise the last JudgeError."""
-        started, attempts, retries = clock().now(), 0, 0
+        """POST JSON, retrying what `classify` calls retryable; raise the last JudgeError.
+        With `rebuild` (the payload from the current shape), a rejected shape is adapted to and
+        sent again at once; a refusal of the whole run raises JudgeRefusedRunError."""
+        started, attempts, retries, adaptations = clock().now(), 0, 0, 0
         while True:
+            if self._refused is not None:
+                raise self._refused
+            await self._hold()
             attempts += 1
             try:
-                return await self._attempt(url, headers, payload, est_tokens)
+                data, reply_headers = await self._attempt(url, headers, payload, est_tokens)
             except JudgeError as err:
+                if self._refused is not None:
+                    raise self._refused from err
                 self.stats.errors_by_cause[err.cause] += 1
-                changed = self._recover(err, payload)
-                if changed is not None:
-                    payload = changed
-                    continue
+                if err.status in (401, 403, 404) or err.cause == "quota_exhausted":
+                    raise self._refuse(self._refusal(err) or str(err)) from err
+                if rebuild is not None and adaptations < _MAX_ADAPTATIONS and err.status:
+                    fresh = rebuild()
+                    if fresh == payload:
+                        change = self._learn(err.status, err.body, payload)
+                        if change is not None:
+                            self._adapted(change)
+                            fresh = rebuild()
+                    if fresh != payload:
+                        payload, adaptations = fresh, adaptations + 1
+                        continue
+                refusal = self._refusal(err)
+                if refusal is not None:
+                    raise self._refuse(refusal) from err
                 wait = self._wait_for(err, retries, started)
                 if wait is None:
                     self.stats.failures[err.cause] += 1
                     raise self._give_up(err, url, attempts) from err
+            else:
+                self._accepted += 1
+                return data, reply_headers
             retries += 1
             self.stats.retries += 1
             _log.debug("retry %d of POST %s in %.2fs", retries, url, wait)
             await clock().sleep(wait)
 
     def _wait_for(self, err: JudgeError, retries: int, started: float) -> float | None:
-        """Seconds before the next attempt, or None when retrying cannot or may not happen."""
+        """Seconds before the next attempt, or None when retrying cannot or may not happen.
+        A server-asked wait beyond PAUSE_CEILING_S pauses every call and is not counted
+        against the retry budget (it is the server's schedule, not a flaky call)."""
         s = self.settings
         if not isinstance(err, JudgeRetryableError) or retries >= s.max_retries:
             return None
+        if err.retry_after is not None and err.retry_after > PAUSE_CEILING_S:
+            self._pause(err.retry_after)
+            return max(self._paused_until - clock().now(), 0.0)
         wait = backoff(retries + 1, s.backoff_base_s, s.backoff_max_s, err.retry_after)
         if clock().now() - started + wait > s.retry_budget_s:
             return None
@@ -325,6 +487,8 @@ class HttpJudgeBase(abc.ABC):
         self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
     ) -> tuple[dict[str, Any], Mapping[str, str]]:
         async with self.gate.slot(est_tokens):
+            if self._refused is not None:  # refused while this call waited for its slot
+                raise self._refused
             self.stats.requests += 1
             status, body, reply_headers = await self._send(url, headers, payload)
         if not 200 <= status < 300:
@@ -361,17 +525,64 @@ class HttpJudgeBase(abc.ABC):
             self.gate.rate_limited(err.retry_after)
         return err
 
-    # -- the judge: complete, parse, re-ask once
+    # -- the judge: complete, parse, raise the budget when cut off, re-ask once
     async def _complete(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
-    ) -> tuple[str, int, int]:
-        payload = self._payload(system, messages, schema, max_tokens)
-        est = estimate_tokens(system, *(m["content"] for m in messages)) + max_tokens
-        data, _ = await self.post_json(self._url, self._headers(), payload, est)
+    ) -> _Reply:
+        factor = self.shape.budget_factor
+        budget = self.shape.budget(max_tokens)
+
+        def build() -> dict[str, Any]:
+            return self._payload(system, messages, schema, self.shape.budget(max_tokens))
+
+        est = estimate_tokens(system, *(m["content"] for m in messages)) + budget
+        data, _ = await self.post_json(self._url, self._headers(), build(), est, build)
         tokens_in, tokens_out = self._usage(data) or (0, 0)
         self.stats.input_tokens += tokens_in
         self.stats.output_tokens += tokens_out
-        return self._text(data), tokens_in, tokens_out
+        self.stats.cached_input_tokens += self._cached(data)
+        return _Reply(self._text(data), self._finish(data), tokens_in, tokens_out, factor)
+
+    def _check_finish(self, finish: str) -> None:
+        if finish == "refused":
+            self.stats.failures["refused"] += 1
+            raise JudgeFatalError(f"{self.model}: the model refused to judge this item",
+                                  cause="refused")  # fmt: skip
+        if finish == "filtered":
+            self.stats.failures["filtered"] += 1
+            raise JudgeFatalError(f"{self.model}: the provider's content filter stopped the reply",
+                                  cause="filtered")  # fmt: skip
+
+    def _bump_budget(self, factor: int, max_tokens: int) -> bool:
+        """A reply cut off by the budget: raise the run's budget (x4, bounded); False at the cap."""
+        shape = self.shape
+        if shape.budget_factor > factor:  # another call raised it meanwhile
+            return True
+        if shape.budget(max_tokens) >= BUDGET_CAP:
+            return False
+        shape.budget_factor *= 4
+        self._adapted(f"completion budget x{shape.budget_factor} (replies were cut off)")
+        return True
+
+    async def _call_parsed(
+        self, system: str, messages: list[Message], schema: Schema, parse: Callable[[str], T],
+        max_tokens: int,
+    ) -> tuple[T | JudgeParseError, str, int, int]:  # fmt: skip
+        """One call, read; a reply cut off by its budget is asked again with a larger budget
+        (not re-asked: the model did nothing wrong). Refusals and filters raise."""
+        spent_in = spent_out = 0
+        for _ in range(1 + _MAX_BUMPS):
+            reply = await self._complete(system, messages, schema, max_tokens)
+            spent_in, spent_out = spent_in + reply.tokens_in, spent_out + reply.tokens_out
+            self._check_finish(reply.finish)
+            try:
+                return parse(reply.text), reply.text, spent_in, spent_out
+            except JudgeParseError as err:
+                if reply.finish != "length" or not self._bump_budget(reply.factor, max_tokens):
+                    cause = "truncated" if reply.finish == "length" else err.cause
+                    return JudgeParseError(str(err), cause=cause), reply.text, spent_in, spent_out
+                self.stats.retries += 1
+        return JudgeParseError("reply cut off", cause="truncated"), "", spent_in, spent_out
 
     async def _ask(
         self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
@@ -391,9 +602,11 @@ class HttpJudgeBase(abc.ABC):
             except _Unreadable as bad:
                 spent_in, spent_out = spent_in + bad.tokens_in, spent_out + bad.tokens_out
                 error = bad.error
+                if error.cause == "truncated":
+                    break
                 continue
             return value, spent_in + t_in, spent_out + t_out
-        self.stats.failures["unparseable"] += 1
+        self.stats.failures[error.cause] += 1
         raise error
 
     async def _conversation(
@@ -401,23 +614,29 @@ class HttpJudgeBase(abc.ABC):
         max_tokens: int,
     ) -> tuple[T, int, int]:  # fmt: skip
         messages = [{"role": "user", "content": user}]
-        text, tokens_in, tokens_out = await self._complete(system, messages, schema, max_tokens)
-        try:
-            return parse(text), tokens_in, tokens_out
-        except JudgeParseError:
-            self.stats.reasks += 1
+        first, text, tokens_in, tokens_out = await self._call_parsed(
+            system, messages, schema, parse, max_tokens
+        )
+        if not isinstance(first, JudgeParseError):
+            return first, tokens_in, tokens_out
+        if first.cause == "truncated":
+            message = f"{self.model}: reply cut off at the largest completion budget ({first})"
+            error = JudgeParseError(redact(message), cause="truncated")
+            raise _Unreadable(error, tokens_in, tokens_out)
+        self.stats.reasks += 1
         messages += [
             {"role": "assistant", "content": text.strip() or "(empty reply)"},
             {"role": "user", "content": reask},
         ]
-        again, more_in, more_out = await self._complete(system, messages, schema, max_tokens)
-        try:
-            return parse(again), tokens_in + more_in, tokens_out + more_out
-        except JudgeParseError as err:
-            clip = " ".join(again.split())[:200]
-            message = f"{self.model}: reply unreadable after one re-ask ({err}); reply: {clip!r}"
-            error = JudgeParseError(redact(message), cause="unparseable")
-            raise _Unreadable(error, tokens_in + more_in, tokens_out + more_out) from err
+        again, text2, more_in, more_out = await self._call_parsed(
+            system, messages, schema, parse, max_tokens
+        )
+        if not isinstance(again, JudgeParseError):
+            return again, tokens_in + more_in, tokens_out + more_out
+        clip = " ".join(text2.split())[:200]
+        message = f"{self.model}: reply unreadable after one re-ask ({again}); reply: {clip!r}"
+        error = JudgeParseError(redact(message), cause=again.cause)
+        raise _Unreadable(error, tokens_in + more_in, tokens_out + more_out)
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         system, user = prompts.item_messages(request)
@@ -445,9 +664,9 @@ class HttpJudgeBase(abc.ABC):
 
     async def write_reason(self, prompt: str) -> str:
         messages = [{"role": "user", "content": prompt}]
-        text, _, _ = await self._complete(
+        reply = await self._complete(
             _REASON_SYSTEM, messages, None, self.settings.max_output_tokens
         )
-        if not text.strip():
+        if not reply.text.strip():
             raise JudgeParseError(f"{self.model}: empty reply to the reason prompt", cause="empty")
-        return text.strip()
+        return reply.text.strip()

@@ -4,7 +4,6 @@ request and reply shapes only. Session, retries, parsing and re-ask live in `jud
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,12 +16,11 @@ from connectors.judges.http import (
     api_key_from_env,
     normalize_base_url,
 )
-from pipeline.errors import JudgeError
+from connectors.judges.shapes import learn_openai, openai_shape
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_log = logging.getLogger("ctxprec.http")
 
 
 def _int(value: Any) -> int:
@@ -31,7 +29,9 @@ def _int(value: Any) -> int:
 
 class OpenAIJudge(HttpJudgeBase):
     """POST {base}/chat/completions. Key from $OPENAI_API_KEY (or settings.api_key_env), none
-    needed on loopback; base URL from settings.base_url, $OPENAI_BASE_URL, or OpenAI's."""
+    needed on loopback; base URL (with its /v1, as openai-python takes it) from
+    settings.base_url, $OPENAI_BASE_URL, or OpenAI's. The request shape follows the model family
+    (`shapes.openai_shape`) and adapts once per run to what the server rejects."""
 
     provider = "openai"
 
@@ -42,15 +42,15 @@ class OpenAIJudge(HttpJudgeBase):
             settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
         model = f"openai/{model_name}"
-        key = api_key_from_env(settings.api_key_env or "OPENAI_API_KEY", base, model)
+        self.key_env = settings.api_key_env or "OPENAI_API_KEY"
+        key = api_key_from_env(self.key_env, base, model)
         super().__init__(settings, gate, stats, url=f"{base}/chat/completions", api_key=key)
         self.model, self._name, self._base = model, model_name, base
-        self._send_schema = settings.structured_output
-        self._tokens_field = "max_tokens"
+        self.shape = openai_shape(model_name, settings.structured_output, settings.reasoning_effort)
 
     def identity(self) -> dict[str, object]:
         s = self.settings
-        return {
+        ident: dict[str, object] = {
             "provider": "openai",
             "model": self._name,
             "base_url": self._base,
@@ -58,6 +58,10 @@ class OpenAIJudge(HttpJudgeBase):
             "max_output_tokens": s.max_output_tokens,
             "structured_output": s.structured_output,
         }
+        first = openai_shape(self._name, s.structured_output, s.reasoning_effort)
+        if first.reasoning or s.reasoning_effort is not None:
+            ident["reasoning_effort"] = first.reasoning_effort
+        return ident
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -73,52 +77,91 @@ class OpenAIJudge(HttpJudgeBase):
     def _payload(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "model": self._name,
-            "messages": [{"role": "system", "content": system}, *messages],
-            "temperature": self.settings.temperature,
-            self._tokens_field: max_tokens,
-        }
-        if schema is not None and self._send_schema:
+        shape = self.shape
+        if shape.system_in_user and messages:
+            first = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+            chat: list[Message] = [first, *messages[1:]]
+        else:
+            chat = [{"role": "system", "content": system}, *messages]
+        payload: dict[str, Any] = {"model": self._name, "messages": chat}
+        if shape.send_temperature:
+            payload["temperature"] = self.settings.temperature
+        payload[shape.tokens_field] = max_tokens
+        if shape.reasoning_effort is not None:
+            payload["reasoning_effort"] = shape.reasoning_effort
+        if schema is not None and shape.output != "text":
             name, body = schema
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": name, "schema": body, "strict": True},
-            }
+            if shape.output == "json_schema":
+                payload["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": body, "strict": True},
+                }
+            elif shape.output == "json_object_schema":  # llama.cpp, vLLM: grammar from schema
+                payload["response_format"] = {"type": "json_object", "schema": body}
+            else:
+                payload["response_format"] = {"type": "json_object"}
+        for key in shape.dropped:
+            payload.pop(key, None)
         return payload
 
-    def _recover(self, err: JudgeError, payload: dict[str, Any]) -> dict[str, Any] | None:
-        """A 400 about response_format: drop it for good (the tolerant parser takes over).
-        A 400 asking for max_completion_tokens (newer models): rename the field for good."""
-        if err.status != 400:
-            return None
-        text = str(err)
-        if "response_format" in payload and ("response_format" in text or "json_schema" in text):
-            self._send_schema = False
-            _log.warning("%s rejected response_format; using the tolerant parser", self.model)
-            return {k: v for k, v in payload.items() if k != "response_format"}
-        if "max_tokens" in payload and "max_completion_tokens" in text:
-            self._tokens_field = "max_completion_tokens"
-            changed = {k: v for k, v in payload.items() if k != "max_tokens"}
-            return {**changed, "max_completion_tokens": payload["max_tokens"]}
-        return None
+    def _learn(self, status: int, body: str, payload: dict[str, Any]) -> str | None:
+        return learn_openai(self.shape, status, body, payload)
 
-    def _text(self, data: dict[str, Any]) -> str:
-        """choices[0].message.content (a string or a list of text parts); a refusal's text;
-        "" when absent, so the parser fails and the one re-ask happens."""
+    def _reshape(self, payload: dict[str, Any]) -> dict[str, Any]:
+        chat = list(payload.get("messages") or [])
+        if chat and chat[0].get("role") == "system":
+            system, rest = str(chat[0].get("content", "")), chat[1:]
+        else:  # the system text already rides in the first user message
+            system, rest = "", chat
+        fmt = payload.get("response_format") or {}
+        schema: Schema | None = None
+        if fmt.get("type") == "json_schema":
+            named = fmt.get("json_schema") or {}
+            schema = (str(named.get("name", "verdict")), named.get("schema") or {})
+        elif fmt:
+            schema = ("verdict", fmt.get("schema") or {})
+        budget = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        fresh = self._payload(system, rest, schema, int(budget or self.settings.max_output_tokens))
+        first = fresh["messages"][0] if fresh.get("messages") else {}
+        if not system and first.get("role") == "system":  # nothing to move: keep the user turn
+            fresh["messages"] = fresh["messages"][1:]
+        elif not system and str(first.get("content", "")).startswith("\n\n"):
+            first["content"] = str(first["content"])[2:]
+        return fresh
+
+    def _message(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         choices = data.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else {}
-        message = first.get("message") if isinstance(first, dict) else None
-        if not isinstance(message, dict):
-            return ""
-        content = message.get("content") or message.get("refusal") or ""
+        first = first if isinstance(first, dict) else {}
+        message = first.get("message")
+        return first, message if isinstance(message, dict) else {}
+
+    def _text(self, data: dict[str, Any]) -> str:
+        """choices[0].message.content (a string or a list of text parts); "" when absent."""
+        content = self._message(data)[1].get("content") or ""
         if isinstance(content, list):
             parts = [p.get("text", "") for p in content if isinstance(p, dict)]
             return "".join(str(p) for p in parts)
         return str(content)
 
+    def _finish(self, data: dict[str, Any]) -> str:
+        choice, message = self._message(data)
+        if message.get("refusal"):
+            return "refused"
+        reason = choice.get("finish_reason")
+        if reason == "content_filter":
+            return "filtered"
+        return "length" if reason == "length" else "stop"
+
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
+        """prompt_tokens (cached ones included), completion_tokens (reasoning included); a
+        missing usage or null counts are tolerated (vLLM, Ollama, proxies)."""
         usage = data.get("usage")
         if not isinstance(usage, dict):
             return None
         return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+
+    def _cached(self, data: dict[str, Any]) -> int:
+        usage = data.get("usage")
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        return _int(details.get("cached_tokens")) if isinstance(details, dict) else 0

@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import aiohttp
 import anyio
@@ -28,6 +29,7 @@ __all__ = [
     "clock",
     "error_detail",
     "parse_retry_after",
+    "request_id",
     "set_testing",
 ]
 
@@ -113,7 +115,16 @@ def parse_retry_after(
 
 _QUOTA = re.compile(
     r"insufficient_quota|quota\W*(?:is\s+)?(?:exhausted|exceeded)|exceeded your current quota"
-    r"|check your plan and billing|billing hard limit|credit balance is too low",
+    r"|check your plan and billing|billing hard limit|credit balance is too low"
+    r"|credit_balance_exhausted|no credits remaining|spend_limit_exceeded|usage_limit_exceeded"
+    r"|reached your specified api usage limits",
+    re.IGNORECASE,
+)
+_QUOTA_TYPES = frozenset({"insufficient_quota", "billing_error"})
+_TOO_LARGE = re.compile(r"request too large", re.IGNORECASE)
+_CONTEXT = re.compile(
+    r"context_length_exceeded|maximum context length|prompt is too long|exceed_context_size"
+    r"|context window",
     re.IGNORECASE,
 )
 _HINTS = {
@@ -123,29 +134,83 @@ _HINTS = {
 }
 
 
+def _error_object(body: str) -> Any:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data.get("error", data) if isinstance(data, dict) else data
+
+
 def error_detail(body: str) -> str:
     """The provider's error message if the body is the usual JSON error shape, else the text
     (not redacted: the HTTP layer scrubs keys before any message is shown or logged)."""
-    text = body
-    try:
-        data = json.loads(body)
-        error = data.get("error", data) if isinstance(data, dict) else data
+    error = _error_object(body)
+    if error is None:
+        text = body
+    else:
         text = str(error.get("message", error)) if isinstance(error, dict) else str(error)
-    except ValueError:
-        pass
     return " ".join(text.split())[:300] or "(empty body)"
 
 
+def request_id(body: str, headers: Mapping[str, str] | None) -> str | None:
+    """The provider's id for the request (x-request-id, request-id, or the body's request_id)."""
+    h = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+    found = h.get("x-request-id") or h.get("request-id")
+    if found:
+        return found.strip()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    value = data.get("request_id") if isinstance(data, dict) else None
+    return str(value) if isinstance(value, str) and value else None
+
+
+def _is_quota(status: int, body: str) -> bool:
+    error = _error_object(body)
+    kind = str(error.get("type", "")).lower() if isinstance(error, dict) else ""
+    if status == 402 or kind in _QUOTA_TYPES:
+        return True
+    return status in (400, 403, 429) and bool(_QUOTA.search(body))
+
+
 def classify(status: int, body: str, headers: Mapping[str, str] | None = None) -> JudgeError:
-    """The one status → error map: 408/409/429/5xx retryable, everything else fatal."""
+    """The one status → error map: 408/409/429/5xx retryable, everything else fatal; out of
+    quota and "request too large" (a request over the tokens-per-minute limit) never retried;
+    `x-should-retry` overrides the status as the SDKs do. The request id ends the message."""
+    err = _classify(status, body, headers)
+    rid = request_id(body, headers)
+    if rid:
+        err.args = (f"{err.args[0]} (request id {rid})",)
+    err.body = body
+    return err
+
+
+def _classify(status: int, body: str, headers: Mapping[str, str] | None) -> JudgeError:
     detail = error_detail(body)
-    if status == 429 and _QUOTA.search(body):
+    if _is_quota(status, body):
         return JudgeFatalError(
-            f"HTTP 429 quota exhausted: {detail}; check the plan and billing of this API key",
+            f"HTTP {status} out of quota: {detail}; check the plan and billing of this API key",
             cause="quota_exhausted",
             status=status,
         )
-    if status in (408, 409, 429) or status >= 500:
+    if status in (413, 429) and _TOO_LARGE.search(body):
+        return JudgeFatalError(
+            f"HTTP {status} request too large: {detail}; shorten the items (max_item_chars) or "
+            "raise the account's tokens-per-minute limit",
+            cause="request_too_large",
+            status=status,
+        )
+    if 400 <= status < 500 and _CONTEXT.search(body):
+        return JudgeFatalError(
+            f"HTTP {status} context too long: {detail}", cause="context_length", status=status
+        )
+    should = {str(k).lower(): str(v) for k, v in (headers or {}).items()}.get("x-should-retry")
+    retryable = status in (408, 409, 429) or status >= 500
+    if should in ("true", "false"):
+        retryable = should == "true"
+    if retryable:
         cause = "rate_limited" if status == 429 else f"http_{status}"
         wait = parse_retry_after(headers)
         return JudgeRetryableError(

@@ -304,3 +304,18 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     assert score(src, out, server, tmp_path / "c", cluster=cluster) == 0
     assert len(seen) == 1 and seen[0] is not None and seen[0].pid == os.getpid()
     assert live_holder(out) is None and not (out / "_ctxprec" / "lock").exists()
+
+
+def test_a_refused_run_exits_4_on_the_cluster_too(
+    cluster: Client, hotpot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 401 on the workers is the judge refusing the run: exit 4 with its cause, not exit 3."""
+    proc, url = start_server("--require-key", "another-key")
+    src = split(hotpot, tmp_path / "in", files=2, rows=10)
+    try:
+        assert score(src, tmp_path / "out", url, tmp_path / "c1", cluster=cluster) == 4
+    finally:
+        proc.kill()
+        proc.wait()
+    err = capsys.readouterr().err
+    assert "the judge refused the run" in err and "API key was refused" in err
