@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib
+import logging
 import os
 import sys
 import time
@@ -194,7 +195,13 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     n = workers or os.cpu_count() or 1
     with (
         dd.LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            # the workers' own warnings (a heartbeat lost while the cluster shuts down, with its
+            # traceback) are not the user's business; task failures come back through ctxprec
+            silence_logs=logging.ERROR,
         ) as cluster,
         dd.Client(cluster) as client,
     ):

@@ -37,5 +37,5 @@ def test_fail_under_from_config_file_and_flag(tmp_path: Path) -> None:
     assert load_config(cfg, {"gate.fail_under": 0.7}).fail_under == 0.7
     assert load_config(None, {}).fail_under is None
     cfg.write_text('[gate]\nfail_under = "high"\n')
-    with pytest.raises(ConfigError, match=r"gate\.fail_under"):
+    with pytest.raises(ConfigError, match=r"\[gate\] fail_under"):
         load_config(cfg, {})
