@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("score", help="score a dataset into OUTDIR")
     _add_data_flags(sc)
     _add_judge_flags(sc)
-    sc.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    sc.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
     sc.add_argument("--partition-by", metavar="COL[,COL]", help="Hive-partition the output")
     sc.add_argument(
         "--sink",
@@ -154,20 +154,30 @@ def build_parser() -> argparse.ArgumentParser:
     es.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=_outdir,
         help="also save it in OUTDIR, so the summary of a later score run into "
         "OUTDIR shows estimate vs actual",
     )
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
-    sm.add_argument("outdir", type=Path)
+    sm.add_argument("outdir", type=_outdir)
     sm.add_argument("--group-by")
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
-    bt.add_argument("outdir", type=Path)
+    bt.add_argument("outdir", type=_outdir)
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _outdir(text: str) -> Any:
+    """OUTDIR: a local folder, or an s3:// gs:// az:// abfs[s]:// file:// URI (storage.objpath)."""
+    from storage.objpath import out_path
+
+    try:
+        return out_path(text)
+    except CtxprecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
@@ -249,8 +259,10 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _cmd_score(args: argparse.Namespace) -> int:
     from pipeline.flow import RunResult, score
+    from storage.objpath import with_options
 
     cfg = _config(args)
+    args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run: Callable[..., RunResult] = score
     if args.engine == "dask":
@@ -394,12 +406,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         text += "\n" + render_batch_estimate(est)
     print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
-        from storage.ownership import check_claimable, local_outdir
+        from storage.ownership import check_claimable
         from storage.runlog import STATE_DIR, atomic_write_text
 
-        check_claimable(local_outdir(args.output))
+        check_claimable(args.output)
         state = args.output / STATE_DIR
-        state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
     return 0
 

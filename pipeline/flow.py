@@ -44,6 +44,7 @@ from pipeline.limits import GateStats, RateGate
 from pipeline.progress import Progress
 from pipeline.writer import partition_tables
 from storage.memo import Memo, MemoStore, default_cache_dir, judge_prefix
+from storage.objpath import OutPath, out_path
 from storage.schema import STATUS_FAILED
 
 __all__ = ["MeteredGate", "RunResult", "run_score", "run_stage", "score"]
@@ -76,7 +77,7 @@ def score(
 
         return score_batch(input, outdir, config, **kw)
     try:
-        return anyio.run(lambda: run_score(str(input), Path(outdir), config or Config(), **kw))
+        return anyio.run(lambda: run_score(str(input), out_path(outdir), config or Config(), **kw))
     except BaseExceptionGroup as group:
         raise _first_meaningful(group) from None
 
@@ -94,7 +95,7 @@ def _first_meaningful(group: BaseExceptionGroup[BaseException]) -> BaseException
 
 async def run_score(
     input: str,
-    outdir: Path,
+    outdir: OutPath,
     cfg: Config,
     *,
     overwrite: bool = False,

@@ -22,6 +22,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from pipeline.errors import OutputError
+from storage.objpath import OutPath
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable, WriterProperties
@@ -85,7 +86,7 @@ class DeltaSink:
             check_creatable(local, self.name)
 
     def append(
-        self, outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+        self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
     ) -> SinkResult:
         self.check(schema)
         table = self._open()
