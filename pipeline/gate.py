@@ -6,7 +6,6 @@ hidden behind a gate).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import polars as pl
 

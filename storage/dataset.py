@@ -31,7 +31,10 @@ def scored_ids(outdir: OutPath) -> pl.DataFrame:
         got = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
         assert isinstance(got, pl.DataFrame)
         return got
-    frames = [pl.scan_parquet(Path(str(f)), hive_partitioning=False).select("id", "status") for f in files]
+    frames = [
+        pl.scan_parquet(Path(str(f)), hive_partitioning=False).select("id", "status")
+        for f in files
+    ]
     return pl.concat(frames, how="vertical_relaxed").collect()
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import polars as pl
 
 from storage.atomic import atomic_write_bytes
-from storage.objpath import OutPath, local_copies, out_path
 from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown

@@ -1,0 +1,186 @@
+"""OUTDIR in an object store, against a real S3 protocol server on loopback (moto's server mode):
+input and output in a bucket, kill -9 mid-run then the same command (every row equals the MAP of
+the judge's verdicts, each id once, read back with Polars from the bucket; a third run makes no
+judge call), incremental nights into a bucket, and the user's objects in an output are safe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pyarrow.fs as pafs
+import pytest
+
+from pipeline.cli import main
+from pipeline.metric import map_score
+from tests.conftest import REPO
+from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
+from tests.fakes.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, running_s3_server
+from tests.pipeline.test_resume import server, stats  # noqa: F401  (the judge fixture)
+
+HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+_BUCKETS = iter(range(1_000_000))
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    pytest.importorskip("moto")
+    with running_s3_server() as found:
+        yield found
+
+
+@pytest.fixture
+def bucket(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    name = f"out-{next(_BUCKETS)}"
+    s3.create_bucket(name)
+    return name
+
+
+def upload_rows(s3: S3Server, hotpot: Path, tmp: Path, key: str, n: int, skip: int = 0) -> Path:
+    local = tmp / f"{key.replace('/', '_')}"
+    pl.read_parquet(hotpot).slice(skip, n).write_parquet(local)
+    s3.upload(local, key)
+    return local
+
+
+def from_bucket(s3: S3Server, prefix: str) -> pl.DataFrame:
+    """Every Parquet file below `prefix`, read by Polars straight from the bucket."""
+    options = {
+        "aws_endpoint_url": s3.endpoint,
+        "aws_access_key_id": ACCESS_KEY,
+        "aws_secret_access_key": SECRET_KEY,
+        "aws_region": "us-east-1",
+        "aws_allow_http": "true",
+    }
+    return pl.read_parquet(
+        f"s3://{prefix}/**/*.parquet", storage_options=options, hive_partitioning=True
+    )
+
+
+def keys(s3: S3Server, prefix: str) -> list[str]:
+    found = s3.filesystem().get_file_info(pafs.FileSelector(prefix, recursive=True))
+    return sorted(f.path for f in found if f.type == pafs.FileType.File)
+
+
+def check_map(got: pl.DataFrame, source: Path) -> None:
+    src = pl.read_parquet(source).select("id", "contexts")
+    assert got.get_column("id").is_unique().all()
+    joined = got.join(src, on="id")
+    assert joined.height == src.height == got.height
+    for row in joined.iter_rows(named=True):
+        verdicts = [expected_verdict(item, FakeJudgeConfig()) for item in row["contexts"]]
+        assert row["status"] == "ok", row["error"]
+        assert row["verdicts"] == verdicts
+        assert row["score"] == map_score(verdicts)
+
+
+def command(src: str, out: str) -> list[str]:
+    return [
+        sys.executable, "-m", "pipeline.cli", "score", src, "-o", out,
+        "--model", "openai/judge", *HOTPOT_MAP, "--batch-rows", "10", "--concurrency", "8",
+        "--progress", "off",
+    ]  # fmt: skip
+
+
+def test_kill_9_then_the_same_command_in_a_bucket(
+    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path, server: str  # noqa: F811
+) -> None:
+    source = upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 120)
+    out = f"s3://{bucket}/scores/"
+    env = {**os.environ, **s3.env()}
+    env.update(OPENAI_BASE_URL=server, OPENAI_API_KEY="sk-s3")
+    env["CTXPREC_CACHE_DIR"] = str(tmp_path / "c")
+    kills = 0
+    for delay in (3.0, 5.0):  # past the start-up, lock and first parts
+        proc = subprocess.Popen(
+            command(f"s3://{bucket}/in/", out),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= 1
+    done = subprocess.run(command(f"s3://{bucket}/in/", out), cwd=REPO, env=env, text=True,
+                          capture_output=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{bucket}/scores/_SUCCESS" in keys(s3, bucket)
+    check_map(from_bucket(s3, f"{bucket}/scores"), source)
+    assert SECRET_KEY not in done.stdout + done.stderr
+    calls = int(stats(server)["total"])  # type: ignore[arg-type]
+    again = subprocess.run(command(f"s3://{bucket}/in/", out), cwd=REPO, env=env, text=True,
+                           capture_output=True)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert int(stats(server)["total"]) == calls  # type: ignore[arg-type]
+    check_map(from_bucket(s3, f"{bucket}/scores"), source)
+    assert not any("lock" in k.rsplit("/", 1)[-1] for k in keys(s3, bucket))  # given back
+    for key in keys(s3, f"{bucket}/scores"):
+        assert SECRET_KEY.encode() not in s3.filesystem().open_input_stream(key).read()
+
+
+def test_a_prefix_holding_other_objects_is_refused_and_user_objects_stay(
+    s3: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: str,  # noqa: F811
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-s3")
+    monkeypatch.setenv("CTXPREC_CACHE_DIR", str(tmp_path / "c"))
+    upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 20)
+    s3.put(f"{bucket}/theirs/report.parquet", b"not ours")
+    args = ["score", f"s3://{bucket}/in/", "--model", "openai/judge", *HOTPOT_MAP,
+            "--progress", "off"]  # fmt: skip
+    assert main([*args, "-o", f"s3://{bucket}/theirs"]) == 2
+    assert "holds files ctxprec did not write" in capsys.readouterr().err
+    assert int(stats(server)["total"]) == 0  # type: ignore[arg-type]
+    assert keys(s3, f"{bucket}/theirs") == [f"{bucket}/theirs/report.parquet"]
+
+    assert main([*args, "-o", f"s3://{bucket}/scores"]) == 0
+    s3.put(f"{bucket}/scores/notes/mine.parquet", b"user bytes")
+    assert main([*args, "-o", f"s3://{bucket}/scores", "--overwrite"]) == 0
+    assert "did not write" in capsys.readouterr().err  # warned, not read, not removed
+    data = s3.filesystem().open_input_stream(f"{bucket}/scores/notes/mine.parquet").read()
+    assert data == b"user bytes"
+    assert main(["summary", f"s3://{bucket}/scores"]) == 0
+    assert f"{bucket}/scores/summary.json" in keys(s3, bucket)
+
+
+def test_incremental_nights_into_a_bucket(
+    s3: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    server: str,  # noqa: F811
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", server)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-s3")
+    monkeypatch.setenv("CTXPREC_CACHE_DIR", str(tmp_path / "c"))
+    first = upload_rows(s3, hotpot, tmp_path, f"{bucket}/logs/dt=2026-11-28/a.parquet", 15)
+    second = upload_rows(s3, hotpot, tmp_path, f"{bucket}/logs/dt=2026-11-29/a.parquet", 15, 15)
+    for night in ("2026-11-28", "2026-11-29"):
+        assert main(["score", f"s3://{bucket}/logs/dt={night}", "-o", f"s3://{bucket}/scores",
+                     "--incremental", "--partition-by", "dt", "--model", "openai/judge",
+                     *HOTPOT_MAP, "--progress", "off"]) == 0  # fmt: skip
+    got = from_bucket(s3, f"{bucket}/scores")
+    assert sorted(set(got.get_column("dt").cast(pl.String))) == ["2026-11-28", "2026-11-29"]
+    both = pl.concat([pl.read_parquet(first), pl.read_parquet(second)])
+    both.write_parquet(tmp_path / "both.parquet")
+    check_map(got.drop("dt"), tmp_path / "both.parquet")
+    assert any("/dt=2026-11-29/" in k for k in keys(s3, f"{bucket}/scores"))
