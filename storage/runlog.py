@@ -3,7 +3,8 @@
 A part's files are named in a pending record before they are written (each by temp file and
 rename, or in an object store by one PUT under its final name), and count as done only once its
 commit record exists: no rename is needed, so the same protocol holds on S3, GCS and Azure.
-`_SUCCESS` (and a "complete" manifest) marks a finished run. Which files are ctxprec's is `storage.ownership`'s answer.
+`_SUCCESS` (and a "complete" manifest) marks a finished run. Which files are ctxprec's is
+`storage.ownership`'s answer.
 """
 
 from __future__ import annotations
