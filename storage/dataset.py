@@ -32,8 +32,7 @@ def scored_ids(outdir: OutPath) -> pl.DataFrame:
         assert isinstance(got, pl.DataFrame)
         return got
     frames = [
-        pl.scan_parquet(Path(str(f)), hive_partitioning=False).select("id", "status")
-        for f in files
+        pl.scan_parquet(Path(str(f)), hive_partitioning=False).select("id", "status") for f in files
     ]
     return pl.concat(frames, how="vertical_relaxed").collect()
 

@@ -59,9 +59,7 @@ class ObjPath:
         self.root_uri = root_uri.rstrip("/")
 
     @classmethod
-    def from_uri(
-        cls, uri: str, options: storage_fs.StorageOptions | None = None
-    ) -> ObjPath:
+    def from_uri(cls, uri: str, options: storage_fs.StorageOptions | None = None) -> ObjPath:
         fs, path = storage_fs.resolve(uri, options)
         return cls(fs, path, path, uri)
 
@@ -217,9 +215,10 @@ class ObjPath:
     def put_file(self, local: Path) -> None:
         """Upload a local file as this object (one PUT; multipart for large files, which
         becomes visible only once complete)."""
-        with open(local, "rb") as src, self.fs.open_output_stream(
-            self.path, compression=None
-        ) as out:
+        with (
+            open(local, "rb") as src,
+            self.fs.open_output_stream(self.path, compression=None) as out,
+        ):
             shutil.copyfileobj(src, out, 8 << 20)
 
     def unlink(self, missing_ok: bool = False) -> None:
@@ -293,9 +292,10 @@ def local_copies(paths: Sequence[OutPath], root: OutPath) -> Iterator[list[Path]
             assert isinstance(path, ObjPath)
             target = Path(tmp) / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
-            with path.fs.open_input_stream(path.path, compression=None) as src, open(
-                target, "wb"
-            ) as out:
+            with (
+                path.fs.open_input_stream(path.path, compression=None) as src,
+                open(target, "wb") as out,
+            ):
                 shutil.copyfileobj(src, out, 8 << 20)
             local.append(target)
         yield local

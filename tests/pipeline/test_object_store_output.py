@@ -91,7 +91,11 @@ def command(src: str, out: str) -> list[str]:
 
 
 def test_kill_9_then_the_same_command_in_a_bucket(
-    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path, server: str  # noqa: F811
+    s3: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    server: str,  # noqa: F811
 ) -> None:
     source = upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 120)
     out = f"s3://{bucket}/scores/"
