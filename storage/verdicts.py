@@ -21,7 +21,7 @@ from storage.memo import MemoEntry, MemoStore
 from storage.objpath import OutPath, readable
 from storage.ownership import STATE_DIR
 
-__all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "verdict_dir"]
+__all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 
 FLUSH_S = 1.0  # a killed worker loses at most this much of its newest verdicts
 _SCHEMA = pa.schema(
@@ -103,6 +103,13 @@ class VerdictStore:
 def _write_ipc(table: pa.Table, path: Path) -> None:
     with ipc.new_file(path, _SCHEMA) as writer:
         writer.write_table(table)
+
+
+def open_shared(local: MemoStore | None, outdir: OutPath, source: str) -> MemoStore | None:
+    """The local memo joined with OUTDIR's verdict store for `source` (None: memo off)."""
+    if local is None:
+        return None
+    return SharedMemo(local, VerdictStore(verdict_dir(outdir, source)))
 
 
 class SharedMemo:

@@ -188,3 +188,47 @@ def test_incremental_nights_into_a_bucket(
     both.write_parquet(tmp_path / "both.parquet")
     check_map(got.drop("dt"), tmp_path / "both.parquet")
     assert any("/dt=2026-11-29/" in k for k in keys(s3, f"{bucket}/scores"))
+
+
+def test_verdicts_in_the_bucket_serve_a_run_with_an_empty_local_memo(
+    s3: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    server: str,  # noqa: F811
+) -> None:
+    """Another machine (a new --cache-dir) re-scoring the same OUTDIR calls the judge for
+    nothing: the verdicts the first run paid for are read from OUTDIR/_ctxprec/verdicts."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-s3")
+    source = upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 20)
+    args = ["score", f"s3://{bucket}/in/", "-o", f"s3://{bucket}/scores", "--model",
+            "openai/judge", *HOTPOT_MAP, "--progress", "off"]  # fmt: skip
+    assert main([*args, "--cache-dir", str(tmp_path / "first")]) == 0
+    calls = int(stats(server)["total"])  # type: ignore[arg-type]
+    assert calls > 0
+    assert any("/_ctxprec/verdicts/" in k for k in keys(s3, f"{bucket}/scores"))
+    # --overwrite drops the parts and run state but keeps the verdict store (a memo)
+    assert main([*args, "--cache-dir", str(tmp_path / "second"), "--overwrite"]) == 0
+    assert int(stats(server)["total"]) == calls  # type: ignore[arg-type]
+    check_map(from_bucket(s3, f"{bucket}/scores"), source)
+
+
+def test_dask_engine_reads_and_writes_the_bucket(
+    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path
+) -> None:
+    """Input and OUTDIR in the bucket, nothing shared on disk: the workers read their files and
+    commit their parts through the object store; same rows as the local engine."""
+    pytest.importorskip("distributed")
+    for i in range(2):
+        upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/p{i}.parquet", 15, i * 15)
+    base = ["score", f"s3://{bucket}/in", *HOTPOT_MAP, "--progress", "off", "--batch-rows", "5"]
+    assert main([*base, "-o", f"s3://{bucket}/local"]) == 0
+    assert main([*base, "-o", f"s3://{bucket}/dask", "--engine", "dask", "--workers", "2"]) == 0
+    want = from_bucket(s3, f"{bucket}/local").drop("scored_at").sort("id")
+    got = from_bucket(s3, f"{bucket}/dask").drop("scored_at").sort("id")
+    assert got.height == 30 and got.equals(want)
+    run = s3.filesystem().open_input_stream(f"{bucket}/dask/_ctxprec/run.json").read()
+    assert b'"name": "dask"' in run
+    assert f"{bucket}/dask/_SUCCESS" in keys(s3, f"{bucket}/dask")
