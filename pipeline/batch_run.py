@@ -690,9 +690,14 @@ class _BatchProgress:
 # ---------------------------------------------------------------- `ctxprec batches OUTDIR`
 
 
-def list_batches(outdir: Path, *, cancel: bool = False) -> list[dict[str, Any]]:
+def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
     in the environment), counts and age; `cancel` cancels the live ones."""
+    if isinstance(outdir, ObjPath):
+        raise ConfigError(
+            f"{outdir} is in an object store, where no provider batches are kept: --batch-api "
+            "runs write to local folders only"
+        )
     store = BatchStore.load(outdir)
     if not store.exists():
         raise ConfigError(

@@ -5,6 +5,7 @@ judge call), incremental nights into a bucket, and the user's objects in an outp
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,13 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 
+from pipeline.batch_run import list_batches
 from pipeline.cli import main
+from pipeline.errors import ConfigError, OutputError
 from pipeline.metric import map_score
+from storage import lock
+from storage.lock import OutdirLock
+from storage.objpath import out_path
 from tests.conftest import REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, running_s3_server
@@ -232,3 +238,49 @@ def test_dask_engine_reads_and_writes_the_bucket(
     run = s3.filesystem().open_input_stream(f"{bucket}/dask/_ctxprec/run.json").read()
     assert b'"name": "dask"' in run
     assert f"{bucket}/dask/_SUCCESS" in keys(s3, f"{bucket}/dask")
+
+
+def test_lease_lock_in_a_bucket(s3: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One writer per OUTDIR in a bucket too: a second lock is refused while the first is held,
+    the lease is removed on release, and a lease of a dead process on this host is taken over."""
+    monkeypatch.setattr(lock, "SETTLE_S", 0.05)
+    out = out_path(f"s3://{bucket}/scores")
+    first = OutdirLock(out, log=lambda line: None)
+    first.acquire()
+    with pytest.raises(OutputError, match="is being written by"):
+        OutdirLock(out, log=lambda line: None).acquire()
+    first.release()
+    assert keys(s3, f"{bucket}/scores") == []
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    gone = {**first.holder.__dict__, "pid": int(dead.stdout), "token": "gone"}
+    s3.put(f"{bucket}/scores/_ctxprec/lock", json.dumps(gone).encode())
+    taken: list[str] = []
+    second = OutdirLock(out, log=taken.append)
+    second.acquire()
+    assert "taking over" in taken[0] and "is no longer running" in taken[0]
+    assert (
+        second.holder.token.encode()
+        in s3.filesystem().open_input_stream(f"{bucket}/scores/_ctxprec/lock").read()
+    )
+    second.release()
+
+
+def test_batches_and_batch_api_refuse_an_object_store_outdir(s3: S3Server, bucket: str) -> None:
+    with pytest.raises(ConfigError, match="object store"):
+        list_batches(out_path(f"s3://{bucket}/scores"))
+
+
+def test_estimate_saved_into_a_bucket_outdir(
+    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path
+) -> None:
+    upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 10)
+    out = f"s3://{bucket}/scores"
+    assert main(["estimate", f"s3://{bucket}/in/", *HOTPOT_MAP, "-o", out, "--json"]) == 0
+    saved = json.loads(
+        s3.filesystem().open_input_stream(f"{bucket}/scores/_ctxprec/estimate.json").read()
+    )
+    assert saved["rows"] == 10
+    assert main(["score", f"s3://{bucket}/in/", *HOTPOT_MAP, "-o", out, "--progress", "off"]) == 0
+    summary = json.loads(s3.filesystem().open_input_stream(f"{bucket}/scores/summary.json").read())
+    assert summary["estimate_vs_actual"] is not None
