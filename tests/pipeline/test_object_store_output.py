@@ -284,3 +284,21 @@ def test_estimate_saved_into_a_bucket_outdir(
     assert main(["score", f"s3://{bucket}/in/", *HOTPOT_MAP, "-o", out, "--progress", "off"]) == 0
     summary = json.loads(s3.filesystem().open_input_stream(f"{bucket}/scores/summary.json").read())
     assert summary["estimate_vs_actual"] is not None
+
+
+def test_delta_sink_in_the_bucket_from_a_bucket_outdir(
+    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta table lives in the bucket too (delta-rs with the same AWS_* environment; a
+    plain-http endpoint is allowed for it); a second run adds no duplicate ids."""
+    deltalake = pytest.importorskip("deltalake")
+    monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 12)
+    args = ["score", f"s3://{bucket}/in/", *HOTPOT_MAP, "-o", f"s3://{bucket}/scores",
+            "--sink", f"delta:s3://{bucket}/lake", "--progress", "off"]  # fmt: skip
+    assert main(args) == 0
+    assert main(args) == 0
+    options = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_ALLOW_HTTP": "true"}
+    table = deltalake.DeltaTable(f"s3://{bucket}/lake", storage_options=options)
+    ids = table.to_pyarrow_table().column("id").to_pylist()
+    assert len(ids) == 12 == len(set(ids))
