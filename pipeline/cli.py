@@ -170,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _RefusedOutdir:
+    """An OUTDIR argument that cannot be used; `main` raises its error (exit 2)."""
+
+    def __init__(self, error: CtxprecError) -> None:
+        self.error = error
+
+
 def _outdir(text: str) -> Any:
     """OUTDIR: a local folder, or an s3:// gs:// az:// abfs[s]:// file:// URI (storage.objpath)."""
     from storage.objpath import out_path
@@ -177,7 +184,7 @@ def _outdir(text: str) -> Any:
     try:
         return out_path(text)
     except CtxprecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        return _RefusedOutdir(exc)
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
@@ -472,6 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batches": _cmd_batches,
     }
     try:
+        for value in (getattr(args, "output", None), getattr(args, "outdir", None)):
+            if isinstance(value, _RefusedOutdir):
+                raise value.error
         return commands[args.command](args)
     except BatchesPendingError as exc:
         print(f"ctxprec: {exc}", file=sys.stderr)
