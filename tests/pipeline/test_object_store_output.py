@@ -24,7 +24,7 @@ from pipeline.errors import ConfigError, OutputError
 from pipeline.metric import map_score
 from storage import lock
 from storage.lock import OutdirLock
-from storage.objpath import out_path
+from storage.objpath import ObjPath, out_path
 from tests.conftest import REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, running_s3_server
@@ -302,3 +302,21 @@ def test_delta_sink_in_the_bucket_from_a_bucket_outdir(
     table = deltalake.DeltaTable(f"s3://{bucket}/lake", storage_options=options)
     ids = table.to_pyarrow_table().column("id").to_pylist()
     assert len(ids) == 12 == len(set(ids))
+
+
+def test_gcs_and_azure_outdirs_resolve_to_object_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network: the URIs map to pyarrow's GCS and Azure filesystems and print as typed."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "acct")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "a2V5")
+    gcs = out_path("gs://bkt/scores/")
+    assert isinstance(gcs, ObjPath) and gcs.fs.type_name == "gcs" and gcs.path == "bkt/scores"
+    assert str(gcs / "_SUCCESS") == "gs://bkt/scores/_SUCCESS"
+    abfs = out_path("abfs://logs@acct.dfs.core.windows.net/scores")
+    assert isinstance(abfs, ObjPath) and abfs.fs.type_name == "abfs"
+    assert abfs.path == "logs/scores"
+    assert str(abfs / "part.parquet") == "abfs://logs@acct.dfs.core.windows.net/scores/part.parquet"
+    assert out_path("file:///data/out") == Path("/data/out")
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_NAME")
+    with pytest.raises(OutputError, match="needs the storage account"):
+        out_path("az://logs/scores")
