@@ -222,7 +222,11 @@ def test_verdicts_in_the_bucket_serve_a_run_with_an_empty_local_memo(
 
 
 def test_dask_engine_reads_and_writes_the_bucket(
-    s3: S3Server, bucket: str, hotpot: Path, tmp_path: Path
+    s3: S3Server,
+    bucket: str,
+    hotpot: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Input and OUTDIR in the bucket, nothing shared on disk: the workers read their files and
     commit their parts through the object store; same rows as the local engine."""
@@ -238,6 +242,11 @@ def test_dask_engine_reads_and_writes_the_bucket(
     run = s3.filesystem().open_input_stream(f"{bucket}/dask/_ctxprec/run.json").read()
     assert b'"name": "dask"' in run
     assert f"{bucket}/dask/_SUCCESS" in keys(s3, f"{bucket}/dask")
+    # compare reads both sides from the bucket: the same verdicts, no difference
+    capsys.readouterr()
+    assert main(["compare", f"s3://{bucket}/local", f"s3://{bucket}/dask", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n_pairs"] == 30 and report["mean_a"] == report["mean_b"]
 
 
 def test_lease_lock_in_a_bucket(s3: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
