@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import os
 import re
 import shutil
 import tempfile
@@ -307,7 +306,3 @@ def _access_error(path: ObjPath, exc: BaseException) -> str:
         f"cannot access {path} ({text}); check the URI, the credentials in the environment "
         "(AWS_*, GOOGLE_APPLICATION_CREDENTIALS, AZURE_*) and [storage] endpoint_url"
     )
-
-
-def fspath_or_uri(path: OutPath) -> str:
-    return str(path) if isinstance(path, ObjPath) else os.fspath(path)
