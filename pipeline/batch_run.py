@@ -56,6 +56,7 @@ from pipeline.errors import (
 )
 from storage.batches import BatchStore, ChunkWriter
 from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
+from storage.objpath import ObjPath, OutPath, out_path
 from storage.schema import STATUS_OK
 
 __all__ = [
@@ -129,8 +130,13 @@ def score_batch(
     from pipeline.flow import _first_meaningful
 
     cfg, opts = config or Config(), options or BatchOptions()
+    if isinstance(out_path(outdir), ObjPath):
+        raise ConfigError(
+            f"--batch-api keeps its request files in OUTDIR on local disk; {outdir} is an "
+            "object store: score into a local folder with --batch-api, or drop --batch-api"
+        )
     try:
-        return anyio.run(lambda: run_batch_score(str(input), Path(outdir), cfg, opts, **kw))
+        return anyio.run(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, **kw))
     except BaseExceptionGroup as group:
         raise _first_meaningful(group) from None
 
@@ -147,7 +153,7 @@ def check_batch_provider(cfg: Config) -> None:
 
 async def run_batch_score(
     input: str,
-    outdir: Path,
+    outdir: OutPath,
     cfg: Config,
     options: BatchOptions,
     *,
@@ -269,7 +275,9 @@ class _Collector:
     def __init__(self, plan: RunPlan, options: BatchOptions, progress: str) -> None:
         self.plan, self.options = plan, options
         self.cfg = plan.cfg
-        self.outdir = plan.runlog.outdir
+        outdir = plan.runlog.outdir
+        assert isinstance(outdir, Path), "score_batch refuses object-store outputs"
+        self.outdir = outdir
         self.prefix = judge_prefix(plan.identity)
         self.per_row = plan.spec.per_row
         self.store = BatchStore.load(self.outdir)
@@ -674,9 +682,14 @@ class _BatchProgress:
 # ---------------------------------------------------------------- `ctxprec batches OUTDIR`
 
 
-def list_batches(outdir: Path, *, cancel: bool = False) -> list[dict[str, Any]]:
+def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
     in the environment), counts and age; `cancel` cancels the live ones."""
+    if isinstance(outdir, ObjPath):
+        raise ConfigError(
+            f"{outdir} is in an object store, where no provider batches are kept: --batch-api "
+            "runs write to local folders only"
+        )
     store = BatchStore.load(outdir)
     if not store.exists():
         raise ConfigError(

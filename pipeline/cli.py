@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("score", help="score a dataset into OUTDIR")
     _add_data_flags(sc)
     _add_judge_flags(sc)
-    sc.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    sc.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
     sc.add_argument("--partition-by", metavar="COL[,COL]", help="Hive-partition the output")
     sc.add_argument(
         "--sink",
@@ -181,12 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     es.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=_outdir,
         help="the folder a score run would write: ids already scored there are not counted, "
         "and the estimate is saved there so that run's summary shows estimate vs actual",
     )
     sm = sub.add_parser("summary", help="rebuild summary.json/.md of an existing OUTDIR")
-    sm.add_argument("outdir", type=Path, help="an output folder written by `ctxprec score`")
+    sm.add_argument("outdir", type=_outdir, help="an output folder written by `ctxprec score`")
     sm.add_argument(
         "--group-by", metavar="COL", help="one column to break scores down by (default: the run's)"
     )
@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
-    bt.add_argument("outdir", type=Path, help="an output folder of a `score --batch-api` run")
+    bt.add_argument("outdir", type=_outdir, help="an output folder of a `score --batch-api` run")
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
     show_defaults(parser)
@@ -211,6 +211,23 @@ def _version() -> str:
         return version("ctxprec")
     except PackageNotFoundError:
         return "unknown"
+
+
+class _RefusedOutdir:
+    """An OUTDIR argument that cannot be used; `main` raises its error (exit 2)."""
+
+    def __init__(self, error: CtxprecError) -> None:
+        self.error = error
+
+
+def _outdir(text: str) -> Any:
+    """OUTDIR: a local folder, or an s3:// gs:// az:// abfs[s]:// file:// URI (storage.objpath)."""
+    from storage.objpath import out_path
+
+    try:
+        return out_path(text)
+    except CtxprecError as exc:
+        return _RefusedOutdir(exc)
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
@@ -292,8 +309,10 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _cmd_score(args: argparse.Namespace) -> int:
     from pipeline.flow import RunResult, score
+    from storage.objpath import with_options
 
     cfg = _config(args)
+    args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run: Callable[..., RunResult] = score
     if args.engine == "dask":
@@ -480,12 +499,11 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         text += "\n" + render_batch_estimate(est)
     print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
-        from storage.ownership import check_claimable, local_outdir
+        from storage.ownership import check_claimable
         from storage.runlog import STATE_DIR, atomic_write_text
 
-        check_claimable(local_outdir(args.output))
+        check_claimable(args.output)
         state = args.output / STATE_DIR
-        state.mkdir(parents=True, exist_ok=True)
         atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
     return 0
 
@@ -548,6 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cache": run_cache_command,
     }
     try:
+        for value in (getattr(args, "output", None), getattr(args, "outdir", None)):
+            if isinstance(value, _RefusedOutdir):
+                raise value.error
         return commands[args.command](args)
     except BatchesPendingError as exc:
         print(f"ctxprec: {exc}", file=sys.stderr)

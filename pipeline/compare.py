@@ -9,7 +9,6 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -17,6 +16,8 @@ import polars as pl
 from pipeline.errors import CtxprecError
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.dataset import part_files
+from storage.fs import is_uri
+from storage.objpath import ObjPath, OutPath, local_copies, out_path
 from storage.runlog import STATE_DIR
 from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
@@ -42,7 +43,7 @@ class Side:
     """One side of a comparison: an output folder and `COL=VALUE` filters on its rows."""
 
     name: str  # "A" or "B"
-    path: Path
+    path: OutPath
     filters: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
@@ -60,15 +61,16 @@ class CompareOptions:
     strict: bool = False
 
 
-def local_output(source: str) -> Path:
-    """The local folder `source` names; object-store URLs are refused (exit 2) for now."""
+def local_output(source: str) -> OutPath:
+    """The output folder `source` names: a local folder or an object-store URI (s3://, gs://,
+    az://, abfs[s]://, file://, read through `storage.fs`); other URLs are refused (exit 2)."""
     scheme, sep, _ = source.partition("://")
-    if sep and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
+    if sep and not is_uri(source) and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
         raise CtxprecError(
-            f"{source}: compare reads local output folders only; copy the output to a local "
-            "folder first (e.g. `aws s3 sync` or `gsutil rsync`) and pass that folder"
+            f"{source}: compare reads local folders and s3://, gs://, az://, abfs[s]:// or "
+            "file:// outputs; copy the output to one of those first"
         )
-    path = Path(source)
+    path = out_path(source)
     if not path.is_dir():
         raise CtxprecError(f"{source} is not a folder; pass an OUTDIR written by `ctxprec score`")
     return path
@@ -120,9 +122,12 @@ def _scan(side: Side) -> pl.LazyFrame:
             f"side {side.name}: {side.path} holds no scored part files; "
             "pass an OUTDIR written by `ctxprec score`"
         )
-    return pl.scan_parquet(
-        files, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-    )
+    with local_copies(files, side.path) as local:  # object stores: read from a temp copy
+        lf = pl.scan_parquet(
+            local, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
+        )
+        # an object store's temp copy is gone once this returns: read it now
+        return lf.collect().lazy() if isinstance(side.path, ObjPath) else lf
 
 
 def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
@@ -272,7 +277,7 @@ def _side_info(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _manifest_judge(path: Path) -> dict[str, Any] | None:
+def _manifest_judge(path: OutPath) -> dict[str, Any] | None:
     """The judge configuration the output's manifest records (None for a foreign folder)."""
     manifest = path / STATE_DIR / "manifest.json"
     if not manifest.is_file():

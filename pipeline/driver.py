@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -28,6 +27,7 @@ from pipeline.publish import check_sinks, publish
 from storage.charts import preload
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
+from storage.objpath import OutPath
 from storage.ownership import check_claimable, local_outdir, warn_foreign
 from storage.report import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
@@ -48,7 +48,7 @@ AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they
 
 @dataclass
 class RunResult:
-    outdir: Path
+    outdir: OutPath
     rows: int
     failed: int
     summary: dict[str, Any]
@@ -90,7 +90,7 @@ class StageResult:
 
 async def prepare_run(
     input: str,
-    outdir: Path,
+    outdir: str | OutPath,
     cfg: Config,
     *,
     overwrite: bool = False,
@@ -100,7 +100,7 @@ async def prepare_run(
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
     incremental run skips. On any error the lock is given back."""
-    outdir = local_outdir(outdir)
+    outdir = local_outdir(outdir)  # a local Path, or an ObjPath in an object store
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.extractor:
         load_extractor(cfg.extractor)  # a bad one fails before the folder is touched
@@ -226,7 +226,7 @@ def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
     return TableSpec(schema, model, cfg.scale, cfg.ks, cfg.mode == "row", labels)
 
 
-def _incremental_skip(outdir: Path, info: SourceInfo, cfg: Config) -> pl.Series:
+def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Series:
     """Ids already scored (ok or empty_context) are skipped; failed rows of ids in this input
     are dropped from the folder first, so that this run can score them again."""
     have = scored_ids(outdir)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,7 +45,9 @@ from pipeline.limits import GateStats, RateGate
 from pipeline.progress import Progress
 from pipeline.writer import partition_tables
 from storage.memo import Memo, MemoStore, default_cache_dir, judge_prefix
+from storage.objpath import ObjPath, OutPath, out_path
 from storage.schema import STATUS_FAILED
+from storage.verdicts import open_shared
 
 __all__ = ["MeteredGate", "RunResult", "run_score", "run_stage", "score"]
 
@@ -76,7 +79,7 @@ def score(
 
         return score_batch(input, outdir, config, **kw)
     try:
-        return anyio.run(lambda: run_score(str(input), Path(outdir), config or Config(), **kw))
+        return anyio.run(lambda: run_score(str(input), out_path(outdir), config or Config(), **kw))
     except BaseExceptionGroup as group:
         raise _first_meaningful(group) from None
 
@@ -94,7 +97,7 @@ def _first_meaningful(group: BaseExceptionGroup[BaseException]) -> BaseException
 
 async def run_score(
     input: str,
-    outdir: Path,
+    outdir: OutPath,
     cfg: Config,
     *,
     overwrite: bool = False,
@@ -110,7 +113,10 @@ async def run_score(
     )
     try:
         counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
-        result = await run_stage(plan, counters=counters, progress=progress)
+        memo = None  # an object-store OUTDIR keeps verdicts for a resume on another machine
+        if isinstance(plan.runlog.outdir, ObjPath):
+            memo = partial(_shared_memo, plan)
+        result = await run_stage(plan, counters=counters, progress=progress, open_memo=memo)
         wall = time.monotonic() - started
         engine = {"name": "local", "workers": 1, "tasks": 1}
         return await anyio.to_thread.run_sync(finish_run, plan, result, started_at, wall, engine)
@@ -184,6 +190,10 @@ async def _done_by_earlier_attempt(
 
 def _open_memo(cfg: Config) -> MemoStore | None:
     return Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
+
+
+def _shared_memo(plan: RunPlan) -> MemoStore | None:
+    return open_shared(_open_memo(plan.cfg), plan.runlog.outdir, plan.input)
 
 
 async def _execute(

@@ -6,12 +6,12 @@ hidden behind a gate).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import polars as pl
 
 from pipeline.paired import TIE_EPS
 from storage.dataset import part_files
+from storage.objpath import OutPath, local_copies
 from storage.schema import STATUS_EMPTY, STATUS_OK
 
 __all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
@@ -20,22 +20,23 @@ GATE_EXIT = 5
 _SCORED = (STATUS_OK, STATUS_EMPTY)
 
 
-def _rows(outdir: Path) -> pl.DataFrame:
+def _rows(outdir: OutPath) -> pl.DataFrame:
     files = part_files(outdir)
     if not files:
         return pl.DataFrame(schema={"id": pl.String, "status": pl.String, "score": pl.Float64})
-    scans = [pl.scan_parquet(f, hive_partitioning=False).select("id", "status", "score")
-             for f in files]  # fmt: skip
-    return pl.concat(scans, how="vertical_relaxed").collect()
+    with local_copies(files, outdir) as local:  # object stores: a temp copy
+        scans = [pl.scan_parquet(f, hive_partitioning=False).select("id", "status", "score")
+                 for f in local]  # fmt: skip
+        return pl.concat(scans, how="vertical_relaxed").collect()
 
 
-def ids_before(outdir: Path) -> pl.Series:
+def ids_before(outdir: OutPath) -> pl.Series:
     """Ids already scored (ok or empty_context) in `outdir` before an incremental run."""
     rows = _rows(outdir)
     return rows.filter(pl.col("status").is_in(_SCORED)).get_column("id")
 
 
-def run_mean(outdir: Path, before: pl.Series | None = None) -> tuple[float | None, int]:
+def run_mean(outdir: OutPath, before: pl.Series | None = None) -> tuple[float | None, int]:
     """(mean score, rows) over the ok and empty_context rows this run wrote: the whole output,
     or with `before` (an incremental run) only the ids that were not scored before it."""
     rows = _rows(outdir).filter(pl.col("status").is_in(_SCORED) & pl.col("score").is_not_null())

@@ -1,6 +1,8 @@
 """The one way ctxprec writes a file: a temp file of its own naming pattern beside the target,
-fsynced, renamed over the target, then the folder fsynced. A failed write (full disk, read-only
-folder) leaves no temp file behind and raises `OutputError` saying what to do next.
+fsynced, renamed over the target, then the folder fsynced. In an object store (`ObjPath`), which
+has no rename, the file is made in a local temp file and sent as one PUT under its final name:
+readers see the old object or the new one, whole. A failed write (full disk, read-only folder)
+leaves no temp file behind and raises `OutputError` saying what to do next.
 """
 
 from __future__ import annotations
@@ -9,10 +11,15 @@ import contextlib
 import errno
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.errors import OutputError
+
+if TYPE_CHECKING:
+    from storage.objpath import OutPath
 
 __all__ = [
     "TMP_PREFIX",
@@ -46,11 +53,11 @@ def temp_path(target: Path) -> Path:
     return target.with_name(f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{target.name}")
 
 
-def fault_point(target: Path) -> None:
+def fault_point(target: OutPath) -> None:
     """Called before every write: the seam tests replace to fail a write like a full disk."""
 
 
-def write_error(target: Path, exc: OSError) -> OutputError:
+def write_error(target: OutPath, exc: OSError) -> OutputError:
     """The user-facing error for a write that failed."""
     reason = _REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
     return OutputError(
@@ -59,8 +66,12 @@ def write_error(target: Path, exc: OSError) -> OutputError:
     )
 
 
-def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
-    """`write(tmp)` fills a temp file; it then replaces `target` in one rename."""
+def atomic_write(target: OutPath, write: Callable[[Path], object]) -> None:
+    """`write(tmp)` fills a temp file; it then replaces `target` in one rename (one PUT in an
+    object store)."""
+    if not isinstance(target, Path):
+        _put(target, write)
+        return
     tmp = temp_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -76,11 +87,25 @@ def atomic_write(target: Path, write: Callable[[Path], object]) -> None:
     _fsync_folder(target.parent)
 
 
-def atomic_write_bytes(target: Path, data: bytes) -> None:
+def _put(target: OutPath, write: Callable[[Path], object]) -> None:
+    from storage.objpath import ObjPath
+
+    assert isinstance(target, ObjPath)
+    with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as folder:
+        tmp = Path(folder) / target.name
+        try:
+            fault_point(target)
+            write(tmp)
+            target.put_file(tmp)
+        except OSError as exc:
+            raise write_error(target, exc) from exc
+
+
+def atomic_write_bytes(target: OutPath, data: bytes) -> None:
     atomic_write(target, lambda tmp: tmp.write_bytes(data))
 
 
-def atomic_write_text(target: Path, text: str) -> None:
+def atomic_write_text(target: OutPath, text: str) -> None:
     atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 

@@ -15,28 +15,37 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.atomic import atomic_write
+from storage.objpath import ObjPath, OutPath, readable
 from storage.ownership import part_files
 
 __all__ = ["drop_ids", "part_files", "scored_ids"]
 
 
-def scored_ids(outdir: Path) -> pl.DataFrame:
+def scored_ids(outdir: OutPath) -> pl.DataFrame:
     """id and status of every row in the folder (one small scan of two columns)."""
     files = part_files(outdir)
     if not files:
         return pl.DataFrame({"id": [], "status": []}, schema={"id": pl.String, "status": pl.String})
-    frames = [pl.scan_parquet(f, hive_partitioning=False).select("id", "status") for f in files]
+    if isinstance(outdir, ObjPath):  # object store: read the two columns through pyarrow.fs
+        tables = [pq.read_table(readable(f), columns=["id", "status"]) for f in files]
+        got = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+        assert isinstance(got, pl.DataFrame)
+        return got
+    frames = [
+        pl.scan_parquet(Path(str(f)), hive_partitioning=False).select("id", "status") for f in files
+    ]
     return pl.concat(frames, how="vertical_relaxed").collect()
 
 
-def drop_ids(outdir: Path, ids: Collection[object]) -> int:
-    """Rewrite (atomically) each part file holding any of `ids` without those rows."""
+def drop_ids(outdir: OutPath, ids: Collection[object]) -> int:
+    """Rewrite (atomically: rename, or one PUT in an object store) each part file holding any
+    of `ids` without those rows."""
     if not ids:
         return 0
     wanted = list(ids)
     dropped = 0
     for path in part_files(outdir):
-        table = pq.read_table(path)
+        table = pq.read_table(readable(path))
         hit = pc.is_in(
             table.column("id"), value_set=pa.array(wanted, type=table.schema.field("id").type)
         )

@@ -1,6 +1,13 @@
 """One writer per output folder: a run holds OUTDIR/_ctxprec/lock for its whole life. The file
 names its holder (host, pid, start time, command) and is touched every few seconds while the run
 lives; a lock of a dead process on this host, or one not touched for minutes, is taken over.
+
+In an object store there is no O_EXCL and no rename: the lock is a lease object. A run writes it
+only when no lease is there, waits `SETTLE_S`, reads it back and holds the lock only if its own
+token is still the one written (of two runs that raced, the later PUT wins and the other backs
+off). The holder rewrites the lease every `REFRESH_S`; one not rewritten for `STALE_S` is taken
+over. Limits: a run whose check and PUT are more than `SETTLE_S` apart (a stalled client) can
+still overlap another, and staleness is judged by the store's clock against ours.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 from pipeline.errors import OutputError
 from storage.atomic import TMP_PREFIX, write_error
+from storage.objpath import ObjPath, OutPath
 from storage.ownership import STATE_DIR
 
 __all__ = [
@@ -40,6 +48,7 @@ LOCK_NAME = "lock"
 REFRESH_S = 10.0  # the holder touches the lock this often
 STALE_S = 120.0  # a lock nobody touched for this long belongs to a run that is gone
 POLL_S = 0.5
+SETTLE_S = 1.0  # object stores: how long a new lease must stay ours before it counts
 _USERINFO = re.compile(r"//[^/@\s]+@")
 
 
@@ -77,7 +86,7 @@ def _pid_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def read_holder(path: Path) -> tuple[Holder | None, float] | None:
+def read_holder(path: OutPath) -> tuple[Holder | None, float] | None:
     """(holder, seconds since last touched) of a lock file; None when there is no lock; holder
     None when the file cannot be read as a lock (it is being created)."""
     try:
@@ -94,7 +103,7 @@ def read_holder(path: Path) -> tuple[Holder | None, float] | None:
         return None, age
 
 
-def live_holder(outdir: Path, stale_s: float = STALE_S) -> Holder | None:
+def live_holder(outdir: OutPath, stale_s: float = STALE_S) -> Holder | None:
     """Who is writing `outdir` now; None when no live run holds its lock."""
     found = read_holder(outdir / STATE_DIR / LOCK_NAME)
     if found is None or found[0] is None or found[1] > stale_s:
@@ -110,7 +119,7 @@ class OutdirLock:
 
     def __init__(
         self,
-        outdir: Path,
+        outdir: OutPath,
         *,
         refresh_s: float = REFRESH_S,
         stale_s: float = STALE_S,
@@ -185,6 +194,8 @@ class OutdirLock:
     def _create(self) -> bool:
         """Create the lock file atomically (O_EXCL): of two runs, exactly one succeeds."""
         body = json.dumps(self.holder.__dict__, indent=2).encode()
+        if isinstance(self.path, ObjPath):
+            return self._create_lease(self.path, body)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -202,6 +213,19 @@ class OutdirLock:
         os.close(fd)
         return True
 
+    def _create_lease(self, path: ObjPath, body: bytes) -> bool:
+        """Object stores: PUT the lease when none is there, then keep it only if it is still
+        ours after `SETTLE_S` (see the module text for the limits)."""
+        try:
+            if path.exists():
+                return False
+            path.write_bytes(body)
+        except OSError as exc:
+            raise write_error(path, exc) from exc
+        time.sleep(SETTLE_S)
+        found = read_holder(path)
+        return found is not None and found[0] is not None and found[0] == self.holder
+
     def _stale(self, holder: Holder | None, age: float) -> str | None:
         if age > self.stale_s:
             return f"not refreshed for {age:.0f} s"
@@ -216,6 +240,14 @@ class OutdirLock:
 
     def _take_over(self, holder: Holder | None, reason: str) -> None:
         """Move the stale lock aside (one process wins the rename), then create ours."""
+        if isinstance(self.path, ObjPath):
+            found = read_holder(self.path)
+            if found is not None and found[0] == holder:  # still the stale one: remove it
+                who = holder.describe() if holder else "an unreadable lock"
+                self._log(f"ctxprec: taking over the lock on {self.outdir} from {who} ({reason})")
+                with contextlib.suppress(OSError):
+                    self.path.unlink(missing_ok=True)
+            return
         aside = self.path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}-{LOCK_NAME}")
         try:
             os.rename(self.path, aside)
@@ -248,4 +280,9 @@ class OutdirLock:
     def _refresh(self) -> None:
         while not self._stop.wait(self.refresh_s):
             with contextlib.suppress(OSError):
-                os.utime(self.path)
+                if isinstance(self.path, ObjPath):  # no utime: rewrite the lease if still ours
+                    found = read_holder(self.path)
+                    if found is not None and found[0] == self.holder:
+                        self.path.write_bytes(json.dumps(self.holder.__dict__, indent=2).encode())
+                else:
+                    os.utime(self.path)

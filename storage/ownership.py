@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from pipeline.errors import OutputError
 from storage.atomic import TMP_PREFIX, is_temp
 from storage.charts import CHART_FILES, TREND_CHART
+from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
     "MANIFEST",
@@ -45,30 +45,17 @@ SUMMARY_FILES = ("summary.json", "summary.md")
 RUN_STATE = (MANIFEST, "run.json", "estimate.json")
 
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/")
+def local_outdir(outdir: str | OutPath) -> OutPath:
+    """The output folder: a local path, or an object-store prefix (s3://, gs://, az://,
+    abfs[s]://); other URLs are refused before anything is created (`storage.objpath`)."""
+    return out_path(outdir)
 
 
-def local_outdir(outdir: str | Path) -> Path:
-    """The output folder as a local path; a URL (s3://, gs://, ...) is refused before anything
-    is created. (`Path` folds `s3://b` to `s3:/b`: both spellings are caught.)"""
-    text = str(outdir)
-    if text.startswith("file:/"):
-        return Path("/" + text.removeprefix("file:").lstrip("/"))
-    match = _SCHEME.match(text)
-    if match:
-        text = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", r"\1://", text)
-        raise OutputError(
-            f"output {text}: object-store outputs ({match.group(1)}://) are not supported yet; "
-            "write to a local or mounted folder (e.g. -o /data/out) and copy it from there"
-        )
-    return Path(outdir)
-
-
-def has_manifest(outdir: Path) -> bool:
+def has_manifest(outdir: OutPath) -> bool:
     return (outdir / STATE_DIR / MANIFEST).is_file()
 
 
-def read_manifest(outdir: Path) -> dict[str, Any] | None:
+def read_manifest(outdir: OutPath) -> dict[str, Any] | None:
     """The manifest, None when there is none; a damaged one is an OutputError."""
     path = outdir / STATE_DIR / MANIFEST
     if not path.is_file():
@@ -82,13 +69,16 @@ def read_manifest(outdir: Path) -> dict[str, Any] | None:
     return data
 
 
-def records(outdir: Path, prefix: str = "", suffix: str = COMMITTED) -> dict[str, dict[str, Any]]:
+def records(
+    outdir: OutPath, prefix: str = "", suffix: str = COMMITTED
+) -> dict[str, dict[str, Any]]:
     """Commit records (or pending records) by part key; a torn record is no record."""
     found: dict[str, dict[str, Any]] = {}
     folder = outdir / STATE_DIR / PARTS
     if not folder.is_dir():
         return found
-    for path in sorted(folder.iterdir()):
+    children: list[OutPath] = list(folder.iterdir())
+    for path in sorted(children, key=str):
         name = path.name
         if not (name.startswith(prefix) and name.endswith(suffix)) or is_temp(name):
             continue
@@ -101,27 +91,33 @@ def records(outdir: Path, prefix: str = "", suffix: str = COMMITTED) -> dict[str
     return found
 
 
-def recorded_files(outdir: Path, suffix: str = COMMITTED) -> set[str]:
+def recorded_files(outdir: OutPath, suffix: str = COMMITTED) -> set[str]:
     """Relative paths of the part files the records name."""
     return {str(f) for raw in records(outdir, suffix=suffix).values() for f in raw["files"]}
 
 
-def part_files(outdir: Path) -> list[Path]:
+def part_files(outdir: OutPath) -> list[OutPath]:
     """The scored data of the folder: every part file a commit record names (and that exists).
     Parquet files anyone else put into the folder are not part of it."""
     found = (outdir / rel for rel in recorded_files(outdir))
     return sorted(p for p in found if p.is_file())
 
 
-def _fixed(outdir: Path) -> set[str]:
+def _fixed(outdir: OutPath) -> set[str]:
     """Files ctxprec writes by fixed name, ours only in a folder that holds its manifest."""
     if not has_manifest(outdir):
         return set()
     return {SUCCESS, *SUMMARY_FILES, *(f"charts/{name}" for name in (*CHART_FILES, TREND_CHART))}
 
 
-def _walk(outdir: Path) -> Iterator[str]:
+def _walk(outdir: OutPath) -> Iterator[str]:
     """Every file below `outdir` (hidden ones too), as a relative path; not the state folder."""
+    if isinstance(outdir, ObjPath):  # rglob lists files only, in one listing
+        for obj in sorted(outdir.rglob("*")):
+            key = obj.relative_to(outdir)
+            if key.parts[0] != STATE_DIR:
+                yield key.as_posix()
+        return
     if not outdir.is_dir():
         return
     for path in sorted(outdir.rglob("*")):
@@ -131,13 +127,13 @@ def _walk(outdir: Path) -> Iterator[str]:
         yield rel.as_posix()
 
 
-def foreign_files(outdir: Path) -> list[str]:
+def foreign_files(outdir: OutPath) -> list[str]:
     """Files below `outdir` that ctxprec did not write (relative paths, sorted)."""
     ours = recorded_files(outdir) | recorded_files(outdir, PENDING) | _fixed(outdir)
     return [rel for rel in _walk(outdir) if rel not in ours and not is_temp(Path(rel).name)]
 
 
-def check_claimable(outdir: Path) -> None:
+def check_claimable(outdir: OutPath) -> None:
     """A run may write into a folder that does not exist, is empty, holds only ctxprec's state
     (e.g. a saved estimate) or holds ctxprec's manifest; anything else is refused."""
     if outdir.exists() and not outdir.is_dir():
@@ -156,7 +152,7 @@ def check_claimable(outdir: Path) -> None:
         )
 
 
-def warn_foreign(outdir: Path) -> str | None:
+def warn_foreign(outdir: OutPath) -> str | None:
     """One warning line when a ctxprec folder also holds the user's files, else None."""
     foreign = foreign_files(outdir)
     if not foreign:
@@ -168,7 +164,7 @@ def warn_foreign(outdir: Path) -> str | None:
     )
 
 
-def remove_torn(outdir: Path) -> None:
+def remove_torn(outdir: OutPath) -> None:
     """Files of parts whose writing was cut off (named by a pending record only), the pending
     records themselves and ctxprec's temp files: left by a killed run, removed before the next."""
     committed = recorded_files(outdir)
@@ -183,7 +179,7 @@ def remove_torn(outdir: Path) -> None:
                 _unlink(tmp)
 
 
-def remove_owned(outdir: Path) -> None:
+def remove_owned(outdir: OutPath) -> None:
     """--overwrite: remove exactly the files ctxprec's records name (parts, summary, charts,
     `_SUCCESS`, commit records, run state), and the folders that removing them left empty."""
     parts = recorded_files(outdir) | recorded_files(outdir, PENDING)
@@ -199,13 +195,15 @@ def remove_owned(outdir: Path) -> None:
     remove_torn(outdir)
 
 
-def _unlink(path: Path) -> None:
+def _unlink(path: OutPath) -> None:
     if path.is_file() or path.is_symlink():
         path.unlink(missing_ok=True)
 
 
-def _prune(outdir: Path, folder: Path) -> None:
+def _prune(outdir: OutPath, folder: OutPath) -> None:
     """Remove `folder` and its parents up to `outdir` while they are empty."""
+    if isinstance(outdir, ObjPath) or isinstance(folder, ObjPath):
+        return  # an object store has no folders to leave behind
     while folder != outdir and outdir in folder.parents:
         with contextlib.suppress(OSError):
             folder.rmdir()  # fails (and stops) when the folder still holds anything

@@ -14,6 +14,7 @@ import polars as pl
 
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
@@ -53,7 +54,7 @@ _EMPTY: dict[str, pl.DataType] = {
 
 
 def build_summary(
-    outdir: Path,
+    outdir: OutPath,
     run: Mapping[str, Any],
     *,
     scale: float = 1.0,
@@ -61,7 +62,21 @@ def build_summary(
     ks: Sequence[int] = DEFAULT_KS,
 ) -> dict[str, Any]:
     """Every figure of the summary; Polars reads only the columns each figure needs."""
-    parts = part_files(Path(outdir))  # what ctxprec committed; files users added are not data
+    outdir = out_path(outdir)
+    parts = part_files(outdir)  # what ctxprec committed; files users added are not data
+    with local_copies(parts, outdir) as local:  # object stores: read from a temp copy
+        return _build(outdir, local, run, scale=scale, group_by=group_by, ks=ks)
+
+
+def _build(
+    outdir: OutPath,
+    parts: list[Path],
+    run: Mapping[str, Any],
+    *,
+    scale: float,
+    group_by: str | None,
+    ks: Sequence[int],
+) -> dict[str, Any]:
     lf = _scan(parts)
     cols = set(lf.collect_schema().names())
     figures = _figures(lf, scale)
@@ -81,7 +96,7 @@ def build_summary(
     }
     summary |= _judge(run, tokens)
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
-    summary["trend"] = night_trend(Path(outdir), run)  # None unless partitioned by a date
+    summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     return summary
 
@@ -336,9 +351,10 @@ def _r(value: Any) -> Any:
     return value
 
 
-def write_summary(outdir: Path, summary: Mapping[str, Any], *, charts: bool = True) -> None:
-    """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace)."""
-    outdir = Path(outdir)
+def write_summary(outdir: OutPath, summary: Mapping[str, Any], *, charts: bool = True) -> None:
+    """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace,
+    or one PUT each in an object store)."""
+    outdir = out_path(outdir)
     chart_dir = outdir / "charts"
     pngs = render_charts(summary) if charts else {}
     for name, data in pngs.items():

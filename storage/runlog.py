@@ -1,8 +1,10 @@
 """Run manifest, per-part commit records and the success marker of one output folder.
 
 A part's files are named in a pending record before they are written (each by temp file and
-rename), and count as done only once its commit record exists. `_SUCCESS` (and a "complete"
-manifest) marks a finished run. Which files are ctxprec's is `storage.ownership`'s answer.
+rename, or in an object store by one PUT under its final name), and count as done only once its
+commit record exists: no rename is needed, so the same protocol holds on S3, GCS and Azure.
+`_SUCCESS` (and a "complete" manifest) marks a finished run. Which files are ctxprec's is
+`storage.ownership`'s answer.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from storage import ownership
 from storage.atomic import atomic_write, atomic_write_text
 from storage.lock import command_line
 from storage.mismatch import describe_differences
+from storage.objpath import OutPath
 from storage.ownership import COMMITTED, PARTS, PENDING, STATE_DIR, SUCCESS
 
 __all__ = ["STATE_DIR", "PartRecord", "RunLog", "atomic_write_text", "fingerprint_of"]
@@ -49,7 +52,11 @@ class RunLog:
     """The state of one output folder. Methods do blocking I/O: call them from a thread."""
 
     def __init__(
-        self, outdir: Path, fingerprint: str, describe: Mapping[str, Any], config_fingerprint: str
+        self,
+        outdir: OutPath,
+        fingerprint: str,
+        describe: Mapping[str, Any],
+        config_fingerprint: str,
     ):
         self.outdir = outdir
         self.state = outdir / STATE_DIR

@@ -4,15 +4,14 @@ how to resume it), being written by a live run, or not a ctxprec output at all.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from storage.lock import live_holder
+from storage.objpath import OutPath
 from storage.ownership import STATE_DIR, read_manifest, records
 
 __all__ = ["unfinished"]
 
 
-def unfinished(outdir: Path) -> str | None:
+def unfinished(outdir: OutPath) -> str | None:
     """Why `outdir` has no finished run to summarise; None when it has one."""
     manifest = read_manifest(outdir)
     run = outdir / STATE_DIR / "run.json"

@@ -16,6 +16,7 @@ import polars as pl
 
 from storage.charts import TREND_CHART
 from storage.dataset import part_files
+from storage.objpath import OutPath, local_copies, out_path
 from storage.runlog import STATE_DIR
 from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
@@ -25,7 +26,7 @@ _Z95 = 1.959964
 _DATE_NAMES = ("dt", "date", "day", "ds", "night")
 
 
-def _partition_by(outdir: Path) -> list[str]:
+def _partition_by(outdir: OutPath) -> list[str]:
     try:
         manifest = json.loads((outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -44,15 +45,20 @@ def _date_column(lf: pl.LazyFrame, candidates: Sequence[str]) -> str | None:
     return None
 
 
-def night_trend(outdir: Path, run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Per-night figures, oldest first; None when the output is not partitioned by a date."""
-    outdir = Path(outdir)
+def night_trend(
+    outdir: OutPath, run: Mapping[str, Any], files: Sequence[Path] | None = None
+) -> dict[str, Any] | None:
+    """Per-night figures, oldest first; None when the output is not partitioned by a date.
+    `files`: local copies of the part files when the caller has them (object stores)."""
+    outdir = out_path(outdir)
+    if files is None:
+        with local_copies(part_files(outdir), outdir) as local:
+            return night_trend(outdir, run, local)
     candidates = _partition_by(outdir)
-    files = part_files(outdir)
     if not candidates or not files:
         return None
     lf = pl.scan_parquet(
-        files, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
+        list(files), hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
     )
     cols = set(lf.collect_schema().names())
     column = _date_column(lf, [c for c in candidates if c in cols])

@@ -1,6 +1,7 @@
 """The shared verdict store: verdicts appended as Arrow IPC files under OUTDIR/_ctxprec/verdicts,
 one folder per input file, so any machine that sees OUTDIR reuses every verdict paid for there
-(diskcache is one host's memo). Files appear by rename: a killed writer leaves no torn file.
+(diskcache is one host's memo). Files appear by rename (one PUT in an object store): a killed
+writer leaves no torn file.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import pyarrow.ipc as ipc
 
 from storage.atomic import atomic_write
 from storage.memo import MemoEntry, MemoStore
+from storage.objpath import OutPath, readable
 from storage.ownership import STATE_DIR
 
-__all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "verdict_dir"]
+__all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 
 FLUSH_S = 1.0  # a killed worker loses at most this much of its newest verdicts
 _SCHEMA = pa.schema(
@@ -33,7 +35,7 @@ _SCHEMA = pa.schema(
 )
 
 
-def verdict_dir(outdir: Path, source: Path | str) -> Path:
+def verdict_dir(outdir: OutPath, source: Path | str) -> OutPath:
     """The folder of the verdicts judged for one input file (named by its absolute path, or
     its object URI given as a string)."""
     name = str(source.resolve()) if isinstance(source, Path) else source
@@ -46,7 +48,7 @@ class VerdictStore:
 
     def __init__(
         self,
-        directory: Path,
+        directory: OutPath,
         *,
         flush_s: float = FLUSH_S,
         clock: Callable[[], float] = time.monotonic,
@@ -63,9 +65,10 @@ class VerdictStore:
         found: list[tuple[str, MemoEntry]] = []
         if not self.directory.is_dir():
             return found
-        for path in sorted(self.directory.glob("*.arrow")):
+        files: list[OutPath] = list(self.directory.glob("*.arrow"))
+        for path in sorted(files, key=str):
             try:
-                with ipc.open_file(path) as reader:
+                with ipc.open_file(readable(path)) as reader:
                     table = reader.read_all()
             except (OSError, pa.ArrowInvalid):
                 continue  # unreadable: those verdicts are judged again, never made up
@@ -100,6 +103,13 @@ class VerdictStore:
 def _write_ipc(table: pa.Table, path: Path) -> None:
     with ipc.new_file(path, _SCHEMA) as writer:
         writer.write_table(table)
+
+
+def open_shared(local: MemoStore | None, outdir: OutPath, source: str) -> MemoStore | None:
+    """The local memo joined with OUTDIR's verdict store for `source` (None: memo off)."""
+    if local is None:
+        return None
+    return SharedMemo(local, VerdictStore(verdict_dir(outdir, source)))
 
 
 class SharedMemo:

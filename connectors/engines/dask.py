@@ -38,6 +38,7 @@ from pipeline.flow import run_stage
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats
 from storage.memo import Memo, MemoStore, default_cache_dir
+from storage.objpath import out_path
 from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
 
 __all__ = [
@@ -104,7 +105,7 @@ def score_dask(
     `workers` processes (default: one per core). Output and summary are the local engine's."""
     _require_distributed()
     started, started_at = time.monotonic(), datetime.now(UTC)
-    prepare = partial(prepare_run, str(input), Path(outdir), cfg, wait_lock=wait_lock)
+    prepare = partial(prepare_run, str(input), out_path(outdir), cfg, wait_lock=wait_lock)
     plan = _portable(_run_async(partial(prepare, overwrite=overwrite, incremental=incremental)))
     try:  # the driver (this process) holds the output folder's lock until the end
         return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)

@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.errors import ConfigError, CtxprecError, OutputError
+from storage.objpath import ObjPath, OutPath, readable
 
 __all__ = [
     "RowCounter",
@@ -51,7 +52,7 @@ class Sink(Protocol):
         ...
 
     def append(
-        self, outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+        self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
     ) -> SinkResult:
         """Add the rows of `files` (paths relative to `outdir`) whose id is not yet in the table,
         in one transaction: on any error the table is left as it was."""
@@ -59,7 +60,7 @@ class Sink(Protocol):
 
 
 def read_parts(
-    outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+    outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
 ) -> pa.RecordBatchReader:
     """One stream over the part files, every batch cast and ordered exactly as `schema`.
 
@@ -76,13 +77,23 @@ def read_parts(
     if partition_by:
         keys = pa.schema([pa.field(name, pa.string()) for name in partition_by])
         partitioning = ds.partitioning(keys, flavor="hive")
-    dataset = ds.dataset(
-        [str(p) for p in paths],
-        schema=as_read,
-        format="parquet",
-        partitioning=partitioning,
-        partition_base_dir=str(outdir),
-    )
+    if isinstance(outdir, ObjPath):  # the object store's own paths, read through pyarrow.fs
+        dataset = ds.dataset(
+            [p.path for p in paths if isinstance(p, ObjPath)],
+            schema=as_read,
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=outdir.path,
+            filesystem=outdir.fs,
+        )
+    else:
+        dataset = ds.dataset(
+            [str(p) for p in paths],
+            schema=as_read,
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=str(outdir),
+        )
     keep = ds.field("status") != "failed"
     batches = dataset.scanner(columns=schema.names, filter=keep).to_batches()
     return pa.RecordBatchReader.from_batches(schema, _conform(batches, schema))
@@ -95,14 +106,14 @@ def _conform(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[p
 
 
 def _check_part_columns(
-    outdir: Path, paths: Sequence[Path], schema: pa.Schema, partition_by: Sequence[str]
+    outdir: OutPath, paths: Sequence[OutPath], schema: pa.Schema, partition_by: Sequence[str]
 ) -> None:
     """Footers only: a missing file or column fails here, not as silent nulls mid-load."""
     wanted = [name for name in schema.names if name not in partition_by]
     for path in paths:
         if not path.is_file():
             raise OutputError(f"part file {path} is missing; rerun the scoring run for {outdir}")
-        have = set(pq.read_schema(path).names)
+        have = set(pq.read_schema(readable(path)).names)
         missing = [name for name in wanted if name not in have]
         if missing:
             raise OutputError(

@@ -4,6 +4,7 @@ creating it on first use; each id at most once, in one commit.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from pipeline.errors import OutputError
+from storage.objpath import OutPath
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable, WriterProperties
@@ -45,6 +47,15 @@ def _local_path(uri: str) -> Path | None:
     if uri.startswith("file://"):
         return Path(uri.removeprefix("file://"))
     return None if "://" in uri else Path(uri)
+
+
+def _storage_options(uri: str) -> dict[str, str] | None:
+    """delta-rs reads credentials and AWS_ENDPOINT_URL from the environment itself; an s3://
+    table behind a plain-http endpoint (MinIO, a loopback test server) also needs allow_http."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL", "")
+    if uri.startswith(("s3://", "s3a://")) and endpoint.startswith("http://"):
+        return {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true"}
+    return None
 
 
 def _column_types(schema: pa.Schema) -> dict[str, str]:
@@ -85,7 +96,7 @@ class DeltaSink:
             check_creatable(local, self.name)
 
     def append(
-        self, outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+        self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
     ) -> SinkResult:
         self.check(schema)
         table = self._open()
@@ -104,9 +115,10 @@ class DeltaSink:
         from deltalake import DeltaTable
 
         try:
-            if not DeltaTable.is_deltatable(self.path):
+            options = _storage_options(self.path)
+            if not DeltaTable.is_deltatable(self.path, storage_options=options):
                 return None
-            return DeltaTable(self.path)
+            return DeltaTable(self.path, storage_options=options)
         except Exception as exc:
             raise OutputError(f"{self.name}: cannot open the table: {error_summary(exc)}") from exc
 
@@ -116,6 +128,7 @@ class DeltaSink:
         write_deltalake(
             self.path,
             stream,
+            storage_options=_storage_options(self.path),
             mode="error",  # a table that appeared since `_open` is not overwritten
             partition_by=list(partition_by) or None,
             name="ctxprec scores",

@@ -23,6 +23,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from pipeline.errors import ConfigError, OutputError
+from storage.objpath import OutPath
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection
@@ -110,7 +111,7 @@ class DuckDBSink:
             raise_if_differs(self.name, _duckdb_types(schema), actual)
 
     def append(
-        self, outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+        self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
     ) -> SinkResult:
         types = _duckdb_types(schema)
         stream, counter = counted(read_parts(outdir, files, schema, partition_by))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -229,7 +231,7 @@ def test_readme_bucket_commands_run_as_written(
         data = sample.slice(i * 6, 6).write_ndjson().encode()
         s3_server.put(f"my-bucket/{key}", gzip.compress(data))
     commands = _readme_bucket_commands()
-    assert len(commands) == 2
+    assert len(commands) == 3
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for command in commands:
         done = subprocess.run(
@@ -242,6 +244,13 @@ def test_readme_bucket_commands_run_as_written(
     assert day.height == 12
     exports = pl.read_parquet(tmp_path / "exports-scores" / "*.parquet")
     assert exports.height == 12 and exports.get_column("id").is_unique().all()
+    # the third: input and output in the bucket
+    fs = s3_server.filesystem()
+    found = fs.get_file_info(pafs.FileSelector("my-bucket/scores", recursive=True))
+    parts = [f.path for f in found if f.path.endswith(".parquet")]
+    assert parts == ["my-bucket/scores/part-00000-00000.parquet"]
+    assert pq.read_table(parts[0], filesystem=fs).num_rows == 12
+    assert fs.get_file_info("my-bucket/scores/_SUCCESS").type == pafs.FileType.File
 
 
 def test_estimate_reads_the_bucket(

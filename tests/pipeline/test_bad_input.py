@@ -950,7 +950,7 @@ OutBuilt = tuple[list[Any], list[str]]
 
 
 def _object_store(tmp: Path) -> OutBuilt:
-    return ["-o", "s3://bucket/scores"], ["object-store outputs (s3://) are not supported yet"]
+    return ["-o", "hdfs://nn/scores"], ["hdfs:// is not a storage ctxprec writes to"]
 
 
 def _spark_folder(tmp: Path) -> OutBuilt:

@@ -77,8 +77,8 @@ def test_no_pairs_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["compare", str(a), str(b)]) == 2
     err = capsys.readouterr().err
     assert "nothing to compare" in err and "only in a 2" in err
-    assert main(["compare", "s3://bucket/scores", str(b)]) == 2
-    assert "local output folders only" in capsys.readouterr().err
+    assert main(["compare", "https://host/scores", str(b)]) == 2
+    assert "compare reads local folders and s3://" in capsys.readouterr().err
     assert main(["compare", str(a)]) == 2  # one output needs --a and --b
     assert "--a dt=" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "-o", str(a)]) == 2  # never into an output folder

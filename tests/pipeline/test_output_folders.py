@@ -6,6 +6,7 @@ names; files a user adds inside a ctxprec output survive the same command, --ove
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,14 @@ def write_input(path: Path, ids: range, dt: str = "2024-01-01") -> Path:
 
 def score(*args: object) -> int:
     return main(["score", *map(str, args), "--progress", "off"])
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def rows_in_summary(out: Path) -> int:
@@ -219,19 +228,31 @@ def test_summary_of_an_interrupted_run_says_how_to_resume(
 # ---------------------------------------------------------------- checked before paying
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/scores", "gs://bucket/x", "abfss://c@a/x"])
-def test_object_store_output_is_refused_before_anything(
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("s3://bucket/scores", "cannot access s3://bucket/scores"),
+        ("hdfs://nn/x", "hdfs:// is not a storage ctxprec writes to"),
+        ("http://host/x", "http:// is not a storage ctxprec writes to"),
+    ],
+)
+def test_unreachable_or_unknown_output_url_is_refused_before_anything(
     url: str,
+    says: str,
     tmp_path: Path,
     fake: FakeJudgeServer,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed_port()}")  # nobody there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIATEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-a-secret")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     source = write_input(tmp_path / "in.parquet", range(3))
     assert score(source, "-o", url, *HTTP) == 2
     err = capsys.readouterr().err
-    assert "object-store outputs" in err and "are not supported yet" in err
+    assert says in err
     assert fake.stats.total == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]  # no `s3:` folder
 

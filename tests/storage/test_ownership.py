@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.errors import OutputError
 from storage import ownership
+from storage.objpath import ObjPath
 from tests.fakes.folders import FOREIGN_LAYOUTS, USER_FILES_INSIDE, assert_untouched, plant
 
 
@@ -71,10 +72,17 @@ def test_empty_folders_and_bare_state_are_claimable(tmp_path: Path) -> None:
     ownership.check_claimable(tmp_path)
 
 
-@pytest.mark.parametrize("url", ["s3://b/k", "gs://b", "hdfs://nn/x", "s3:/b/k", "az://c/p"])
-def test_urls_are_refused(url: str) -> None:
-    with pytest.raises(OutputError, match="object-store outputs"):
+@pytest.mark.parametrize("url", ["hdfs://nn/x", "http://h/x", "hf://datasets/x"])
+def test_unknown_urls_are_refused(url: str) -> None:
+    with pytest.raises(OutputError, match="is not a storage ctxprec writes to"):
         ownership.local_outdir(url)
+
+
+@pytest.mark.parametrize("url", ["s3://bkt/k/out", "s3:/bkt/k/out"])
+def test_object_store_urls_are_object_paths(url: str) -> None:
+    got = ownership.local_outdir(url)
+    assert isinstance(got, ObjPath) and got.path == "bkt/k/out" and str(got) == "s3://bkt/k/out"
+    assert str(got / "_ctxprec" / "manifest.json") == "s3://bkt/k/out/_ctxprec/manifest.json"
 
 
 def test_local_paths_pass() -> None:
