@@ -266,11 +266,6 @@ class _ResultJudge:
 # ---------------------------------------------------------------- phases 1 and 2
 
 
-def _split(total: int, parts: int) -> list[int]:
-    share, rest = divmod(total, parts)
-    return [share + (1 if i < rest else 0) for i in range(parts)]
-
-
 class _Collector:
     def __init__(self, plan: RunPlan, options: BatchOptions, progress: str) -> None:
         self.plan, self.options = plan, options

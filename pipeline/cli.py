@@ -510,15 +510,12 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
-    from storage.compare_report import render_text, write_compare
+    from storage.compare_report import check_compare_target, render_text, write_compare
 
     a, b = sides_from_args(args.outputs, args.a, args.b)
     opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict)
-    if args.output is not None and (args.output / "_ctxprec").exists():
-        raise CtxprecError(
-            f"{args.output} is a ctxprec output folder; write the comparison elsewhere "
-            "(a compare.* file there would make the next score run refuse the folder)"
-        )
+    if args.output is not None:
+        check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
     report = compare(a, b, opts)
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop)
     if args.fail_drop is not None:

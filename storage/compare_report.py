@@ -7,19 +7,54 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHART_FILE", "render_chart", "render_markdown", "render_text", "write_compare"]
+from pipeline.errors import OutputError
+from storage.atomic import atomic_write_bytes
+from storage.ownership import STATE_DIR
+
+__all__ = [
+    "CHART_FILE",
+    "check_compare_target",
+    "render_chart",
+    "render_markdown",
+    "render_text",
+    "write_compare",
+]
 
 CHART_FILE = "compare.png"
 _SIZE = (8.0, 4.5)
 _INK = "#333333"
 _MAX_GROUPS = 20
 _REASON_CHARS = 300
+
+
+REPORT_FILES = ("compare.json", "compare.md", CHART_FILE)
+
+
+def check_compare_target(outdir: Path) -> None:
+    """`-o DIR` may hold an earlier comparison (replaced) but no compare.* file of anyone else's:
+    a compare.json that is not a ctxprec comparison means the others are not ours either. Nor
+    may DIR be a score output (a compare.* file there would make the next run refuse it)."""
+    if (outdir / STATE_DIR).exists():
+        raise OutputError(
+            f"{outdir} is a ctxprec output folder; write the comparison elsewhere "
+            "(a compare.* file there would make the next score run refuse the folder)"
+        )
+    present = [name for name in REPORT_FILES if (outdir / name).exists()]
+    if not present:
+        return
+    try:
+        earlier = json.loads((outdir / "compare.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = None
+    if not (isinstance(earlier, dict) and {"n_pairs", "mean_delta"} <= earlier.keys()):
+        raise OutputError(
+            f"{outdir} holds {', '.join(present)} that ctxprec compare did not write; "
+            "choose another folder with -o"
+        )
 
 
 def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
@@ -35,21 +70,9 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
     written = []
     for name, data in files.items():
         path = outdir / name
-        _atomic_write(path, data)
+        atomic_write_bytes(path, data)
         written.append(path)
     return written
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with tmp.open("xb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def fmt(value: Any, digits: int = 4) -> str:

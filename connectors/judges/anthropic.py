@@ -16,6 +16,7 @@ from connectors.judges.http import (
     Message,
     Schema,
     api_key_from_env,
+    json_int,
     normalize_base_url,
 )
 from connectors.judges.shapes import anthropic_shape, learn_anthropic
@@ -23,10 +24,6 @@ from connectors.judges.shapes import anthropic_shape, learn_anthropic
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def anthropic_base(url: str) -> str:
@@ -116,8 +113,8 @@ class AnthropicJudge(HttpJudgeBase):
         if not isinstance(usage, dict):
             return None
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-        return sum(_int(usage.get(k)) for k in keys), _int(usage.get("output_tokens"))
+        return sum(json_int(usage.get(k)) for k in keys), json_int(usage.get("output_tokens"))
 
     def _cached(self, data: dict[str, Any]) -> int:
         usage = data.get("usage")
-        return _int(usage.get("cache_read_input_tokens")) if isinstance(usage, dict) else 0
+        return json_int(usage.get("cache_read_input_tokens")) if isinstance(usage, dict) else 0

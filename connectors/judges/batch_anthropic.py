@@ -22,7 +22,7 @@ from connectors.judges.batch_api import (
     json_line,
     limits_from_env,
 )
-from connectors.judges.http import HttpJudgeBase, normalize_base_url
+from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
 from pipeline.errors import JudgeFatalError, JudgeRetryableError
 
 __all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
@@ -42,10 +42,6 @@ def api_root(settings: JudgeSettings) -> str:
         settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ROOT
     )
     return base.removesuffix("/v1")
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _time(value: Any) -> float | None:
@@ -103,7 +99,7 @@ class AnthropicBatches:
             for b in data:
                 created = _time(b.get("created_at")) or 0.0
                 counts = b.get("request_counts") or {}
-                total = sum(_int(counts.get(k)) for k in _COUNTS)
+                total = sum(json_int(counts.get(k)) for k in _COUNTS)
                 if created >= since - 120 and total == lines and b.get("id") not in claimed:
                     found.append((created, str(b["id"])))
             oldest = min((_time(b.get("created_at")) or 0.0 for b in data), default=0.0)
@@ -137,13 +133,13 @@ class AnthropicBatches:
     def _remote(data: dict[str, Any]) -> RemoteBatch:
         status = str(data.get("processing_status"))
         counts = data.get("request_counts") or {}
-        total = sum(_int(counts.get(k)) for k in _COUNTS)
+        total = sum(json_int(counts.get(k)) for k in _COUNTS)
         return RemoteBatch(
             id=str(data.get("id")),
             status=status,
             ended=status == "ended",
             total=total,
-            answered=total - _int(counts.get("processing")),
+            answered=total - json_int(counts.get("processing")),
             created_at=_time(data.get("created_at")),
             raw=data,
         )

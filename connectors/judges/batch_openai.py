@@ -23,7 +23,7 @@ from connectors.judges.batch_api import (
     limits_from_env,
     line_error,
 )
-from connectors.judges.http import HttpJudgeBase, normalize_base_url
+from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
 from connectors.judges.openai import DEFAULT_BASE_URL
 from pipeline.errors import JudgeFatalError, JudgeRetryableError
 
@@ -34,10 +34,6 @@ LIMITS = BatchLimits(50_000, 200 * 1024 * 1024)
 _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _RETRYABLE_BATCH_ERRORS = frozenset({"token_limit_exceeded", "rate_limit_exceeded"})
 _LIST_PAGES = 20
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class OpenAIBatches:
@@ -108,7 +104,7 @@ class OpenAIBatches:
                     file_id is not None and b.get("input_file_id") == file_id
                 ):
                     return str(b["id"])
-            oldest = min((_int(b.get("created_at")) for b in data), default=0)
+            oldest = min((json_int(b.get("created_at")) for b in data), default=0)
             if not page.get("has_more") or not data or oldest < since - 3600:
                 return None
             after = str(data[-1].get("id"))
@@ -150,9 +146,9 @@ class OpenAIBatches:
             id=str(data.get("id")),
             status=status,
             ended=status in _ENDED,
-            total=_int(counts.get("total")),
-            answered=_int(counts.get("completed")) + _int(counts.get("failed")),
-            created_at=float(_int(data.get("created_at"))) or None,
+            total=json_int(counts.get("total")),
+            answered=json_int(counts.get("completed")) + json_int(counts.get("failed")),
+            created_at=float(json_int(data.get("created_at"))) or None,
             error=error,
             error_retryable=retryable,
             raw=data,
@@ -177,7 +173,7 @@ def _read_line(text: bytes) -> LineResult | None:
     response = line.get("response")
     if not isinstance(response, dict):
         return LineResult(custom_id, None, JudgeRetryableError("no response", cause="no_result"))
-    status = _int(response.get("status_code"))
+    status = json_int(response.get("status_code"))
     body = response.get("body")
     if 200 <= status < 300 and isinstance(body, dict):
         return LineResult(custom_id, body, None)

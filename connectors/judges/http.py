@@ -62,6 +62,7 @@ __all__ = [
     "classify",
     "classify_exception",
     "is_loopback",
+    "json_int",
     "normalize_base_url",
     "parse_retry_after",
     "redact",
@@ -184,6 +185,11 @@ def _final_error(err: JudgeError, message: str) -> JudgeError:
         new = type(err)(message, cause=err.cause, status=err.status)
     new.body = err.body
     return new
+
+
+def json_int(value: Any) -> int:
+    """An integer field of a provider's JSON (usage, counts); 0 when absent, null or not an int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _split(total: int, parts: int) -> list[int]:

@@ -14,6 +14,7 @@ from connectors.judges.http import (
     Message,
     Schema,
     api_key_from_env,
+    json_int,
     normalize_base_url,
 )
 from connectors.judges.shapes import learn_openai, openai_shape
@@ -21,10 +22,6 @@ from connectors.judges.shapes import learn_openai, openai_shape
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class OpenAIJudge(HttpJudgeBase):
@@ -159,9 +156,9 @@ class OpenAIJudge(HttpJudgeBase):
         usage = data.get("usage")
         if not isinstance(usage, dict):
             return None
-        return _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+        return json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
 
     def _cached(self, data: dict[str, Any]) -> int:
         usage = data.get("usage")
         details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-        return _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return json_int(details.get("cached_tokens")) if isinstance(details, dict) else 0

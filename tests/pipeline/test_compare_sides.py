@@ -85,6 +85,24 @@ def test_no_pairs_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert not (a / "compare.json").exists()
 
 
+def test_report_folder_replaces_only_an_earlier_comparison(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = write_output(tmp_path / "a", ["1", "2"], [0.5, 0.5])
+    b = write_output(tmp_path / "b", ["1", "2"], [0.5, 1.0])
+    report = tmp_path / "report"
+    assert main(["compare", str(a), str(b), "-o", str(report), "--resamples", "200"]) == 0
+    assert main(["compare", str(a), str(b), "-o", str(report), "--resamples", "200"]) == 0
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "compare.md").write_text("my own notes\n")
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b), "-o", str(theirs)]) == 2
+    assert "that ctxprec compare did not write" in capsys.readouterr().err
+    assert (theirs / "compare.md").read_text() == "my own notes\n"
+    assert not (theirs / "compare.json").exists()
+
+
 def test_slices_of_one_output_paired_on_a_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
