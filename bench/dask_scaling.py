@@ -41,7 +41,7 @@ from _common import (
 )
 from distributed import Client, LocalCluster
 
-from connectors.engines.dask import install_coordinator, remove_coordinator, scheduler_lease
+from pipeline.engines.dask import install_coordinator, remove_coordinator, scheduler_lease
 
 FILES = 4
 LATENCY_MS = 100

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
 
 from connectors.judges.base import ItemRequest, JudgeSettings, JudgeStats, NullGate  # noqa: E402
 from connectors.judges.offline import OfflineJudge  # noqa: E402
-from pipeline.metric import map_score  # noqa: E402
+from storage.core.metric import map_score  # noqa: E402
 
 __all__ = ["Scores", "main", "score"]
 

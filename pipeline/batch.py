@@ -24,11 +24,11 @@ from connectors.judges.base import ItemRequest
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
 from connectors.sources import INPUT_ERROR
 from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
-from pipeline.errors import ConfigError
-from pipeline.metric import map_stage, rank_column_names
 from pipeline.reason import build_reason, failed_reason
+from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.errors import ConfigError
+from storage.core.metric import map_score, map_stage, rank_column_names
 from storage.memo import MemoEntry, memo_key
-from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
 __all__ = ["BatchJob", "RowPlan", "load_extractor", "plan_rows", "resolve_items", "scored_table"]
 
@@ -388,8 +388,6 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
 
 
 def _label_scores(frame: pl.DataFrame, scale: float) -> list[float | None]:
-    from pipeline.metric import map_score
-
     out: list[float | None] = []
     for labels in frame.get_column("labels").to_list():
         if labels is None or any(x is None for x in labels):

@@ -46,18 +46,19 @@ from pipeline.batch import attach_keys, load_extractor, plan_rows
 from pipeline.config import Config, Price
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunPlan, RunResult, finish_run, prepare_run, release_outdir
-from pipeline.errors import (
+from storage.batches import BatchStore, ChunkWriter
+from storage.core.constants import STATUS_OK
+from storage.core.errors import (
     BatchesPendingError,
     ConfigError,
     JudgeError,
     JudgeFatalError,
     JudgeParseError,
     JudgeRetryableError,
+    first_meaningful,
 )
-from storage.batches import BatchStore, ChunkWriter
 from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
 from storage.objpath import ObjPath, OutPath, out_path
-from storage.schema import STATUS_OK
 
 __all__ = [
     "BatchOptions",
@@ -127,8 +128,6 @@ def score_batch(
     **kw: Any,
 ) -> RunResult:
     """Synchronous entry point of a batch-API run (what `ctxprec score --batch-api` runs)."""
-    from pipeline.flow import _first_meaningful
-
     cfg, opts = config or Config(), options or BatchOptions()
     if isinstance(out_path(outdir), ObjPath):
         raise ConfigError(
@@ -138,7 +137,7 @@ def score_batch(
     try:
         return anyio.run(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, **kw))
     except BaseExceptionGroup as group:
-        raise _first_meaningful(group) from None
+        raise first_meaningful(group) from None
 
 
 def check_batch_provider(cfg: Config) -> None:

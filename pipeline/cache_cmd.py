@@ -4,13 +4,15 @@ run on this machine shares (never evicted by itself)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import CtxprecError
+from storage.core.errors import UserError
+from storage.memo import default_cache_dir
 
 __all__ = ["add_cache_command", "parse_duration", "run_cache_command"]
 
@@ -33,17 +35,13 @@ def add_cache_command(sub: Any) -> None:
 def parse_duration(text: str) -> float:
     got = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
     if got is None:
-        raise CtxprecError(
+        raise UserError(
             f"--older-than {text!r}: write a number and a unit, e.g. 90s, 15m, 12h, 30d or 2w"
         )
     return float(got.group(1)) * _UNITS[got.group(2)]
 
 
 def _folder(args: argparse.Namespace) -> Path:
-    import os
-
-    from storage.memo import default_cache_dir
-
     given = args.cache_dir or os.environ.get("CTXPREC_CACHE_DIR")
     return Path(given).expanduser() if given else default_cache_dir()
 
@@ -97,7 +95,7 @@ def run_cache_command(args: argparse.Namespace) -> int:
     folder = _folder(args)
     if args.action == "info":
         if args.older_than:
-            raise CtxprecError("--older-than is for `ctxprec cache clear`")
+            raise UserError("--older-than is for `ctxprec cache clear`")
         print(_info(folder))
     else:
         print(_clear(folder, args.older_than))

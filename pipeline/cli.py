@@ -23,11 +23,36 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors.judges.http import RedactingFilter
+from pipeline.batch_run import (
+    BatchOptions,
+    batch_estimate,
+    batch_line,
+    check_batch_provider,
+    list_batches,
+    parse_duration,
+    render_batch_estimate,
+    render_batches,
+    score_batch,
+)
 from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
+from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.config import Config, load_config
-from pipeline.errors import BatchesPendingError, CtxprecError, JudgeError, JudgeRefusedRunError
-from storage.report import seconds
+from pipeline.engines import score_dask
+from pipeline.estimate import estimate, render_estimate
+from pipeline.flow import RunResult, score
+from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from storage.compare_report import check_compare_target, render_text, write_compare
+from storage.core.constants import STATE_DIR, STATUS_FAILED
+from storage.core.errors import BatchesPendingError, JudgeError, JudgeRefusedRunError, UserError
+from storage.dataset import scored_ids
+from storage.objpath import out_path, with_options
+from storage.ownership import check_claimable
+from storage.report import build_summary, seconds, write_summary
+from storage.runlog import atomic_write_text
+from storage.status import unfinished
+from storage.trend import trend_text
 
 __all__ = ["build_parser", "main"]
 
@@ -127,8 +152,6 @@ def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
 
 
 def _batch_options(args: argparse.Namespace) -> Any:
-    from pipeline.batch_run import BatchOptions, parse_duration
-
     wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
     return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
 
@@ -216,17 +239,16 @@ def _version() -> str:
 class _RefusedOutdir:
     """An OUTDIR argument that cannot be used; `main` raises its error (exit 2)."""
 
-    def __init__(self, error: CtxprecError) -> None:
+    def __init__(self, error: UserError) -> None:
         self.error = error
 
 
 def _outdir(text: str) -> Any:
     """OUTDIR: a local folder, or an s3:// gs:// az:// abfs[s]:// file:// URI (storage.objpath)."""
-    from storage.objpath import out_path
 
     try:
         return out_path(text)
-    except CtxprecError as exc:
+    except UserError as exc:
         return _RefusedOutdir(exc)
 
 
@@ -285,7 +307,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         field, sep, column = item.partition("=")
         field = field.strip()
         if not sep or field not in _MAP_FIELDS or not column.strip():
-            raise CtxprecError(
+            raise UserError(
                 f"--map {item!r}: write FIELD=COLUMN with FIELD one of "
                 f"{', '.join(sorted(_MAP_FIELDS))}"
             )
@@ -295,11 +317,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_conflicts(args: argparse.Namespace) -> None:
     if getattr(args, "overwrite", False) and getattr(args, "incremental", False):
-        raise CtxprecError("--overwrite and --incremental contradict each other; pick one")
+        raise UserError("--overwrite and --incremental contradict each other; pick one")
     if getattr(args, "wait_lock", 0.0) < 0:
-        raise CtxprecError(f"--wait-lock {args.wait_lock:g}: give a number of seconds, 0 or more")
+        raise UserError(f"--wait-lock {args.wait_lock:g}: give a number of seconds, 0 or more")
     if getattr(args, "quiet", False) and args.progress in ("bar", "log"):
-        raise CtxprecError(f"--quiet and --progress {args.progress} contradict each other")
+        raise UserError(f"--quiet and --progress {args.progress} contradict each other")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -308,31 +330,23 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from pipeline.flow import RunResult, score
-    from storage.objpath import with_options
-
     cfg = _config(args)
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run: Callable[..., RunResult] = score
     if args.engine == "dask":
-        from connectors.engines import score_dask
-
         run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
     elif args.scheduler or args.workers:
-        raise CtxprecError("--scheduler and --workers are for --engine dask; add it")
-    from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+        raise UserError("--scheduler and --workers are for --engine dask; add it")
 
     before = ids_before(args.output) if cfg.fail_under is not None and args.incremental else None
     if cfg.batch_api:
-        from pipeline.batch_run import check_batch_provider, score_batch
-
         check_batch_provider(cfg)
         if args.engine == "dask":
-            raise CtxprecError("--batch-api runs on the local engine; drop --engine dask")
+            raise UserError("--batch-api runs on the local engine; drop --engine dask")
         run = functools.partial(score_batch, options=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
-        raise CtxprecError("--batch-wait and --batch-fallback are for --batch-api; add it")
+        raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
     result = run(
         args.input,
         args.output,
@@ -351,8 +365,6 @@ def _cmd_score(args: argparse.Namespace) -> int:
     else:
         print(_human_line(result.summary, args.output))
         if batch:
-            from pipeline.batch_run import batch_line
-
             print(batch_line(batch))
     for error in result.sink_errors:
         print(
@@ -419,13 +431,9 @@ def _num(value: Any) -> str:
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from storage.report import build_summary, write_summary
-    from storage.runlog import STATE_DIR
-    from storage.status import unfinished
-
     problem = unfinished(args.outdir)
     if problem:
-        raise CtxprecError(problem)
+        raise UserError(problem)
     state = args.outdir / STATE_DIR / "run.json"
     run = json.loads(state.read_text(encoding="utf-8"))
     manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
@@ -439,10 +447,9 @@ def _cmd_summary(args: argparse.Namespace) -> int:
         ks=describe.get("ks", [1, 3, 5]),
     )
     if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
-        raise CtxprecError(f"--group-by {args.group_by}: {note}; name one of those columns")
+        raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
     write_summary(args.outdir, summary)
     print(_human_line(summary, args.outdir))
-    from storage.trend import trend_text
 
     if text := trend_text(summary.get("trend")):
         print(text)
@@ -465,7 +472,7 @@ _NOT_FOR_ESTIMATE = {
 def _refuse_estimate_flags(args: argparse.Namespace) -> None:
     given = [flag for dest, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, dest, None)]
     if given:
-        raise CtxprecError(
+        raise UserError(
             f"`ctxprec estimate` does not use {', '.join(given)}: they change how rows are "
             "scored or written, not which judge calls a run makes; drop them here"
         )
@@ -474,13 +481,9 @@ def _refuse_estimate_flags(args: argparse.Namespace) -> None:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     import polars as pl
 
-    from pipeline.estimate import estimate, render_estimate
-    from storage.dataset import scored_ids
-    from storage.schema import STATUS_FAILED
-
     _refuse_estimate_flags(args)
     if args.incremental and args.output is None:
-        raise CtxprecError("estimate --incremental needs -o OUTDIR: the folder to add to")
+        raise UserError("estimate --incremental needs -o OUTDIR: the folder to add to")
     cfg = _config(args)
     skip = None
     if args.output is not None and args.output.is_dir():
@@ -488,20 +491,13 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
     est = estimate(args.input, cfg, skip_ids=skip)
     if cfg.batch_api:
-        from pipeline.batch_run import batch_estimate, check_batch_provider
-
         check_batch_provider(cfg)
         est = batch_estimate(est, cfg)
     text = render_estimate(est)
     if "batch_api" in est:
-        from pipeline.batch_run import render_batch_estimate
-
         text += "\n" + render_batch_estimate(est)
     print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
-        from storage.ownership import check_claimable
-        from storage.runlog import STATE_DIR, atomic_write_text
-
         check_claimable(args.output)
         state = args.output / STATE_DIR
         atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
@@ -509,9 +505,6 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
-    from storage.compare_report import check_compare_target, render_text, write_compare
-
     a, b = sides_from_args(args.outputs, args.a, args.b)
     opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict)
     if args.output is not None:
@@ -523,14 +516,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
-    from pipeline.gate import gate_exit
 
     return gate_exit(0, message)
 
 
 def _cmd_batches(args: argparse.Namespace) -> int:
-    from pipeline.batch_run import list_batches, render_batches
-
     rows = list_batches(args.outdir, cancel=args.cancel)
     print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
@@ -541,7 +531,6 @@ def _setup_logging() -> None:
     level = os.environ.get("CTXPREC_LOG_LEVEL", "").strip().upper()
     if not level:
         return
-    from connectors.judges.http import RedactingFilter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RedactingFilter())
@@ -579,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 4
-    except CtxprecError as exc:
+    except UserError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

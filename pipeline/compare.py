@@ -13,13 +13,12 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.errors import CtxprecError
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
+from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.errors import UserError
 from storage.dataset import part_files
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
-from storage.runlog import STATE_DIR
-from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
 __all__ = [
     "CompareOptions",
@@ -66,13 +65,13 @@ def local_output(source: str) -> OutPath:
     az://, abfs[s]://, file://, read through `storage.fs`); other URLs are refused (exit 2)."""
     scheme, sep, _ = source.partition("://")
     if sep and not is_uri(source) and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
-        raise CtxprecError(
+        raise UserError(
             f"{source}: compare reads local folders and s3://, gs://, az://, abfs[s]:// or "
             "file:// outputs; copy the output to one of those first"
         )
     path = out_path(source)
     if not path.is_dir():
-        raise CtxprecError(f"{source} is not a folder; pass an OUTDIR written by `ctxprec score`")
+        raise UserError(f"{source} is not a folder; pass an OUTDIR written by `ctxprec score`")
     return path
 
 
@@ -80,23 +79,21 @@ def parse_filter(text: str) -> tuple[str, str]:
     """`COL=VALUE` (the value compared as text, as in a Hive path) -> (COL, VALUE)."""
     column, sep, value = text.partition("=")
     if not sep or not column.strip():
-        raise CtxprecError(
-            f"{text!r}: write COL=VALUE, e.g. --a dt=2026-11-28 or --a retriever=bm25"
-        )
+        raise UserError(f"{text!r}: write COL=VALUE, e.g. --a dt=2026-11-28 or --a retriever=bm25")
     return column.strip(), value
 
 
 def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     """Every figure of compare.json (full float precision; rounding is for people only)."""
     if opts.resamples < 1:
-        raise CtxprecError(f"--resamples must be at least 1, got {opts.resamples}")
+        raise UserError(f"--resamples must be at least 1, got {opts.resamples}")
     fa, fb = _read_side(a, opts), _read_side(b, opts)
     pairs, left_out = _pair(fa, fb)
     if pairs.height == 0:
-        raise CtxprecError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
+        raise UserError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
     judge = _judge_check(a, b, pairs)
     if opts.strict and judge["differences"]:
-        raise CtxprecError(
+        raise UserError(
             "--strict: the two sides were not scored with the same judge configuration: "
             + "; ".join(judge["differences"])
         )
@@ -118,7 +115,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
 def _scan(side: Side) -> pl.LazyFrame:
     files = part_files(side.path)
     if not files:
-        raise CtxprecError(
+        raise UserError(
             f"side {side.name}: {side.path} holds no scored part files; "
             "pass an OUTDIR written by `ctxprec score`"
         )
@@ -136,7 +133,7 @@ def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
     cols = lf.collect_schema().names()
     for column in [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]:
         if column not in cols:
-            raise CtxprecError(
+            raise UserError(
                 f"side {side.name}: column `{column}` is not in {side.path} "
                 f"(columns: {', '.join(cols)})"
             )
@@ -153,14 +150,14 @@ def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> N
     if side.filters and frame.height == 0:
         column, _ = side.filters[0]
         seen = lf.select(pl.col(column).cast(pl.String).unique().head(10)).collect()
-        raise CtxprecError(
+        raise UserError(
             f"side {side.name}: no row of {side.path} matches {side.describe()} "
             f"(some values of `{column}`: {', '.join(map(str, seen.to_series()))})"
         )
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)
-        raise CtxprecError(
+        raise UserError(
             f"side {side.name}: `{on}` = {key!r} appears {count} times in {side.describe()} "
             f"({dupes.height} repeated values); pair on a column unique within each side "
             "(--on COL) or narrow the side with --a/--b COL=VALUE"
@@ -343,12 +340,12 @@ def sides_from_args(
     fb = tuple(parse_filter(f) for f in b_filters)
     if len(outputs) == 1:
         if not fa or not fb:
-            raise CtxprecError(
+            raise UserError(
                 "one output given: say which rows are A and which are B, e.g. "
                 "--a dt=2026-11-28 --b dt=2026-11-29 (or pass two output folders)"
             )
         path = local_output(outputs[0])
         return Side("A", path, fa), Side("B", path, fb)
     if len(outputs) != 2:
-        raise CtxprecError(f"compare takes one or two output folders, got {len(outputs)}")
+        raise UserError(f"compare takes one or two output folders, got {len(outputs)}")
     return Side("A", local_output(outputs[0]), fa), Side("B", local_output(outputs[1]), fb)

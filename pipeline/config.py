@@ -13,7 +13,7 @@ from typing import Any
 
 from connectors.judges.base import JudgeSettings
 from connectors.sources import ColumnMap
-from pipeline.errors import ConfigError
+from storage.core.errors import ConfigError
 from storage.fs import StorageOptions
 
 __all__ = ["DEFAULTS", "ENV_VARS", "FLAGS", "Config", "Price", "load_config", "where"]

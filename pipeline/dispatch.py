@@ -14,7 +14,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from connectors.judges.base import ItemRequest, Judge, SyncDecider
 from connectors.judges.http import redact
-from pipeline.errors import JudgeError
+from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]

@@ -19,19 +19,20 @@ from connectors.sources import SourceInfo, inspect_source, notice_skipped, read_
 from pipeline.batch import TableSpec, load_extractor
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
-from pipeline.errors import ConfigError, CtxprecError
 from pipeline.estimate import estimate
 from pipeline.limits import GateStats
 from pipeline.notices import run_notices
 from pipeline.publish import check_sinks, publish
 from storage.charts import preload
+from storage.core.constants import STATUS_FAILED
+from storage.core.errors import ConfigError, UserError
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
 from storage.objpath import OutPath
 from storage.ownership import check_claimable, local_outdir, warn_foreign
 from storage.report import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
-from storage.schema import SCHEMA_VERSION, STATUS_FAILED, output_schema
+from storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
@@ -152,7 +153,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         # actual (the offline judge costs nothing: no pass over the input for it)
         try:
             est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg))
-        except CtxprecError:
+        except UserError:
             pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
         else:
             runlog.save_json("estimate.json", est)

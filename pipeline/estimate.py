@@ -16,9 +16,9 @@ from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
 from pipeline.batch import attach_keys, load_extractor, plan_rows
 from pipeline.config import Config
+from storage.core.constants import STATUS_OK
 from storage.memo import Memo, default_cache_dir, judge_prefix
 from storage.report import seconds
-from storage.schema import STATUS_OK
 
 __all__ = ["DEFAULT_LATENCY_S", "DEFAULT_OUTPUT_TOKENS", "estimate", "render_estimate"]
 

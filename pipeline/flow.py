@@ -40,13 +40,13 @@ from pipeline.driver import (
     prepare_run,
     release_outdir,
 )
-from pipeline.errors import ConfigError, CtxprecError
 from pipeline.limits import GateStats, RateGate
 from pipeline.progress import Progress
 from pipeline.writer import partition_tables
+from storage.core.constants import STATUS_FAILED
+from storage.core.errors import ConfigError, UserError, first_meaningful
 from storage.memo import Memo, MemoStore, default_cache_dir, judge_prefix
 from storage.objpath import ObjPath, OutPath, out_path
-from storage.schema import STATUS_FAILED
 from storage.verdicts import open_shared
 
 __all__ = ["MeteredGate", "RunResult", "run_score", "run_stage", "score"]
@@ -81,18 +81,7 @@ def score(
     try:
         return anyio.run(lambda: run_score(str(input), out_path(outdir), config or Config(), **kw))
     except BaseExceptionGroup as group:
-        raise _first_meaningful(group) from None
-
-
-def _first_meaningful(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    for kind in (KeyboardInterrupt, CtxprecError):
-        match, _ = group.split(kind)
-        if match is not None:
-            leaf: BaseException = match
-            while isinstance(leaf, BaseExceptionGroup):
-                leaf = leaf.exceptions[0]
-            return leaf
-    return group
+        raise first_meaningful(group) from None
 
 
 async def run_score(
@@ -219,13 +208,13 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
         run.plan.info, cfg.columns, batch_rows=cfg.batch_rows, skip=run.skip, only_files=files
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
-    failure: CtxprecError | None = None
+    failure: UserError | None = None
     async with anyio.create_task_group() as tg:
         while True:
             await in_flight.acquire()
             try:
                 batch = await anyio.to_thread.run_sync(next, batches, None)
-            except CtxprecError as exc:  # unreadable data: finish the batches in flight first
+            except UserError as exc:  # unreadable data: finish the batches in flight first
                 failure, batch = exc, None
             if batch is None:
                 in_flight.release()

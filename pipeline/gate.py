@@ -10,9 +10,9 @@ import sys
 import polars as pl
 
 from pipeline.paired import TIE_EPS
+from storage.core.constants import STATUS_EMPTY, STATUS_OK
 from storage.dataset import part_files
 from storage.objpath import OutPath, local_copies
-from storage.schema import STATUS_EMPTY, STATUS_OK
 
 __all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import anyio
 
-from pipeline.errors import ConfigError
+from storage.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from connectors.judges.base import Gate

@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from connectors.judges.base import Judge
 from connectors.judges.prompts import REASON_VERSION, reason_prompt
-from pipeline.errors import JudgeError
+from storage.core.constants import STATUS_OK
+from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore, memo_key
-from storage.schema import STATUS_OK
 
 __all__ = ["keep_built_reason", "write_llm_reasons"]
 

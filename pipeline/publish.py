@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.sinks import Sink, parse_sink
-from pipeline.errors import CtxprecError
+from storage.core.errors import UserError
 from storage.runlog import RunLog
 
 __all__ = ["check_sinks", "publish"]
@@ -45,7 +45,7 @@ def publish(
         pending = sorted(f for f in files if loaded.get(f, 1) > 0)
         try:
             result = sink.append(runlog.outdir, pending, schema, partition_by) if pending else None
-        except CtxprecError as exc:
+        except UserError as exc:
             errors.append(f"{sink.name}: {exc}")
             continue
         loaded.update({f: files[f] for f in pending})

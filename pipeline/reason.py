@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.metric import map_score, round_half_up
+from storage.core.metric import map_score, round_half_up
 
 __all__ = ["build_reason", "failed_reason"]
 

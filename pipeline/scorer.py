@@ -22,11 +22,11 @@ from connectors.judges.prompts import (
     prompt_version_for,
     reason_prompt,
 )
-from pipeline.errors import ConfigError, JudgeError
 from pipeline.limits import RateGate
 from pipeline.llm_reason import keep_built_reason
-from pipeline.metric import map_score
 from pipeline.reason import build_reason
+from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
+from storage.core.metric import map_score
 from storage.memo import Memo, judge_prefix, memo_key
 
 __all__ = [
@@ -50,16 +50,6 @@ class ScoreResult:
     prompt_version: str
     input_tokens: int = 0
     output_tokens: int = 0
-
-
-class ScoreFailedError(JudgeError):
-    """Some items could not be judged; `verdicts` holds None where a verdict is missing."""
-
-    cause = "failed"
-
-    def __init__(self, message: str, verdicts: list[Verdict | None]):
-        super().__init__(message)
-        self.verdicts = verdicts
 
 
 def _text(value: Any) -> str | None:

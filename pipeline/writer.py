@@ -10,9 +10,9 @@ from urllib.parse import quote
 import polars as pl
 import pyarrow as pa
 
-__all__ = ["HIVE_NULL", "partition_tables"]
+from storage.core.constants import HIVE_NULL
 
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+__all__ = ["HIVE_NULL", "partition_tables"]
 
 
 def _segment(column: str, value: object) -> str:

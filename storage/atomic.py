@@ -14,12 +14,9 @@ import secrets
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pipeline.errors import OutputError
-
-if TYPE_CHECKING:
-    from storage.objpath import OutPath
+from storage.core.errors import OutputError
+from storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "TMP_PREFIX",
@@ -88,8 +85,6 @@ def atomic_write(target: OutPath, write: Callable[[Path], object]) -> None:
 
 
 def _put(target: OutPath, write: Callable[[Path], object]) -> None:
-    from storage.objpath import ObjPath
-
     assert isinstance(target, ObjPath)
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as folder:
         tmp = Path(folder) / target.name

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
 from storage.atomic import atomic_write_bytes
-from storage.ownership import STATE_DIR
+from storage.core.constants import STATE_DIR
+from storage.core.errors import OutputError
 
 __all__ = [
     "CHART_FILE",

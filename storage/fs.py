@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from pipeline.errors import InputError
+from storage.core.errors import InputError
 
 __all__ = [
     "SCHEMES",

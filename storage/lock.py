@@ -28,10 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
 from storage.atomic import TMP_PREFIX, write_error
+from storage.core.constants import STATE_DIR
+from storage.core.errors import OutputError
 from storage.objpath import ObjPath, OutPath
-from storage.ownership import STATE_DIR
 
 __all__ = [
     "LOCK_NAME",

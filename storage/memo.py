@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import platformdirs
 
-from pipeline.errors import OutputError
+from storage.core.errors import OutputError
 
 __all__ = [
     "MEMO_RECIPE",

@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from pipeline.errors import OutputError
 from storage import fs as storage_fs
+from storage.core.errors import OutputError
 
 __all__ = [
     "ObjPath",

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OutputError
 from storage.atomic import TMP_PREFIX, is_temp
 from storage.charts import CHART_FILES, TREND_CHART
+from storage.core.constants import STATE_DIR
+from storage.core.errors import OutputError
 from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "warn_foreign",
 ]
 
-STATE_DIR = "_ctxprec"
 MANIFEST = "manifest.json"
 SUCCESS = "_SUCCESS"
 PARTS = "parts"

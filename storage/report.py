@@ -14,9 +14,11 @@ import polars as pl
 
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.core.constants import DEFAULT_KS, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.metric import map_stage, rank_column_names
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
-from storage.schema import DEFAULT_KS, SCHEMA_VERSION, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.schema import SCHEMA_VERSION
 from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
 
 __all__ = [
@@ -187,8 +189,7 @@ def _positions(lf: pl.LazyFrame) -> list[dict[str, Any]]:
 
 def _rank_metrics(lf: pl.LazyFrame, cols: set[str], ks: Sequence[int]) -> dict[str, Any]:
     """Mean of each rank metric column present (hit@k as a rate)."""
-    names = ["reciprocal_rank"] + [f"{m}_at_{k}" for k in ks for m in ("precision", "hit", "ndcg")]
-    names = [c for c in names if c in cols]
+    names = [c for c in rank_column_names(ks) if c in cols]
     if not names:
         return {}
     got = lf.select(pl.col(c).cast(pl.Float64).mean() for c in names).collect()
@@ -245,8 +246,6 @@ def agreement(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:
 
 def _labels(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     """Agreement on items both judged and labelled; MAP means over rows complete on both sides."""
-    from pipeline.metric import map_stage  # here, not at the top: the pipeline imports storage
-
     v, lab = pl.col("verdicts"), pl.col("label_verdicts")
     items = (
         lf.select(v, lab)

@@ -20,13 +20,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import OutputError
 from storage import ownership
 from storage.atomic import atomic_write, atomic_write_text
+from storage.core.constants import STATE_DIR
+from storage.core.errors import OutputError
 from storage.lock import command_line
 from storage.mismatch import describe_differences
 from storage.objpath import OutPath
-from storage.ownership import COMMITTED, PARTS, PENDING, STATE_DIR, SUCCESS
+from storage.ownership import COMMITTED, PARTS, PENDING, SUCCESS
 
 __all__ = ["STATE_DIR", "PartRecord", "RunLog", "atomic_write_text", "fingerprint_of"]
 

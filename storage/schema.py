@@ -8,34 +8,25 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from storage.core.constants import DEFAULT_KS
+from storage.core.metric import rank_column_names
+
 __all__ = [
-    "DEFAULT_KS",
     "SCHEMA_VERSION",
-    "STATUS_EMPTY",
-    "STATUS_FAILED",
-    "STATUS_OK",
     "output_schema",
     "rank_columns",
 ]
 
 SCHEMA_VERSION = "1"
-STATUS_OK = "ok"
-STATUS_EMPTY = "empty_context"
-STATUS_FAILED = "failed"
-DEFAULT_KS: tuple[int, ...] = (1, 3, 5)
 _STRING = pa.string()
 
 
 def rank_columns(ks: Sequence[int]) -> list[pa.Field]:
     """Rank metrics computed from the same verdicts as the MAP score (null when failed)."""
-    fields = [pa.field("reciprocal_rank", pa.float64())]
-    for k in ks:
-        fields += [
-            pa.field(f"precision_at_{k}", pa.float64()),
-            pa.field(f"hit_at_{k}", pa.bool_()),
-            pa.field(f"ndcg_at_{k}", pa.float64()),
-        ]
-    return fields
+    return [
+        pa.field(name, pa.bool_() if name.startswith("hit_at_") else pa.float64())
+        for name in rank_column_names(ks)
+    ]
 
 
 def _label_fields(labels: bool) -> list[pa.Field]:

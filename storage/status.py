@@ -4,9 +4,10 @@ how to resume it), being written by a live run, or not a ctxprec output at all.
 
 from __future__ import annotations
 
+from storage.core.constants import STATE_DIR
 from storage.lock import live_holder
 from storage.objpath import OutPath
-from storage.ownership import STATE_DIR, read_manifest, records
+from storage.ownership import read_manifest, records
 
 __all__ = ["unfinished"]
 

@@ -15,10 +15,9 @@ from typing import Any
 import polars as pl
 
 from storage.charts import TREND_CHART
+from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.dataset import part_files
 from storage.objpath import OutPath, local_copies, out_path
-from storage.runlog import STATE_DIR
-from storage.schema import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 
 __all__ = ["TREND_CHART", "night_trend", "trend_chart", "trend_markdown", "trend_text"]
 

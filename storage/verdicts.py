@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from storage.atomic import atomic_write
+from storage.core.constants import STATE_DIR
 from storage.memo import MemoEntry, MemoStore
 from storage.objpath import OutPath, readable
-from storage.ownership import STATE_DIR
 
 __all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 

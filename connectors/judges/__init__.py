@@ -4,14 +4,13 @@ from connectors.judges.base import (
     Gate,
     ItemRequest,
     Judge,
-    JudgeReply,
     JudgeSettings,
     JudgeStats,
     NullGate,
-    Verdict,
     estimate_tokens,
 )
 from connectors.judges.registry import create_judge, provider_names, register_provider, split_model
+from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "Gate",

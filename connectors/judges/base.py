@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from storage.core.verdict import JudgeReply, Verdict
+
 __all__ = [
     "Gate",
     "ItemRequest",
@@ -27,29 +29,12 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    """One context item's verdict: relevant or not, with the judge's one-sentence reason."""
-
-    relevant: bool
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class ItemRequest:
     """What the judge sees for one item. `expected` None means: judge against the query alone."""
 
     query: str
     expected: str | None
     item: str
-
-
-@dataclass(frozen=True, slots=True)
-class JudgeReply:
-    """A verdict plus what it cost."""
-
-    verdict: Verdict
-    input_tokens: int = 0
-    output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from connectors.judges.batch_api import (
     limits_from_env,
 )
 from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
-from pipeline.errors import JudgeFatalError, JudgeRetryableError
+from storage.core.errors import JudgeFatalError, JudgeRetryableError
 
 __all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
 

@@ -25,7 +25,7 @@ from connectors.judges.base import JudgeSettings
 from connectors.judges.http import HttpJudgeBase, redact
 from connectors.judges.registry import create_judge, split_model
 from connectors.judges.retry import backoff, classify, classify_exception
-from pipeline.errors import ConfigError, JudgeError, JudgeFatalError, JudgeRetryableError
+from storage.core.errors import ConfigError, JudgeError, JudgeFatalError, JudgeRetryableError
 
 __all__ = [
     "BATCH_PROVIDERS",

@@ -25,7 +25,7 @@ from connectors.judges.batch_api import (
 )
 from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
 from connectors.judges.openai import DEFAULT_BASE_URL
-from pipeline.errors import JudgeFatalError, JudgeRetryableError
+from storage.core.errors import JudgeFatalError, JudgeRetryableError
 
 __all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
 

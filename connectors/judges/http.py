@@ -22,14 +22,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from connectors.judges import prompts
-from connectors.judges.base import (
-    Gate,
-    ItemRequest,
-    JudgeReply,
-    JudgeSettings,
-    JudgeStats,
-    estimate_tokens,
-)
+from connectors.judges.base import Gate, ItemRequest, JudgeSettings, JudgeStats, estimate_tokens
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
 from connectors.judges.retry import (
     RetryClock,
@@ -42,7 +35,7 @@ from connectors.judges.retry import (
     set_testing,
 )
 from connectors.judges.shapes import BUDGET_CAP, RequestShape
-from pipeline.errors import (
+from storage.core.errors import (
     ConfigError,
     JudgeError,
     JudgeFatalError,
@@ -50,6 +43,7 @@ from pipeline.errors import (
     JudgeRefusedRunError,
     JudgeRetryableError,
 )
+from storage.core.verdict import JudgeReply
 
 __all__ = [
     "HttpJudgeBase",

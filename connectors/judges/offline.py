@@ -42,15 +42,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from connectors.judges.base import (
-    Gate,
-    ItemRequest,
-    JudgeReply,
-    JudgeSettings,
-    JudgeStats,
-    Verdict,
-)
-from pipeline.errors import ConfigError
+from connectors.judges.base import Gate, ItemRequest, JudgeSettings, JudgeStats
+from storage.core.errors import ConfigError
+from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "HEURISTIC_VERSION",

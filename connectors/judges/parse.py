@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from connectors.judges.base import Verdict
-from pipeline.errors import JudgeParseError
+from storage.core.errors import JudgeParseError
+from storage.core.verdict import Verdict
 
 __all__ = ["VERDICT_KEYS", "parse_row_verdicts", "parse_verdict"]
 

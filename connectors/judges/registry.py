@@ -10,7 +10,7 @@ import importlib
 from typing import Protocol
 
 from connectors.judges.base import Gate, Judge, JudgeSettings, JudgeStats, NullGate
-from pipeline.errors import ConfigError
+from storage.core.errors import ConfigError
 
 __all__ = ["JudgeFactory", "create_judge", "provider_names", "register_provider", "split_model"]
 

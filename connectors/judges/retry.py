@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import anyio
 
-from pipeline.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
 
 __all__ = [
     "MAX_WAIT_S",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from connectors.sinks.base import Sink, SinkResult
 from connectors.sinks.delta import DeltaSink
 from connectors.sinks.duckdb import DuckDBSink
-from pipeline.errors import ConfigError
+from storage.core.errors import ConfigError
 
 __all__ = ["Sink", "SinkResult", "parse_sink"]
 

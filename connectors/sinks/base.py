@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.errors import ConfigError, CtxprecError, OutputError
+from storage.core.errors import ConfigError, OutputError, UserError
 from storage.objpath import ObjPath, OutPath, readable
 
 __all__ = [
@@ -195,7 +195,7 @@ def error_summary(exc: BaseException) -> str:
 def raise_append_error(sink: str, exc: Exception, counter: RowCounter) -> NoReturn:
     """Report a failed append by its root cause: the source's own error when the stream broke."""
     cause = counter.error or exc
-    if isinstance(cause, CtxprecError):
+    if isinstance(cause, UserError):
         raise cause
     raise OutputError(
         f"{sink}: the append failed and the table is as it was: {error_summary(cause)}"

@@ -22,7 +22,7 @@ from connectors.sinks.base import (
     read_parts,
     require_package,
 )
-from pipeline.errors import ConfigError, OutputError
+from storage.core.errors import ConfigError, OutputError
 from storage.objpath import OutPath
 
 if TYPE_CHECKING:

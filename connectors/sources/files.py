@@ -17,9 +17,9 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from pipeline.errors import InputError
 from storage import fs
-from storage.runlog import STATE_DIR
+from storage.core.constants import STATE_DIR
+from storage.core.errors import InputError
 
 __all__ = [
     "FORMATS",

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 
 from connectors.sources.files import InputFile
 from connectors.sources.validate import canonical_type, detail
-from pipeline.errors import InputError
 from storage import fs
+from storage.core.errors import InputError
 
 __all__ = [
     "TextScan",

@@ -39,7 +39,8 @@ from connectors.sources.validate import (
     merge_columns,
     path_parts,
 )
-from pipeline.errors import ConfigError, InputError
+from storage.core.constants import HIVE_NULL
+from storage.core.errors import ConfigError, InputError
 from storage.fs import StorageOptions
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 DEFAULT_EXPECTED = "expected_output"
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ def _partition_values(path: InputFile, keys: Sequence[str]) -> dict[str, str | N
     for part in reversed(path_parts(path.path)[:-1]):
         key, sep, raw = part.partition("=")
         if sep and key in keys and key not in values:
-            values[key] = None if raw == _HIVE_NULL else unquote(raw)
+            values[key] = None if raw == HIVE_NULL else unquote(raw)
     return {key: values.get(key) for key in keys}
 
 

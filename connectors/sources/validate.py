@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 
 from connectors.sources.files import InputFile
-from pipeline.errors import InputError
+from storage.core.errors import InputError
 from storage.schema import output_schema
 
 __all__ = [

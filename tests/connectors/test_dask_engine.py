@@ -22,10 +22,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.engines.dask import plan_tasks
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
+from pipeline.engines.dask import plan_tasks
 from pipeline.flow import run_stage
 from tests.conftest import REPO
 from tests.fakes.judge_server import expected_verdict
@@ -281,7 +281,7 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import connectors.engines.dask as engine
+    import pipeline.engines.dask as engine
     from storage.lock import OutdirLock, live_holder
 
     src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"

@@ -21,7 +21,7 @@ import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
 from connectors.judges.http import HttpJudgeBase, RetryClock, set_testing
-from pipeline.errors import (
+from storage.core.errors import (
     JudgeFatalError,
     JudgeParseError,
     JudgeRefusedRunError,

@@ -24,8 +24,8 @@ from polars.testing import assert_frame_equal
 from connectors.sources import ColumnMap, inspect_source, iter_batches
 from connectors.sources.files import find_inputs
 from pipeline.cli import main
-from pipeline.errors import InputError
 from storage import fs
+from storage.core.errors import InputError
 from tests.conftest import REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
 

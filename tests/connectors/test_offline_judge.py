@@ -9,8 +9,8 @@ import pytest
 from connectors.judges.base import ItemRequest, Judge, JudgeSettings, JudgeStats, NullGate
 from connectors.judges.offline import OfflineJudge
 from connectors.judges.registry import create_judge
-from pipeline.errors import ConfigError
-from pipeline.metric import map_score
+from storage.core.errors import ConfigError
+from storage.core.metric import map_score
 
 DATASET = (
     Path(__file__).resolve().parents[2].parent

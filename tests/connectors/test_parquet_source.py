@@ -21,7 +21,7 @@ from connectors.sources import (
     iter_batches,
     resolve_inputs,
 )
-from pipeline.errors import ConfigError, InputError
+from storage.core.errors import ConfigError, InputError
 
 COLS = ColumnMap()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.judges.base import Verdict
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
-from pipeline.errors import JudgeParseError
+from storage.core.errors import JudgeParseError
+from storage.core.verdict import Verdict
 
 
 @pytest.mark.parametrize(

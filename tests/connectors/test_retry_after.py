@@ -21,7 +21,7 @@ from connectors.judges.http import (
     redact,
     register_secret,
 )
-from pipeline.errors import ConfigError, JudgeFatalError, JudgeRetryableError
+from storage.core.errors import ConfigError, JudgeFatalError, JudgeRetryableError
 
 NOW = 1_700_000_000.0
 PROVIDERS = ["openai", "anthropic"]

@@ -16,8 +16,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from connectors.sinks import Sink, SinkResult, parse_sink
-from pipeline.errors import ConfigError, OutputError
 from pipeline.writer import partition_tables
+from storage.core.errors import ConfigError, OutputError
 from storage.runlog import RunLog
 from storage.schema import output_schema
 

@@ -17,7 +17,7 @@ from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_jud
 from connectors.judges.http import HttpJudgeBase, RetryClock, set_testing
 from connectors.judges.retry import classify
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
-from pipeline.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
+from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictServer, running_strict
 

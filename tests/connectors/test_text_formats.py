@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from connectors.engines.dask import plan_tasks
 from connectors.sources import ColumnMap, inspect_source, iter_batches
 from pipeline.cli import main
-from pipeline.errors import InputError
+from pipeline.engines.dask import plan_tasks
+from storage.core.errors import InputError
 from tests.conftest import SAMPLE
 
 HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]

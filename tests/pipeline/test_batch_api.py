@@ -24,8 +24,8 @@ import pytest
 
 from connectors.judges.batch_api import CUSTOM_ID, custom_id_for
 from pipeline.cli import main
-from pipeline.metric import map_score
 from storage.batches import BatchStore
+from storage.core.metric import map_score
 from tests.conftest import REPO
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
@@ -553,7 +553,7 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
 
     from connectors.judges.base import JudgeSettings
     from connectors.judges.batch_api import create_batch_client
-    from pipeline.errors import JudgeFatalError
+    from storage.core.errors import JudgeFatalError
 
     body = {"model": "judge-1", "messages": [{"role": "user", "content": "hi"}]}
     client = create_batch_client(JudgeSettings(model="openai/judge-1"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import DEFAULTS, load_config
-from pipeline.errors import ConfigError
+from storage.core.errors import ConfigError
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from connectors.judges import retry
 from pipeline.cli import main
-from pipeline.metric import map_score
+from storage.core.metric import map_score
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
 
 KEY = "sk-live-SECRET-abcdef0123456789"

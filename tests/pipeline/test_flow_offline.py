@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import main
-from pipeline.metric import map_score
+from storage.core.metric import map_score
 from storage.schema import output_schema
 from tests.conftest import SAMPLE
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.errors import ConfigError
 from pipeline.gate import GATE_EXIT, gate_exit, under_gate
+from storage.core.errors import ConfigError
 
 
 def test_threshold_is_strictly_below() -> None:

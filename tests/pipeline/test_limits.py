@@ -13,8 +13,8 @@ import anyio
 import pytest
 
 from connectors.judges.base import Gate
-from pipeline.errors import ConfigError
 from pipeline.limits import AnyioClock, FakeClock, GateStats, RateGate
+from storage.core.errors import ConfigError
 
 
 def window_max(times: list[float], weights: list[int] | None = None, width: float = 60.0) -> int:

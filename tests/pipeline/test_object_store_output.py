@@ -20,9 +20,9 @@ import pytest
 
 from pipeline.batch_run import list_batches
 from pipeline.cli import main
-from pipeline.errors import ConfigError, OutputError
-from pipeline.metric import map_score
 from storage import lock
+from storage.core.errors import ConfigError, OutputError
+from storage.core.metric import map_score
 from storage.lock import OutdirLock
 from storage.objpath import ObjPath, out_path
 from tests.conftest import REPO

@@ -14,7 +14,7 @@ import pytest
 
 from connectors.judges import retry
 from pipeline.cli import main
-from pipeline.metric import map_score
+from storage.core.metric import map_score
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread
 

@@ -20,7 +20,7 @@ import pytest
 
 import storage.atomic
 from pipeline.cli import main
-from pipeline.errors import OutputError
+from storage.core.errors import OutputError
 from storage.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import OutputError
+from storage.core.errors import OutputError
 from storage.lock import OutdirLock, live_holder, read_holder
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import OutputError
 from storage import ownership
+from storage.core.errors import OutputError
 from storage.objpath import ObjPath
 from tests.fakes.folders import FOREIGN_LAYOUTS, USER_FILES_INSIDE, assert_untouched, plant
 

@@ -33,10 +33,10 @@ from pipeline.driver import (
     prepare_run,
     release_outdir,
 )
-from pipeline.errors import ConfigError, CtxprecError
 from pipeline.flow import run_stage
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats
+from storage.core.errors import ConfigError, UserError, first_meaningful
 from storage.memo import Memo, MemoStore, default_cache_dir
 from storage.objpath import out_path
 from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
@@ -159,16 +159,7 @@ def _run_async(fn: Any) -> Any:
     try:
         return anyio.run(fn)
     except BaseExceptionGroup as group:
-        raise _leaf(group) from None
-
-
-def _leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception to show for a group: a user-facing error if there is one."""
-    match, _ = group.split((CtxprecError, KeyboardInterrupt))
-    leaf: BaseException = match if match is not None else group
-    while isinstance(leaf, BaseExceptionGroup):
-        leaf = leaf.exceptions[0]
-    return leaf
+        raise first_meaningful(group) from None
 
 
 def _portable(plan: RunPlan) -> RunPlan:
@@ -283,12 +274,12 @@ def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
 # ---------------------------------------------------------------- on a worker
 
 
-def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | CtxprecError:
+def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | UserError:
     """One task: the stage over the task's batches, on its own event loop in this thread. A
     user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help."""
     try:
         result: StageResult = _run_async(partial(_task_main, plan, task, run_id))
-    except CtxprecError as exc:
+    except UserError as exc:
         return exc
     return result
 

@@ -1,10 +1,20 @@
 """The one exception tree of ctxprec. Every message says what went wrong and what to do next.
 
-`CtxprecError` subclasses are user-facing (the CLI prints them without a traceback, exit 2);
-`JudgeError` subclasses describe a failed judge call (they become row statuses, never NaN).
+    CtxprecError                      the root: everything ctxprec raises on purpose
+    ├── UserError                     a problem the user can fix (one line, no traceback, exit 2)
+    │   ├── ConfigError, InputError, OutputError
+    │   ├── JudgeRefusedRunError      the judge refused the whole run (exit 4)
+    │   └── BatchesPendingError       provider batches still running (exit 6)
+    └── JudgeError                    one failed judge call: a row status, never NaN (exit 1)
+        ├── JudgeRetryableError, JudgeFatalError, JudgeParseError
+        └── ScoreFailedError          the per-row API: some items of the row were not judged
+
+Each class carries the process exit code the CLI uses for it (`exit_code`).
 """
 
 from __future__ import annotations
+
+from storage.core.verdict import Verdict
 
 __all__ = [
     "BatchesPendingError",
@@ -17,41 +27,55 @@ __all__ = [
     "JudgeRefusedRunError",
     "JudgeRetryableError",
     "OutputError",
+    "ScoreFailedError",
+    "UserError",
+    "first_meaningful",
 ]
 
 
 class CtxprecError(Exception):
-    """Base class: a problem the user can fix; shown as a one-line message, exit code 2."""
+    """The root of every exception ctxprec raises on purpose."""
+
+    exit_code = 3
 
 
-class ConfigError(CtxprecError):
+class UserError(CtxprecError):
+    """A problem the user can fix; shown as a one-line message, exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
     """Bad configuration: unknown provider, missing key, bad TOML, conflicting flags."""
 
 
-class InputError(CtxprecError):
+class InputError(UserError):
     """Bad input data that can be seen before any judge call (missing file, column, type)."""
 
 
-class JudgeRefusedRunError(CtxprecError):
+class JudgeRefusedRunError(UserError):
     """The judge refused the whole run (bad key, no access, unknown model, out of quota, a
     request it rejects and that ctxprec cannot adapt): no further call can succeed, so the run
     stops at once (exit code 4). Finished parts are kept; the same command resumes once fixed."""
 
+    exit_code = 4
 
-class OutputError(CtxprecError):
+
+class OutputError(UserError):
     """The output folder cannot be used (holds another run, not writable)."""
 
 
-class BatchesPendingError(CtxprecError):
+class BatchesPendingError(UserError):
     """Provider batches are still running after --batch-wait: exit code 6; the same command
     collects them later."""
 
     exit_code = 6
 
 
-class JudgeError(Exception):
+class JudgeError(CtxprecError):
     """A judge call failed. `cause` is a short machine-friendly tag used in summaries."""
 
+    exit_code = 1
     cause: str = "judge_error"
     body: str = ""  # the provider's response body, when the error came from an HTTP reply
 
@@ -89,3 +113,26 @@ class JudgeParseError(JudgeError):
     """The reply could not be read as a verdict (after the one re-ask)."""
 
     cause = "unparseable"
+
+
+class ScoreFailedError(JudgeError):
+    """Some items could not be judged; `verdicts` holds None where a verdict is missing."""
+
+    cause = "failed"
+
+    def __init__(self, message: str, verdicts: list[Verdict | None]):
+        super().__init__(message)
+        self.verdicts = verdicts
+
+
+def first_meaningful(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception to show for an exception group out of a task group: a Ctrl-C first,
+    then a user-facing error; else the group itself (a bug: the CLI reports it, exit 3)."""
+    for kind in (KeyboardInterrupt, UserError):
+        match, _ = group.split(kind)
+        if match is not None:
+            leaf: BaseException = match
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            return leaf
+    return group

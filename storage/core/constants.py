@@ -1,0 +1,22 @@
+"""Names and values more than one layer agrees on, each written once."""
+
+from __future__ import annotations
+
+__all__ = [
+    "DEFAULT_KS",
+    "HIVE_NULL",
+    "STATE_DIR",
+    "STATUS_EMPTY",
+    "STATUS_FAILED",
+    "STATUS_OK",
+]
+
+STATE_DIR = "_ctxprec"  # ctxprec's own folder inside an output folder (manifest, records, lock)
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null partition value in a Hive folder name
+
+# a row's status in the scored output
+STATUS_OK = "ok"
+STATUS_EMPTY = "empty_context"
+STATUS_FAILED = "failed"
+
+DEFAULT_KS: tuple[int, ...] = (1, 3, 5)  # the k of precision@k, hit@k and nDCG@k
