@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.http import RedactingFilter
+from connectors.judges.secrets import RedactingFilter
 from pipeline.batch_run import (
     BatchOptions,
     batch_estimate,

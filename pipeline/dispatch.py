@@ -13,7 +13,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from connectors.judges.base import ItemRequest, Judge, SyncDecider
-from connectors.judges.http import redact
+from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore
 

@@ -1,5 +1,5 @@
-"""The Anthropic Messages API judge: request and reply shapes only. Session, retries, parsing
-and re-ask live in `judges.http`.
+"""The Anthropic Messages API judge: request and reply shapes only. Retries live in
+`judges.client`, parsing and re-ask in `judges.conversation`, the wire in `judges.transport`.
 
 No JSON-schema structured output here: the prompt asks for JSON only and the tolerant parser
 (plus the one re-ask) reads the reply, which is what `settings.structured_output` falls back to.
@@ -11,15 +11,11 @@ import os
 from typing import Any
 
 from connectors.judges.base import Gate, JudgeSettings, JudgeStats
-from connectors.judges.http import (
-    HttpJudgeBase,
-    Message,
-    Schema,
-    api_key_from_env,
-    json_int,
-    normalize_base_url,
-)
+from connectors.judges.client import json_int
+from connectors.judges.conversation import HttpJudgeBase, Message, Schema
+from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import anthropic_shape, learn_anthropic
+from connectors.judges.transport import Transport, normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 
@@ -41,7 +37,13 @@ class AnthropicJudge(HttpJudgeBase):
     provider = "anthropic"
 
     def __init__(
-        self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
+        self,
+        model_name: str,
+        settings: JudgeSettings,
+        gate: Gate,
+        stats: JudgeStats,
+        *,
+        transport: Transport | None = None,
     ) -> None:
         base = anthropic_base(
             settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
@@ -49,7 +51,8 @@ class AnthropicJudge(HttpJudgeBase):
         model = f"anthropic/{model_name}"
         self.key_env = settings.api_key_env or "ANTHROPIC_API_KEY"
         key = api_key_from_env(self.key_env, base, model)
-        super().__init__(settings, gate, stats, url=f"{base}/messages", api_key=key)
+        url = f"{base}/messages"
+        super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
         self.model, self._name, self._base = model, model_name, base
         self.shape = anthropic_shape(model_name)
 

@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from connectors.judges.base import JudgeSettings
-from connectors.judges.batch_api import (
-    BatchHttp,
+from connectors.judges.batch_client import (
     BatchLimits,
     LineResult,
+    ProviderBatches,
     RemoteBatch,
     json_line,
-    limits_from_env,
 )
-from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
+from connectors.judges.client import json_int
+from connectors.judges.conversation import HttpJudgeBase
+from connectors.judges.transport import normalize_base_url
 from storage.core.errors import JudgeFatalError, JudgeRetryableError
 
 __all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
@@ -32,7 +33,6 @@ LIMITS = BatchLimits(100_000, 256 * 1024 * 1024)
 _FATAL_TYPES = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
 )
-_LIST_PAGES = 20
 _COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
 
 
@@ -53,15 +53,16 @@ def _time(value: Any) -> float | None:
         return None
 
 
-class AnthropicBatches:
+class AnthropicBatches(ProviderBatches):
     provider = "anthropic"
 
     def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
-        self.judge = judge
+        super().__init__(judge, settings, LIMITS)
         self.root = api_root(settings)
         self.url = f"{self.root}/v1/messages/batches"
-        self.limits = limits_from_env(LIMITS)
-        self.http = BatchHttp(judge.auth_headers(), max(settings.timeout_s, 120.0), judge.model)
+
+    def _batch_url(self, batch_id: str) -> str:
+        return f"{self.url}/{batch_id}"
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
         return json_line({"custom_id": custom_id, "params": body})
@@ -85,34 +86,14 @@ class AnthropicBatches:
         """Message batches carry no metadata: a batch created after the intent was recorded
         (within 2 minutes of clock skew) with exactly this chunk's number of requests and not
         claimed by another chunk is taken to be the one a crash left unrecorded."""
-        after: str | None = None
         found: list[tuple[float, str]] = []
-        for _ in range(_LIST_PAGES):
-            params = {"limit": "100", **({"after_id": after} if after else {})}
-            try:
-                page = await self.http.json("GET", self.url, params=params)
-            except JudgeFatalError as err:
-                if err.status not in (404, 405):
-                    raise
-                break  # a server without the list endpoint: nothing to look up
-            data = page.get("data") or []
-            for b in data:
-                created = _time(b.get("created_at")) or 0.0
-                counts = b.get("request_counts") or {}
-                total = sum(json_int(counts.get(k)) for k in _COUNTS)
-                if created >= since - 120 and total == lines and b.get("id") not in claimed:
-                    found.append((created, str(b["id"])))
-            oldest = min((_time(b.get("created_at")) or 0.0 for b in data), default=0.0)
-            if not page.get("has_more") or not data or oldest < since - 3600:
-                break
-            after = str(page.get("last_id") or data[-1].get("id"))
+        async for b in self._recent(self.url, "after_id", since, _created):
+            created = _created(b)
+            counts = b.get("request_counts") or {}
+            total = sum(json_int(counts.get(k)) for k in _COUNTS)
+            if created >= since - 120 and total == lines and b.get("id") not in claimed:
+                found.append((created, str(b["id"])))
         return min(found)[1] if found else None
-
-    async def poll(self, batch_id: str) -> RemoteBatch:
-        return self._remote(await self.http.json("GET", f"{self.url}/{batch_id}"))
-
-    async def cancel(self, batch_id: str) -> RemoteBatch:
-        return self._remote(await self.http.json("POST", f"{self.url}/{batch_id}/cancel"))
 
     async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
         url = (batch.raw or {}).get("results_url")
@@ -124,10 +105,6 @@ class AnthropicBatches:
             result = _read_line(text)
             if result is not None:
                 yield result
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-        await self.judge.aclose()
 
     @staticmethod
     def _remote(data: dict[str, Any]) -> RemoteBatch:
@@ -143,6 +120,10 @@ class AnthropicBatches:
             created_at=_time(data.get("created_at")),
             raw=data,
         )
+
+
+def _created(batch: dict[str, Any]) -> float:
+    return _time(batch.get("created_at")) or 0.0
 
 
 def _read_line(text: bytes) -> LineResult | None:

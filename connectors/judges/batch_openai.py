@@ -8,24 +8,26 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from connectors.judges.base import JudgeSettings
-from connectors.judges.batch_api import (
-    BatchHttp,
+from connectors.judges.batch_client import (
     BatchLimits,
     LineResult,
+    ProviderBatches,
     RemoteBatch,
     json_line,
-    limits_from_env,
     line_error,
 )
-from connectors.judges.http import HttpJudgeBase, json_int, normalize_base_url
+from connectors.judges.client import json_int
+from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.openai import DEFAULT_BASE_URL
-from storage.core.errors import JudgeFatalError, JudgeRetryableError
+from connectors.judges.transport import normalize_base_url
+from storage.core.errors import JudgeRetryableError
 
 __all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
 
@@ -33,19 +35,19 @@ ENDPOINT = "/v1/chat/completions"
 LIMITS = BatchLimits(50_000, 200 * 1024 * 1024)
 _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _RETRYABLE_BATCH_ERRORS = frozenset({"token_limit_exceeded", "rate_limit_exceeded"})
-_LIST_PAGES = 20
 
 
-class OpenAIBatches:
+class OpenAIBatches(ProviderBatches):
     provider = "openai"
 
     def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
-        self.judge = judge
+        super().__init__(judge, settings, LIMITS)
         self.base = normalize_base_url(
             settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         )
-        self.limits = limits_from_env(LIMITS)
-        self.http = BatchHttp(judge.auth_headers(), max(settings.timeout_s, 120.0), judge.model)
+
+    def _batch_url(self, batch_id: str) -> str:
+        return f"{self.base}/batches/{batch_id}"
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
         return json_line({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": body})
@@ -86,35 +88,15 @@ class OpenAIBatches:
         a recorded file id no batch can exist: the batch is created only after it is recorded."""
         if file_id is None:
             return None
-        after: str | None = None
-        for _ in range(_LIST_PAGES):
-            params = {"limit": "100", **({"after": after} if after else {})}
-            try:
-                page = await self.http.json("GET", f"{self.base}/batches", params=params)
-            except JudgeFatalError as err:
-                if err.status not in (404, 405):
-                    raise
-                return None  # a server without the list endpoint: nothing to look up
-            data = page.get("data") or []
-            for b in data:
+        recent = self._recent(f"{self.base}/batches", "after", since, _created)
+        async with aclosing(recent) as batches:
+            async for b in batches:
                 meta = b.get("metadata") or {}
                 if b.get("id") in claimed:
                     continue
-                if meta.get("ctxprec_chunk") == name or (
-                    file_id is not None and b.get("input_file_id") == file_id
-                ):
+                if meta.get("ctxprec_chunk") == name or b.get("input_file_id") == file_id:
                     return str(b["id"])
-            oldest = min((json_int(b.get("created_at")) for b in data), default=0)
-            if not page.get("has_more") or not data or oldest < since - 3600:
-                return None
-            after = str(data[-1].get("id"))
         return None
-
-    async def poll(self, batch_id: str) -> RemoteBatch:
-        return self._remote(await self.http.json("GET", f"{self.base}/batches/{batch_id}"))
-
-    async def cancel(self, batch_id: str) -> RemoteBatch:
-        return self._remote(await self.http.json("POST", f"{self.base}/batches/{batch_id}/cancel"))
 
     async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
         raw = batch.raw or {}
@@ -126,10 +108,6 @@ class OpenAIBatches:
                 result = _read_line(text)
                 if result is not None:
                     yield result
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-        await self.judge.aclose()
 
     @staticmethod
     def _remote(data: dict[str, Any]) -> RemoteBatch:
@@ -153,6 +131,10 @@ class OpenAIBatches:
             error_retryable=retryable,
             raw=data,
         )
+
+
+def _created(batch: dict[str, Any]) -> float:
+    return float(json_int(batch.get("created_at")))
 
 
 def _read_line(text: bytes) -> LineResult | None:

@@ -1,5 +1,6 @@
 """The OpenAI-compatible chat-completions judge (OpenAI, Azure, vLLM, Ollama, LiteLLM proxies):
-request and reply shapes only. Session, retries, parsing and re-ask live in `judges.http`.
+request and reply shapes only. Retries live in `judges.client`, parsing and re-ask in
+`judges.conversation`, the wire in `judges.transport`.
 """
 
 from __future__ import annotations
@@ -9,15 +10,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.judges.base import Gate, JudgeSettings, JudgeStats
-from connectors.judges.http import (
-    HttpJudgeBase,
-    Message,
-    Schema,
-    api_key_from_env,
-    json_int,
-    normalize_base_url,
-)
+from connectors.judges.client import json_int
+from connectors.judges.conversation import HttpJudgeBase, Message, Schema
+from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import learn_openai, openai_shape
+from connectors.judges.transport import Transport, normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
@@ -33,7 +30,13 @@ class OpenAIJudge(HttpJudgeBase):
     provider = "openai"
 
     def __init__(
-        self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
+        self,
+        model_name: str,
+        settings: JudgeSettings,
+        gate: Gate,
+        stats: JudgeStats,
+        *,
+        transport: Transport | None = None,
     ) -> None:
         base = normalize_base_url(
             settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
@@ -41,7 +44,8 @@ class OpenAIJudge(HttpJudgeBase):
         model = f"openai/{model_name}"
         self.key_env = settings.api_key_env or "OPENAI_API_KEY"
         key = api_key_from_env(self.key_env, base, model)
-        super().__init__(settings, gate, stats, url=f"{base}/chat/completions", api_key=key)
+        url = f"{base}/chat/completions"
+        super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
         self.model, self._name, self._base = model, model_name, base
         self.shape = openai_shape(model_name, settings.structured_output, settings.reasoning_effort)
 

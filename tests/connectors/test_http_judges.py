@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.http import HttpJudgeBase, RetryClock, set_testing
+from connectors.judges.conversation import HttpJudgeBase
+from connectors.judges.retry import RetryClock, set_testing
+from connectors.judges.transport import AiohttpTransport
 from storage.core.errors import (
     JudgeFatalError,
     JudgeParseError,
@@ -170,9 +172,11 @@ async def test_query_only_row_and_reason(provider: str) -> None:
 async def test_one_session_serves_concurrent_calls() -> None:
     async with rig("openai", FakeJudgeConfig(latency_ms=30)) as r:
         await r.judge.judge_item(req(ITEMS[0]))
-        session = r.judge._session
+        transport = r.judge.transport
+        assert isinstance(transport, AiohttpTransport)
+        session = transport.session
         await asyncio.gather(*(r.judge.judge_item(req(t)) for t in ITEMS))
-        assert r.judge._session is session
+        assert transport.session is session
     assert r.server.stats.max_in_flight > 1
     assert session is not None and session.closed
 

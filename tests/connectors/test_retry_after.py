@@ -11,16 +11,8 @@ import aiohttp
 import pytest
 
 from connectors.judges import JudgeSettings, create_judge
-from connectors.judges.http import (
-    RedactingFilter,
-    backoff,
-    classify,
-    classify_exception,
-    is_loopback,
-    parse_retry_after,
-    redact,
-    register_secret,
-)
+from connectors.judges.retry import backoff, classify, classify_exception, parse_retry_after
+from connectors.judges.secrets import RedactingFilter, is_loopback, redact, register_secret
 from storage.core.errors import ConfigError, JudgeFatalError, JudgeRetryableError
 
 NOW = 1_700_000_000.0

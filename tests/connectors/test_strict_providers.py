@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.http import HttpJudgeBase, RetryClock, set_testing
-from connectors.judges.retry import classify
+from connectors.judges.conversation import HttpJudgeBase
+from connectors.judges.retry import RetryClock, classify, set_testing
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
 from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
 from tests.fakes.judge_server import expected_verdict

@@ -529,7 +529,7 @@ def test_a_briefly_unwell_provider_is_waited_out(
 def test_result_files_with_long_lines_are_read_whole(fake: BatchFakeServer) -> None:
     import anyio
 
-    from connectors.judges.batch_api import BatchHttp
+    from connectors.judges.batch_client import BatchHttp
 
     long_line = json.dumps({"custom_id": "k1", "text": "x" * 300_000}).encode()
     fake._files["file-long"] = long_line + b"\n" + b'{"custom_id":"k2"}\n' + b'{"custom_id":"k3"}'
@@ -593,7 +593,7 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
 async def _upload_without_purpose(url: str) -> None:
     import aiohttp
 
-    from connectors.judges.batch_api import BatchHttp
+    from connectors.judges.batch_client import BatchHttp
 
     http = BatchHttp({}, 30.0, "test")
     try:

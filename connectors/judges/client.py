@@ -1,0 +1,290 @@
+"""One judge call over HTTP under the run's rules: a slot from the rate gate, the request through
+the transport, the reply classified (`retry.classify`), retried as `retry.RetryPolicy` allows, a
+rejected request shape adapted to at once (`shapes`, through the provider's `_learn`), and the
+whole run refused when no call can succeed (bad key, unknown model, no quota). Providers add the
+headers and the usage reading; `conversation` builds the request bodies and reads the replies.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from connectors.judges.base import Gate, JudgeSettings, JudgeStats
+from connectors.judges.retry import (
+    RetryPolicy,
+    classify,
+    classify_exception,
+    clock,
+    error_detail,
+)
+from connectors.judges.secrets import redact, redacted_headers, register_secret
+from connectors.judges.shapes import RequestShape
+from connectors.judges.transport import AiohttpTransport, HttpRequest, Transport
+from storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+
+__all__ = ["HttpClient", "json_int"]
+
+_log = logging.getLogger("ctxprec.http")
+
+_MAX_ADAPTATIONS = 8  # shape changes one call may go through (each is shared by the run)
+_SAME_400_TO_REFUSE = 3  # the same rejected request this often, and nothing accepted: stop
+
+
+def json_int(value: Any) -> int:
+    """An integer field of a provider's JSON (usage, counts); 0 when absent, null or not an int."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _json_object(body: str) -> dict[str, Any]:
+    # A 200 whose body is not a JSON object is a transport/proxy glitch (HTML error page,
+    # truncated body), not a model decision: retry it like a 5xx instead of re-asking.
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        detail = error_detail(body)
+        raise JudgeRetryableError(f"HTTP 200 with a non-JSON body: {detail}", cause="garbage")
+    return data
+
+
+def _final_error(err: JudgeError, message: str) -> JudgeError:
+    if isinstance(err, JudgeRetryableError):
+        new: JudgeError = JudgeRetryableError(
+            message, cause=err.cause, status=err.status, retry_after=err.retry_after
+        )
+    else:
+        new = type(err)(message, cause=err.cause, status=err.status)
+    new.body = err.body
+    return new
+
+
+class HttpClient(abc.ABC):
+    """The POST-with-retries half of an HTTP judge, over one transport (aiohttp unless one is
+    given). Run-wide state lives here, shared by every concurrent call: the request `shape`
+    (what the server accepts, learned once), the refusal that stops the run, a long pause."""
+
+    provider = "http"
+    model: str
+    key_env = "API_KEY"
+    shape: RequestShape
+
+    def __init__(
+        self,
+        settings: JudgeSettings,
+        gate: Gate,
+        stats: JudgeStats,
+        *,
+        url: str,
+        api_key: str | None,
+        transport: Transport | None = None,
+    ) -> None:
+        self.settings, self.gate, self.stats = settings, gate, stats
+        self._url, self._api_key = url, api_key
+        register_secret(api_key)
+        # a transport given by the caller is the caller's to close; the default one is ours
+        self._own_transport: AiohttpTransport | None = None
+        if transport is None:
+            transport = self._own_transport = AiohttpTransport(settings.timeout_s)
+        self.transport: Transport = transport
+        self.shape = RequestShape()  # providers set the one their model calls for
+        self._refused: JudgeRefusedRunError | None = None
+        self._accepted = 0
+        self._same_400: Counter[str] = Counter()
+        self._paused_until = 0.0
+
+    # -- provider hooks
+    @abc.abstractmethod
+    def _headers(self) -> dict[str, str]: ...
+
+    @abc.abstractmethod
+    def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None: ...
+
+    def _learn(self, status: int, body: str, payload: dict[str, Any]) -> str | None:
+        """Change `self.shape` after a rejection of the request's shape; describe the change."""
+        return None
+
+    def auth_headers(self) -> dict[str, str]:
+        """The provider's auth and version headers, without the JSON content-type ones."""
+        skip = {"content-type", "accept"}
+        return {k: v for k, v in self._headers().items() if k.lower() not in skip}
+
+    async def aclose(self) -> None:
+        if self._own_transport is not None:
+            await self._own_transport.aclose()
+
+    # -- run-wide state
+    def _adapted(self, change: str) -> None:
+        """Log a shape change once and record it for run.json and the summary."""
+        if change not in self.stats.adaptations:
+            _log.warning("%s: adapting for the rest of the run: %s", self.model, change)
+        self.stats.adaptations[change] = self.stats.adaptations.get(change, 0) + 1
+
+    def _refusal(self, err: JudgeError) -> str | None:
+        """The message (cause and fix) when `err` means no call of this run can succeed."""
+        status, env = err.status, self.key_env
+        if err.cause == "quota_exhausted":
+            return (f"the account is out of quota or credit: {err}. Fix: add credit or raise the "
+                    f"spend limit of the account behind ${env} (or use another key)")  # fmt: skip
+        if status == 401:
+            return f"the API key was refused ({err}). Fix: put a valid key in ${env}"
+        if status == 403:
+            return (f"this key may not use the model: {err}. Fix: use a key or project with "
+                    "access to it, or another --model")  # fmt: skip
+        if status == 404:
+            return (f"unknown model or wrong endpoint: {err}. Fix: check --model and the base "
+                    f"URL ({self._url})")  # fmt: skip
+        if status in (400, 422) and err.cause == f"http_{status}" and not self._accepted:
+            key = error_detail(err.body or str(err))
+            self._same_400[key] += 1
+            if self._same_400[key] >= _SAME_400_TO_REFUSE:
+                return (f"the server rejects every request and ctxprec cannot adapt: {err}. "
+                        "Fix: check [judge] settings (base_url, extra_headers, "
+                        "structured_output) for this server")  # fmt: skip
+        return None
+
+    def _refuse(self, message: str) -> JudgeRefusedRunError:
+        if self._refused is None:
+            self._refused = JudgeRefusedRunError(redact(f"{self.model}: {message}"))
+        return self._refused
+
+    async def _hold(self) -> None:
+        """Wait out a run-wide pause (a Retry-After beyond retry.PAUSE_CEILING_S)."""
+        wait = self._paused_until - clock().now()
+        if wait > 0:
+            await clock().sleep(wait)
+
+    def _pause(self, seconds: float) -> None:
+        until = clock().now() + seconds
+        if until > self._paused_until + 1.0:
+            shown = datetime.fromtimestamp(time.time() + seconds, UTC).strftime("%H:%M:%S")
+            _log.warning(
+                "%s: the server asks to wait %.0f s; pausing all judge calls until %s UTC",
+                self.model, seconds, shown,
+            )  # fmt: skip
+            self.stats.pauses += 1
+        self._paused_until = max(self._paused_until, until)
+
+    # -- one POST with retries
+    async def post_json(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+        est_tokens: int,
+        rebuild: Callable[[], dict[str, Any]] | None = None,
+    ) -> tuple[dict[str, Any], Mapping[str, str]]:
+        """POST JSON, retrying what `classify` calls retryable; raise the last JudgeError.
+        With `rebuild` (the payload from the current shape), a rejected shape is adapted to and
+        sent again at once; a refusal of the whole run raises JudgeRefusedRunError."""
+        started, attempts, retries, adaptations = clock().now(), 0, 0, 0
+        while True:
+            if self._refused is not None:
+                raise self._refused
+            await self._hold()
+            attempts += 1
+            try:
+                data, reply_headers = await self._attempt(url, headers, payload, est_tokens)
+            except JudgeError as err:
+                if self._refused is not None:
+                    raise self._refused from err
+                self.stats.errors_by_cause[err.cause] += 1
+                if err.status in (401, 403, 404) or err.cause == "quota_exhausted":
+                    raise self._refuse(self._refusal(err) or str(err)) from err
+                if rebuild is not None and adaptations < _MAX_ADAPTATIONS and err.status:
+                    fresh = self._adapt(err, payload, rebuild)
+                    if fresh != payload:
+                        payload, adaptations = fresh, adaptations + 1
+                        continue
+                refusal = self._refusal(err)
+                if refusal is not None:
+                    raise self._refuse(refusal) from err
+                wait = self._wait_for(err, retries, started)
+                if wait is None:
+                    self.stats.failures[err.cause] += 1
+                    raise self._give_up(err, url, attempts) from err
+            else:
+                self._accepted += 1
+                return data, reply_headers
+            retries += 1
+            self.stats.retries += 1
+            _log.debug("retry %d of POST %s in %.2fs", retries, url, wait)
+            await clock().sleep(wait)
+
+    def _adapt(
+        self, err: JudgeError, payload: dict[str, Any], rebuild: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The body to send instead of the rejected `payload`: built from the shape as another
+        call already changed it, or after learning from this rejection (else `payload` itself)."""
+        fresh = rebuild()
+        if fresh == payload:
+            change = self._learn(err.status or 0, err.body, payload)
+            if change is not None:
+                self._adapted(change)
+                fresh = rebuild()
+        return fresh
+
+    def _wait_for(self, err: JudgeError, retries: int, started: float) -> float | None:
+        """Seconds before the next attempt, or None when retrying cannot or may not happen."""
+        policy = RetryPolicy.of(self.settings)
+        if not policy.may_retry(err, retries):
+            return None
+        pause = policy.pauses_the_run(err)
+        if pause is not None:
+            self._pause(pause)
+            return max(self._paused_until - clock().now(), 0.0)
+        return policy.wait(err, retries, clock().now() - started)
+
+    def _give_up(self, err: JudgeError, url: str, attempts: int) -> JudgeError:
+        limits = ""
+        if isinstance(err, JudgeRetryableError):
+            limits = f" ({RetryPolicy.of(self.settings).describe()})"
+        message = f"{self.model}: POST {url} failed after {attempts} attempt(s){limits}: {err}"
+        return _final_error(err, redact(message))
+
+    async def _attempt(
+        self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
+    ) -> tuple[dict[str, Any], Mapping[str, str]]:
+        async with self.gate.slot(est_tokens):
+            if self._refused is not None:  # refused while this call waited for its slot
+                raise self._refused
+            self.stats.requests += 1
+            status, body, reply_headers = await self._send(url, headers, payload)
+        if not 200 <= status < 300:
+            raise self._http_error(status, body, reply_headers)
+        data = _json_object(body)
+        usage = self._usage(data)
+        if usage is not None:
+            self.gate.used_tokens(est_tokens, sum(usage))
+        return data, reply_headers
+
+    async def _send(
+        self, url: str, headers: Mapping[str, str], payload: dict[str, Any]
+    ) -> tuple[int, str, Mapping[str, str]]:
+        _log.debug("POST %s headers=%s", url, redacted_headers(headers))
+        try:
+            reply = await self.transport.send(HttpRequest("POST", url, headers, payload))
+        except Exception as exc:
+            err = classify_exception(exc)
+            if err is None:
+                raise
+            _log.debug("POST %s: %s", url, err)
+            raise err from exc
+        return reply.status, reply.body, reply.headers
+
+    def _http_error(self, status: int, body: str, headers: Mapping[str, str]) -> JudgeError:
+        raw = classify(status, body, headers)
+        err = _final_error(raw, redact(str(raw)))
+        _log.debug("%s: %s (cause %s, retry_after=%s)", self.model, err, err.cause,
+                   getattr(err, "retry_after", None))  # fmt: skip
+        if status == 429 and isinstance(err, JudgeRetryableError):
+            self.stats.rate_limited += 1
+            self.gate.rate_limited(err.retry_after)
+        return err

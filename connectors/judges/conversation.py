@@ -1,0 +1,283 @@
+"""The judge's conversation with a model over HTTP: build the request (prompts, schema, the
+run's request shape), send it (`client.HttpClient.post_json`), read the reply (the tolerant
+parser), raise the completion budget when a reply was cut off, and re-ask once, showing the model
+its reply, when the reply is unreadable. Providers (`openai`, `anthropic`) add the request and
+reply shapes; the batch clients reuse `build_payload` and `read_response`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from connectors.judges import prompts
+from connectors.judges.base import ItemRequest, estimate_tokens
+from connectors.judges.client import HttpClient
+from connectors.judges.parse import parse_row_verdicts, parse_verdict
+from connectors.judges.secrets import redact
+from connectors.judges.shapes import BUDGET_CAP
+from storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
+from storage.core.verdict import JudgeReply
+
+__all__ = ["HttpJudgeBase", "Message", "Row", "Schema"]
+
+T = TypeVar("T")
+Message = dict[str, str]
+Schema = tuple[str, dict[str, object]]
+Row = tuple[str, str | None, Sequence[str]]
+
+_REASK_ITEM = 'Reply with JSON only: {"relevant": true|false, "reason": "..."}'
+_REASK_ROW = (
+    'Reply with JSON only: {"verdicts": [{"index": 0, "relevant": true|false, '
+    '"reason": "..."}, ...]} with one verdict per item, in order.'
+)
+_REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
+
+_FRESH_CONVERSATIONS = 1
+_MAX_BUMPS = 3  # budget raises one call may go through (x4 each, up to shapes.BUDGET_CAP)
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """Split a token count evenly; the first items take the remainder, so the sum is exact."""
+    share, rest = divmod(total, parts)
+    return [share + (1 if i < rest else 0) for i in range(parts)]
+
+
+class _Unreadable(Exception):
+    """A conversation whose reply stayed unreadable after its re-ask."""
+
+    def __init__(self, error: JudgeParseError, tokens_in: int, tokens_out: int):
+        super().__init__(str(error))
+        self.error, self.tokens_in, self.tokens_out = error, tokens_in, tokens_out
+
+
+class _Reply:
+    """One completed call: the reply text, how it ended, what it cost, the budget it had."""
+
+    __slots__ = ("factor", "finish", "text", "tokens_in", "tokens_out")
+
+    def __init__(self, text: str, finish: str, tokens_in: int, tokens_out: int, factor: int):
+        self.text, self.finish, self.factor = text, finish, factor
+        self.tokens_in, self.tokens_out = tokens_in, tokens_out
+
+
+class HttpJudgeBase(HttpClient):
+    """An HTTP judge: the conversation on top of the client; providers give the shapes."""
+
+    # -- provider hooks
+    @abc.abstractmethod
+    def identity(self) -> dict[str, object]: ...
+
+    @abc.abstractmethod
+    def _payload(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def _text(self, data: dict[str, Any]) -> str: ...
+
+    def _cached(self, data: dict[str, Any]) -> int:
+        """Prompt tokens served from the provider's cache (a part of `_usage`'s input)."""
+        return 0
+
+    def _finish(self, data: dict[str, Any]) -> str:
+        """How the reply ended: stop, length (cut off by the budget), refused, filtered."""
+        return "stop"
+
+    def _reshape(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The same conversation as `payload`, built again with the current shape."""
+        return payload
+
+    # -- what a batch API needs: the same request bodies, the same reading of replies
+    def build_payload(self, request: ItemRequest | None = None, *, row: Row | None = None
+                      ) -> dict[str, Any]:  # fmt: skip
+        """The request body this judge sends for one item (or, with `row`, one row's items)."""
+        if request is not None:
+            system, user = prompts.item_messages(request)
+            schema: Schema = ("verdict", prompts.ITEM_SCHEMA)
+            budget = self.settings.max_output_tokens
+        elif row is not None:
+            system, user = prompts.row_messages(*row)
+            schema = ("verdicts", prompts.ROW_SCHEMA)
+            budget = self.settings.max_output_tokens * len(row[2])
+        else:
+            raise ValueError("build_payload needs an ItemRequest or a row")
+        messages = [{"role": "user", "content": user}]
+        return self._payload(system, messages, schema, self.shape.budget(budget))
+
+    def read_response(self, data: dict[str, Any], n_items: int | None = None) -> list[JudgeReply]:
+        """Verdicts from a reply body (n_items None: one item; else a row of n_items), with its
+        usage split evenly. Raises JudgeError: refused, filtered, truncated or unparseable."""
+        text, finish = self._text(data), self._finish(data)
+        tokens_in, tokens_out = self._usage(data) or (0, 0)
+        self._check_finish(finish)
+        try:
+            if n_items is None:
+                return [JudgeReply(parse_verdict(text), tokens_in, tokens_out)]
+            verdicts = parse_row_verdicts(text, n_items)
+        except JudgeParseError as err:
+            cause = "truncated" if finish == "length" else "unparseable"
+            raise JudgeParseError(f"{self.model}: {err}", cause=cause) from err
+        pairs = zip(verdicts, _split(tokens_in, n_items), _split(tokens_out, n_items), strict=True)
+        return [JudgeReply(v, i, o) for v, i, o in pairs]
+
+    def sent_shape(self) -> dict[str, object]:
+        """What this run sends (after any adaptation), for run.json and the summary."""
+        return self.shape.describe()
+
+    def adapt_payload(self, err: JudgeError, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A body to send again after `payload` was rejected for its shape (a batch line's
+        4xx), learned for the rest of the run as online; None when it is not about the shape."""
+        if not err.status or self._learn(err.status, err.body, payload) is None:
+            return None
+        fresh = self._reshape(payload)
+        return None if fresh == payload else fresh
+
+    # -- one call: send, count, read
+    async def _complete(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> _Reply:
+        factor = self.shape.budget_factor
+        budget = self.shape.budget(max_tokens)
+
+        def build() -> dict[str, Any]:
+            return self._payload(system, messages, schema, self.shape.budget(max_tokens))
+
+        est = estimate_tokens(system, *(m["content"] for m in messages)) + budget
+        data, _ = await self.post_json(self._url, self._headers(), build(), est, build)
+        tokens_in, tokens_out = self._usage(data) or (0, 0)
+        self.stats.input_tokens += tokens_in
+        self.stats.output_tokens += tokens_out
+        self.stats.cached_input_tokens += self._cached(data)
+        return _Reply(self._text(data), self._finish(data), tokens_in, tokens_out, factor)
+
+    def _check_finish(self, finish: str) -> None:
+        if finish == "refused":
+            self.stats.failures["refused"] += 1
+            raise JudgeFatalError(f"{self.model}: the model refused to judge this item",
+                                  cause="refused")  # fmt: skip
+        if finish == "filtered":
+            self.stats.failures["filtered"] += 1
+            raise JudgeFatalError(f"{self.model}: the provider's content filter stopped the reply",
+                                  cause="filtered")  # fmt: skip
+
+    def _bump_budget(self, factor: int, max_tokens: int) -> bool:
+        """A reply cut off by the budget: raise the run's budget (x4, bounded); False at the cap."""
+        shape = self.shape
+        if shape.budget_factor > factor:  # another call raised it meanwhile
+            return True
+        if shape.budget(max_tokens) >= BUDGET_CAP:
+            return False
+        shape.budget_factor *= 4
+        self._adapted(f"completion budget x{shape.budget_factor} (replies were cut off)")
+        return True
+
+    async def _call_parsed(
+        self, system: str, messages: list[Message], schema: Schema, parse: Callable[[str], T],
+        max_tokens: int,
+    ) -> tuple[T | JudgeParseError, str, int, int]:  # fmt: skip
+        """One call, read; a reply cut off by its budget is asked again with a larger budget
+        (not re-asked: the model did nothing wrong). Refusals and filters raise."""
+        spent_in = spent_out = 0
+        for _ in range(1 + _MAX_BUMPS):
+            reply = await self._complete(system, messages, schema, max_tokens)
+            spent_in, spent_out = spent_in + reply.tokens_in, spent_out + reply.tokens_out
+            self._check_finish(reply.finish)
+            try:
+                return parse(reply.text), reply.text, spent_in, spent_out
+            except JudgeParseError as err:
+                if reply.finish != "length" or not self._bump_budget(reply.factor, max_tokens):
+                    cause = "truncated" if reply.finish == "length" else err.cause
+                    return JudgeParseError(str(err), cause=cause), reply.text, spent_in, spent_out
+                self.stats.retries += 1
+        return JudgeParseError("reply cut off", cause="truncated"), "", spent_in, spent_out
+
+    # -- the conversation: ask, re-ask once, start afresh once
+    async def _ask(
+        self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
+        max_tokens: int,
+    ) -> tuple[T, int, int]:  # fmt: skip
+        """A conversation: one call, and on an unreadable reply one re-ask showing the model its
+        reply. A conversation that stays unreadable is started afresh once (a transient garbage
+        reply twice in a row is not a broken model), then the item fails as `unparseable`."""
+        spent_in = spent_out = 0
+        for fresh in range(1 + _FRESH_CONVERSATIONS):
+            if fresh:
+                self.stats.retries += 1
+            try:
+                value, t_in, t_out = await self._conversation(
+                    system, user, schema, parse, reask, max_tokens
+                )
+            except _Unreadable as bad:
+                spent_in, spent_out = spent_in + bad.tokens_in, spent_out + bad.tokens_out
+                error = bad.error
+                if error.cause == "truncated":
+                    break
+                continue
+            return value, spent_in + t_in, spent_out + t_out
+        self.stats.failures[error.cause] += 1
+        raise error
+
+    async def _conversation(
+        self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
+        max_tokens: int,
+    ) -> tuple[T, int, int]:  # fmt: skip
+        messages = [{"role": "user", "content": user}]
+        first, text, tokens_in, tokens_out = await self._call_parsed(
+            system, messages, schema, parse, max_tokens
+        )
+        if not isinstance(first, JudgeParseError):
+            return first, tokens_in, tokens_out
+        if first.cause == "truncated":
+            message = f"{self.model}: reply cut off at the largest completion budget ({first})"
+            error = JudgeParseError(redact(message), cause="truncated")
+            raise _Unreadable(error, tokens_in, tokens_out)
+        self.stats.reasks += 1
+        messages += [
+            {"role": "assistant", "content": text.strip() or "(empty reply)"},
+            {"role": "user", "content": reask},
+        ]
+        again, text2, more_in, more_out = await self._call_parsed(
+            system, messages, schema, parse, max_tokens
+        )
+        if not isinstance(again, JudgeParseError):
+            return again, tokens_in + more_in, tokens_out + more_out
+        clip = " ".join(text2.split())[:200]
+        message = f"{self.model}: reply unreadable after one re-ask ({again}); reply: {clip!r}"
+        error = JudgeParseError(redact(message), cause=again.cause)
+        raise _Unreadable(error, tokens_in + more_in, tokens_out + more_out)
+
+    # -- the Judge protocol
+    async def judge_item(self, request: ItemRequest) -> JudgeReply:
+        system, user = prompts.item_messages(request)
+        verdict, tokens_in, tokens_out = await self._ask(
+            system, user, ("verdict", prompts.ITEM_SCHEMA), parse_verdict, _REASK_ITEM,
+            self.settings.max_output_tokens,
+        )  # fmt: skip
+        return JudgeReply(verdict, tokens_in, tokens_out)
+
+    async def judge_row(
+        self, query: str, expected: str | None, items: Sequence[str]
+    ) -> list[JudgeReply]:
+        """All items in one call; output budget max_output_tokens per item; usage split evenly."""
+        if not items:
+            return []
+        n = len(items)
+        system, user = prompts.row_messages(query, expected, items)
+        verdicts, tokens_in, tokens_out = await self._ask(
+            system, user, ("verdicts", prompts.ROW_SCHEMA),
+            lambda text: parse_row_verdicts(text, n), _REASK_ROW,
+            self.settings.max_output_tokens * n,
+        )  # fmt: skip
+        pairs = zip(verdicts, _split(tokens_in, n), _split(tokens_out, n), strict=True)
+        return [JudgeReply(v, i, o) for v, i, o in pairs]
+
+    async def write_reason(self, prompt: str) -> str:
+        messages = [{"role": "user", "content": prompt}]
+        reply = await self._complete(
+            _REASON_SYSTEM, messages, None, self.settings.max_output_tokens
+        )
+        if not reply.text.strip():
+            raise JudgeParseError(f"{self.model}: empty reply to the reason prompt", cause="empty")
+        return reply.text.strip()

@@ -1,0 +1,110 @@
+"""API keys and what keeps them out of every log: keys come from the environment only, each one
+is remembered so `redact` can scrub it (and auth header values, and key-shaped tokens) from any
+text, and `RedactingFilter` rewrites every record of the ctxprec loggers through `redact`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from storage.core.errors import ConfigError
+
+__all__ = [
+    "REDACTED",
+    "RedactingFilter",
+    "api_key_from_env",
+    "is_loopback",
+    "redact",
+    "redacted_headers",
+    "register_secret",
+]
+
+REDACTED = "***"
+
+_SECRETS: set[str] = set()
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key"})
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(
+            r"(?i)((?:proxy-)?authorization|x-api-key|api-key)(['\"]?\s*[:=]\s*['\"]?)"
+            r"(?:bearer\s+)?[^'\",\s}]+"
+        ),
+        r"\1\2" + REDACTED,
+    ),
+    (re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{6,}"), "Bearer " + REDACTED),
+    (re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-]{8,}"), REDACTED),
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a key's exact value so `redact` removes it wherever it shows up."""
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    """Remove known keys, auth header values and key-shaped tokens (sk-...) from text."""
+    for secret in tuple(_SECRETS):  # a copy: another thread may register a key meanwhile
+        text = text.replace(secret, REDACTED)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers with every auth header's value replaced, fit for a debug log."""
+    return {k: REDACTED if k.lower() in _SECRET_HEADERS else v for k, v in headers.items()}
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites each record's message (and traceback text) through `redact`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.msg, record.args = redact(record.getMessage()), None
+        except (TypeError, ValueError):  # a malformed log call: let the handler report it
+            return True
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def _install_redaction() -> None:
+    # A logger's filters only see records logged on that very logger, not its children's,
+    # so the filter goes on "ctxprec" (the product's logger) and on "ctxprec.http" (where the
+    # judges log).
+    for name in ("ctxprec", "ctxprec.http"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+            logger.addFilter(RedactingFilter())
+
+
+_install_redaction()
+
+
+def is_loopback(url: str) -> bool:
+    """True for localhost / 127.x / ::1 base URLs (local vLLM, Ollama: no key needed)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_from_env(env_name: str, base_url: str, model: str) -> str | None:
+    """The key from `env_name`; missing is a ConfigError unless the server is on loopback."""
+    key = os.environ.get(env_name, "").strip() or None
+    if key is None and not is_loopback(base_url):
+        raise ConfigError(
+            f"judge {model} needs an API key: set the environment variable {env_name} "
+            "(or name another one with [judge] api_key_env); servers on localhost need none"
+        )
+    register_secret(key)
+    return key
