@@ -1,0 +1,229 @@
+"""The HTTP judges' client and conversation without a server: each judge gets a `MockTransport`
+(tests/fakes/transport.py) that answers with what the providers send. Retries on 429 honour
+Retry-After, 401/404 refuse the run, an unreadable reply is re-asked once, a rejected parameter
+is learned for the rest of the run. The real aiohttp path is tested in test_http_judges.py."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
+from connectors.judges.anthropic import AnthropicJudge
+from connectors.judges.openai import OpenAIJudge
+from connectors.judges.retry import RetryClock, set_testing
+from connectors.judges.transport import HttpRequest, HttpResponse
+from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from tests.fakes.transport import (
+    MockTransport,
+    anthropic_error,
+    anthropic_message,
+    openai_completion,
+    openai_error,
+    rate_limited,
+    replies,
+    verdict_json,
+)
+
+KEY = "sk-transport-test-0123456789abcdef"
+REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
+
+
+class RecordingGate:
+    """A gate that admits everything and records what the client tells it."""
+
+    def __init__(self) -> None:
+        self.slots = 0
+        self.rate_limited_calls: list[float | None] = []
+
+    @contextlib.asynccontextmanager
+    async def slot(self, est_tokens: int) -> AsyncIterator[None]:
+        self.slots += 1
+        yield
+
+    def rate_limited(self, retry_after: float | None) -> None:
+        self.rate_limited_calls.append(retry_after)
+
+    def used_tokens(self, estimated: int, actual: int) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def retry_clock() -> Iterator[RetryClock]:
+    """Instant, recorded retry waits; jitter draws 0 so waits are exact."""
+    clock = set_testing(instant=True, rand=lambda: 0.0)
+    yield clock
+    set_testing(False)
+
+
+@pytest.fixture(autouse=True)
+def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+
+
+def openai_judge(
+    transport: MockTransport, model: str = "gpt-4o-mini", **settings: Any
+) -> tuple[OpenAIJudge, JudgeStats, RecordingGate]:
+    stats, gate = JudgeStats(), RecordingGate()
+    judge_settings = JudgeSettings(model=f"openai/{model}", **settings)
+    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport)
+    return judge, stats, gate
+
+
+def anthropic_judge(transport: MockTransport) -> tuple[AnthropicJudge, JudgeStats]:
+    stats = JudgeStats()
+    settings = JudgeSettings(model="anthropic/claude-haiku-4-5")
+    return AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
+                          transport=transport), stats  # fmt: skip
+
+
+# ---------------------------------------------------------------- retries
+
+
+async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(rate_limited(2.0), openai_completion(verdict_json(True))))
+    judge, stats, gate = openai_judge(transport)
+    reply = await judge.judge_item(REQUEST)
+    assert reply.verdict.relevant is True
+    assert retry_clock.waits == [2.0]
+    assert stats.retries == 1 and stats.rate_limited == 1 and stats.requests == 2
+    assert gate.rate_limited_calls == [2.0] and gate.slots == 2
+    assert dict(stats.errors_by_cause) == {"rate_limited": 1}
+    assert transport.requests[0].url == "https://api.openai.com/v1/chat/completions"
+    assert transport.requests[0].headers["Authorization"] == f"Bearer {KEY}"
+
+
+async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(rate_limited(4.0)))
+    judge, stats, _ = openai_judge(transport, retry_budget_s=10.0)
+    with pytest.raises(JudgeRetryableError) as caught:
+        await judge.judge_item(REQUEST)
+    assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
+    assert len(transport.requests) == 3 and caught.value.cause == "rate_limited"
+    assert "retry_budget_s=10" in str(caught.value)
+    assert stats.failures["rate_limited"] == 1
+
+
+async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:
+    script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
+    judge, stats, _ = openai_judge(MockTransport(script))
+    reply = await judge.judge_item(REQUEST)
+    assert reply.verdict.relevant is False
+    assert dict(stats.errors_by_cause) == {"connection": 1} and stats.retries == 1
+    assert retry_clock.waits == [0.0]  # plain backoff, jitter draw 0
+
+
+async def test_anthropic_overloaded_529_is_retried(retry_clock: RetryClock) -> None:
+    script = replies(
+        anthropic_error(529, "overloaded_error", "Overloaded"),
+        anthropic_message(verdict_json(True)),
+    )
+    transport = MockTransport(script)
+    judge, stats = anthropic_judge(transport)
+    reply = await judge.judge_item(REQUEST)
+    assert reply.verdict.relevant is True and stats.retries == 1
+    assert dict(stats.errors_by_cause) == {"http_529": 1}
+    assert transport.requests[0].headers["x-api-key"] == KEY
+
+
+# ---------------------------------------------------------------- the run refused
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [
+        (openai_error(401, f"Incorrect API key provided: {KEY}.", code="invalid_api_key"),
+         "the API key was refused"),
+        (openai_error(404, "The model `gpt-9` does not exist or you do not have access to it.",
+                      code="model_not_found"), "unknown model or wrong endpoint"),
+    ],
+)  # fmt: skip
+async def test_401_and_404_refuse_the_run_without_retrying(
+    reply: HttpResponse, words: str, retry_clock: RetryClock
+) -> None:
+    transport = MockTransport(replies(reply))
+    judge, stats, _ = openai_judge(transport)
+    with pytest.raises(JudgeRefusedRunError) as caught:
+        await judge.judge_item(REQUEST)
+    assert words in str(caught.value) and KEY not in str(caught.value)
+    assert len(transport.requests) == 1 and stats.retries == 0 and retry_clock.waits == []
+    with pytest.raises(JudgeRefusedRunError) as again:  # every later call: no request at all
+        await judge.judge_item(REQUEST)
+    assert again.value is caught.value and len(transport.requests) == 1
+
+
+async def test_a_fatal_400_is_not_retried() -> None:
+    message = "This model's maximum context length is 8192 tokens."
+    transport = MockTransport(replies(openai_error(400, message, code="context_length_exceeded")))
+    judge, stats, _ = openai_judge(transport)
+    with pytest.raises(JudgeFatalError) as caught:
+        await judge.judge_item(REQUEST)
+    assert caught.value.cause == "context_length" and len(transport.requests) == 1
+    assert stats.retries == 0
+
+
+# ---------------------------------------------------------------- the conversation
+
+
+async def test_an_unreadable_reply_is_reasked_once_showing_the_model_its_reply() -> None:
+    script = replies(openai_completion("hard to say, it depends"),
+                     openai_completion(verdict_json(True)))  # fmt: skip
+    transport = MockTransport(script)
+    judge, stats, _ = openai_judge(transport)
+    reply = await judge.judge_item(REQUEST)
+    assert reply.verdict.relevant is True
+    assert stats.reasks == 1 and len(transport.requests) == 2
+    messages = transport.bodies[1]["messages"]
+    assert messages[-2] == {"role": "assistant", "content": "hard to say, it depends"}
+    assert messages[-1]["role"] == "user" and messages[-1]["content"].startswith("Reply with JSON")
+    assert reply.input_tokens == stats.input_tokens == 80  # usage summed over both calls
+
+
+async def test_a_refusal_is_not_a_verdict() -> None:
+    transport = MockTransport(replies(openai_completion(None, refusal="I can't help with that.")))
+    judge, stats, _ = openai_judge(transport)
+    with pytest.raises(JudgeFatalError) as caught:
+        await judge.judge_item(REQUEST)
+    assert caught.value.cause == "refused" and stats.reasks == 0
+
+
+async def test_a_rejected_parameter_is_learned_for_the_rest_of_the_run() -> None:
+    """A 400 naming `max_tokens` (a reasoning model behind an unfamiliar name) is answered by
+    sending `max_completion_tokens` at once, for this call and every later one."""
+
+    def handler(request: HttpRequest) -> HttpResponse:
+        if "max_tokens" in request.json:
+            return openai_error(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                "Use 'max_completion_tokens' instead.",
+                param="max_tokens",
+                code="unsupported_parameter",
+            )
+        return openai_completion(verdict_json(True))
+
+    transport = MockTransport(handler)
+    judge, stats, _ = openai_judge(transport, model="my-reasoner")
+    assert (await judge.judge_item(REQUEST)).verdict.relevant is True
+    assert (await judge.judge_item(REQUEST)).verdict.relevant is True
+    sent = ["max_tokens" in b for b in transport.bodies]
+    assert sent == [True, False, False]
+    assert all(b.get("max_completion_tokens") for b in transport.bodies[1:])
+    assert stats.retries == 0 and stats.adaptations == {
+        "max_completion_tokens sent instead of max_tokens": 1
+    }
+    assert judge.sent_shape()["tokens_field"] == "max_completion_tokens"
+
+
+async def test_a_caller_given_transport_is_the_callers_to_close() -> None:
+    transport = MockTransport(replies(openai_completion(verdict_json(True))))
+    judge, _, _ = openai_judge(transport)
+    await judge.judge_item(REQUEST)
+    await judge.aclose()
+    other, _, _ = openai_judge(transport)
+    assert (await other.judge_item(REQUEST)).verdict.relevant is True
+    assert [b["model"] for b in transport.bodies] == ["gpt-4o-mini", "gpt-4o-mini"]
