@@ -3,22 +3,25 @@ retryable or fatal (`classify`, `classify_exception`), how long the server asks 
 (`parse_retry_after`), how long we wait (`backoff`, `RetryClock`, `set_testing`), and when we
 stop (`RetryPolicy`: max_retries, the retry_budget_s time budget, the run-wide pause ceiling).
 
-Why not stamina (hynek/stamina, 26.1): its `on` hook may return a backoff, so a Retry-After can
-be honoured, and it budgets attempts and time, runs async and has a test mode. It cannot keep four
-behaviours the judge tests check:
+Why not stamina (hynek/stamina, 26.1): its `on` hook may return a float or timedelta used as the
+next backoff, so a Retry-After can be honoured; it budgets attempts and time, runs async and has
+a test mode. It cannot keep four behaviours the judge tests check:
 - a wait the server asks for beyond PAUSE_CEILING_S pauses every call of the run and is not
-  charged to the retry budget; stamina's `timeout` counts all time spent, so the call would give
-  up instead (test_strict_providers.test_a_long_retry_after_pauses_the_run_...);
-- the budget is checked before sleeping (a wait that would pass retry_budget_s is not slept: two
-  4 s waits under a 10 s budget, not three, test_http_judges.test_retry_budget_stops_long_waits);
-  stamina sleeps and only then finds the time spent;
-- a 400 the client adapts to (request shape learning) is sent again at once, up to 8 times, without
-  counting as a retry or sleeping; stamina counts every attempt against `attempts`;
+  charged to the retry budget; stamina's `timeout` (tenacity's stop_after_delay) counts all time
+  since the first attempt, so the call would give up instead
+  (test_strict_providers.test_a_long_retry_after_pauses_the_run_...);
+- the budget is checked before sleeping: a wait that would end past retry_budget_s is not slept
+  (4 s waits under a 10 s budget: two, then give up; test_http_judges.
+  test_retry_budget_stops_long_waits). stop_after_delay only looks at the time already spent, so
+  stamina sleeps a third time and makes a fourth attempt;
+- a 400 the client adapts to (request shape learning) is sent again at once, up to 8 times,
+  neither slept nor counted as a retry; stamina counts every attempt against `attempts`;
 - tests run on an instant clock that records each wait and advances a virtual time, so "waits
   what Retry-After says" and the budget are asserted exactly (test_429_waits_what_the_server_says);
-  `stamina.set_testing` makes every wait zero and measures `timeout` on the real clock.
-The loop itself (`client.HttpJudgeBase.post_json`) is therefore ours, and this module keeps every
-decision it takes, so that loop only asks.
+  `stamina.set_testing` replaces the stop condition by an attempt cap (no time budget left to
+  test), and outside it stamina waits with asyncio.sleep on the real clock.
+The loop itself (`client.HttpClient.post_json`) is therefore ours; this module keeps every
+decision it takes, so the loop only asks.
 """
 
 from __future__ import annotations
