@@ -9,9 +9,10 @@ price, answers within 24 h), then the ordinary pipeline scores the rows from the
    tolerant parser and written to the memo; retryable lines (expired, cancelled, 5xx, batches
    failed as a whole) go into a new batch (bounded rounds) or online (`--batch-fallback
    online`); the others fail their items with the provider's cause.
-3. Score: the ordinary stage runs with a judge that answers nothing online (unless the fallback
-   says so), so every verdict comes from the memo; parts, summary, sinks and incremental runs
-   behave as without batches.
+3. Score: the ordinary stage runs with a judge that answers no verdict online (unless the
+   fallback says so), so every verdict comes from the memo; parts, summary, sinks and incremental
+   runs behave as without batches. With `reason = "llm"` the stage asks the online judge for each
+   scored row's reason, as a run without batches does.
 """
 
 from __future__ import annotations
@@ -205,8 +206,9 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
 
 class _ResultJudge:
     """The stage's judge: every verdict should be in the memo already. An item the batches
-    failed fails with the provider's cause; any other call goes online only with
-    `--batch-fallback online`, else it fails (never a silent online call)."""
+    failed fails with the provider's cause; any other verdict call goes online only with
+    `--batch-fallback online`, else it fails (never a silent online call). A row's reason
+    (`--reason llm`) needs its verdicts first, so it is asked of the online judge."""
 
     def __init__(
         self, inner: Judge, failed: dict[str, list[str]], prefix: bytes, online: bool
