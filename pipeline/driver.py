@@ -15,13 +15,13 @@ import polars as pl
 
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
-from connectors.sources import SourceInfo, inspect_source, notice_skipped, read_ids
+from connectors.sources import SourceInfo, inspect_source, read_ids
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.estimate import estimate
 from pipeline.extractor import load_extractor
 from pipeline.limits import GateStats
-from pipeline.notices import run_notices
+from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
 from pipeline.reduce import TableSpec
 from storage.charts import preload
@@ -194,7 +194,9 @@ def _inspect(input: str, cfg: Config) -> SourceInfo:
         expected_explicit=cfg.expected_explicit,
         storage=cfg.storage,
     )
-    notice_skipped(info)
+    line = skipped_formats_line(info)
+    if line:
+        print(line, file=sys.stderr, flush=True)
     return info
 
 
