@@ -42,6 +42,8 @@ class RowPlan:
 
 @dataclass(slots=True)
 class BatchJob:
+    """One input batch: the key of its part, its rows as read, and their plans."""
+
     key: str
     frame: pl.DataFrame
     rows: list[RowPlan]
