@@ -9,9 +9,10 @@ price, answers within 24 h), then the ordinary pipeline scores the rows from the
    tolerant parser and written to the memo; retryable lines (expired, cancelled, 5xx, batches
    failed as a whole) go into a new batch (bounded rounds) or online (`--batch-fallback
    online`); the others fail their items with the provider's cause.
-3. Score: the ordinary stage runs with a judge that answers nothing online (unless the fallback
-   says so), so every verdict comes from the memo; parts, summary, sinks and incremental runs
-   behave as without batches.
+3. Score: the ordinary stage runs with a judge that answers no verdict online (unless the
+   fallback says so), so every verdict comes from the memo; parts, summary, sinks and incremental
+   runs behave as without batches. With `reason = "llm"` the stage asks the online judge for each
+   scored row's reason, as a run without batches does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,7 +32,7 @@ import anyio
 import polars as pl
 
 from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
-from connectors.judges.base import Gate
+from connectors.judges.base import Gate, JudgeSettings
 from connectors.judges.batch_api import (
     BATCH_PROVIDERS,
     BatchClient,
@@ -42,10 +42,13 @@ from connectors.judges.batch_api import (
 )
 from connectors.judges.registry import split_model
 from connectors.sources import iter_batches
-from pipeline.batch import attach_keys, load_extractor, plan_rows
 from pipeline.config import Config, Price
 from pipeline.dispatch import RunCounters
-from pipeline.driver import RunPlan, RunResult, finish_run, prepare_run, release_outdir
+from pipeline.driver import RunPlan, RunResult
+from pipeline.extractor import load_extractor
+from pipeline.rows import attach_keys, plan_rows
+from pipeline.run_frame import LocalRun, local_run, run_blocking
+from pipeline.stage import run_stage
 from storage.batches import BatchStore, ChunkWriter
 from storage.core.constants import STATUS_OK
 from storage.core.errors import (
@@ -55,7 +58,6 @@ from storage.core.errors import (
     JudgeFatalError,
     JudgeParseError,
     JudgeRetryableError,
-    first_meaningful,
 )
 from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
 from storage.objpath import ObjPath, OutPath, out_path
@@ -134,10 +136,7 @@ def score_batch(
             f"--batch-api keeps its request files in OUTDIR on local disk; {outdir} is an "
             "object store: score into a local folder with --batch-api, or drop --batch-api"
         )
-    try:
-        return anyio.run(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, **kw))
-    except BaseExceptionGroup as group:
-        raise first_meaningful(group) from None
+    return run_blocking(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, **kw))
 
 
 def check_batch_provider(cfg: Config) -> None:
@@ -162,26 +161,14 @@ async def run_batch_score(
     wait_lock: float = 0.0,
 ) -> RunResult:
     check_batch_provider(cfg)
-    started, started_at = time.monotonic(), datetime.now(UTC)
-    plan = await prepare_run(
+    async with local_run(
         input, outdir, cfg, overwrite=overwrite, incremental=incremental, wait_lock=wait_lock
-    )
-    try:  # the lock is held from open to finish, whatever happens in between
-        return await _batch_run(plan, cfg, options, progress, started, started_at)
-    finally:
-        release_outdir(plan)
+    ) as run:
+        return await _batch_run(run, cfg, options, progress)
 
 
-async def _batch_run(
-    plan: RunPlan,
-    cfg: Config,
-    options: BatchOptions,
-    progress: str,
-    started: float,
-    started_at: datetime,
-) -> RunResult:
-    from pipeline.flow import run_stage
-
+async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress: str) -> RunResult:
+    plan = run.plan
     est = plan.runlog.load_json("estimate.json")
     if est is not None and "batch_api" not in est:  # estimate vs actual, both at batch prices
         plan.runlog.save_json("estimate.json", batch_estimate(est, cfg))
@@ -209,11 +196,9 @@ async def _batch_run(
     prices = batch_prices(cfg, plan.spec.judge_model)
     if prices is not None:
         plan.cfg = dataclasses.replace(cfg, prices={**cfg.prices, plan.spec.judge_model: prices[1]})
-    wall = time.monotonic() - started
-    engine = {"name": "local", "workers": 1, "tasks": 1}
-    run = await anyio.to_thread.run_sync(finish_run, plan, result, started_at, wall, engine)
+    finished = await run.finish(result)
     await anyio.to_thread.run_sync(collector.finished)
-    return run
+    return finished
 
 
 # ---------------------------------------------------------------- phase 3: the stage's judge
@@ -221,8 +206,9 @@ async def _batch_run(
 
 class _ResultJudge:
     """The stage's judge: every verdict should be in the memo already. An item the batches
-    failed fails with the provider's cause; any other call goes online only with
-    `--batch-fallback online`, else it fails (never a silent online call)."""
+    failed fails with the provider's cause; any other verdict call goes online only with
+    `--batch-fallback online`, else it fails (never a silent online call). A row's reason
+    (`--reason llm`) needs its verdicts first, so it is asked of the online judge."""
 
     def __init__(
         self, inner: Judge, failed: dict[str, list[str]], prefix: bytes, online: bool
@@ -694,8 +680,6 @@ def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any
 
 
 async def _list(store: BatchStore, cancel: bool) -> list[dict[str, Any]]:
-    from connectors.judges.base import JudgeSettings
-
     settings = JudgeSettings(**(store.data.get("settings") or {}))
     client: BatchClient | None = None
     try:

@@ -15,15 +15,17 @@ import polars as pl
 
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
-from connectors.sources import SourceInfo, inspect_source, notice_skipped, read_ids
-from pipeline.batch import TableSpec, load_extractor
+from connectors.sources import SourceInfo, inspect_source, read_ids
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.estimate import estimate
+from pipeline.extractor import load_extractor
 from pipeline.limits import GateStats
-from pipeline.notices import run_notices
+from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
+from pipeline.reduce import TableSpec
 from storage.charts import preload
+from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError
 from storage.dataset import drop_ids, scored_ids
@@ -162,7 +164,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
 
 def _plan_resume(plan: RunPlan) -> None:
     """A resumed run skips the parts committed without failures; torn files are removed."""
-    records = plan.runlog.committed()
+    records = committed(plan.runlog.outdir)
     if not plan.run_tag:  # incremental runs commit under a new tag: nothing of theirs is done
         done = {k: r for k, r in records.items() if r.failed == 0}
         plan.skip_parts = frozenset(done)
@@ -192,7 +194,9 @@ def _inspect(input: str, cfg: Config) -> SourceInfo:
         expected_explicit=cfg.expected_explicit,
         storage=cfg.storage,
     )
-    notice_skipped(info)
+    line = skipped_formats_line(info)
+    if line:
+        print(line, file=sys.stderr, flush=True)
     return info
 
 
@@ -302,10 +306,10 @@ def _run_info(
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     outdir = run.runlog.outdir
-    if not run.runlog.committed() and not run.cfg.partition_by:
+    if not committed(outdir) and not run.cfg.partition_by:
         # an input with no rows still gives a readable (empty) dataset in the documented schema
         empty = {"part-empty.parquet": run.spec.schema.empty_table()}
-        run.runlog.commit_part("empty", empty, rows=0, failed=0)
+        commit_part(outdir, "empty", empty, rows=0, failed=0)
     loaded, errors = publish(run.cfg.sinks, run.runlog, run.spec.schema, run.cfg.partition_by)
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors

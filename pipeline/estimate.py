@@ -14,8 +14,9 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
-from pipeline.batch import attach_keys, load_extractor, plan_rows
 from pipeline.config import Config
+from pipeline.extractor import load_extractor
+from pipeline.rows import attach_keys, plan_rows
 from storage.core.constants import STATUS_OK
 from storage.memo import Memo, default_cache_dir, judge_prefix
 from storage.report import seconds

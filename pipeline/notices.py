@@ -1,17 +1,15 @@
 """Things a user must be told about a run that is otherwise fine: no expected output (every item
 judged against the query alone), an empty input, files of an input folder that were not read.
-Each is one line; the CLI prints them and summary.md repeats them."""
+Each is one line; the CLI prints them and summary.md repeats them. Files in no input format are
+also named on stderr as the input is checked. Both come from the one walk that found the input
+files (`connectors.sources.files`)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from pathlib import Path
-
 from connectors.sources import SourceInfo
-from connectors.sources.files import InputFile, detect_format
 from pipeline.config import Config
 
-__all__ = ["OFFLINE_QUERY_ONLY", "run_notices", "skipped_files_notice"]
+__all__ = ["OFFLINE_QUERY_ONLY", "not_read_notice", "run_notices", "skipped_formats_line"]
 
 OFFLINE_QUERY_ONLY = (
     "the offline judge without an expected output is a weak heuristic: it finds passages whose "
@@ -38,35 +36,32 @@ def _no_expected(info: SourceInfo, cfg: Config) -> str | None:
     return line
 
 
-def skipped_files_notice(spec: str, read: tuple[InputFile, ...]) -> str | None:
-    """One line on the files below a local input folder that were not read, by reason."""
-    root = Path(spec)
-    if not root.is_dir():
+def skipped_formats_line(info: SourceInfo) -> str | None:
+    """The line on stderr, as the input is checked, naming the files in no input format that
+    were left out (of a folder, a glob or a prefix)."""
+    if not info.skipped:
         return None
-    taken = {Path(f.path).resolve() for f in read if not f.remote}
-    reasons: Counter[str] = Counter()
-    examples: list[str] = []
-    for path in sorted(root.rglob("*")):
-        if not path.is_file() or path.resolve() in taken:
-            continue
-        rel = path.relative_to(root)
-        if any(p.startswith(("_", ".")) for p in rel.parts):
-            reasons["hidden or starting with '_'"] += 1
-        elif detect_format(path.name) is None:
-            reasons["in no input format (Parquet, JSON Lines, CSV)"] += 1
-        else:
-            reasons["inside a ctxprec output folder"] += 1
-        if len(examples) < 3:
-            examples.append(str(rel))
-    if not reasons:
+    shown = ", ".join(info.skipped[:10])
+    more = f", … ({len(info.skipped) - 10} more)" if len(info.skipped) > 10 else ""
+    return (
+        f"ctxprec: skipped {len(info.skipped)} file(s) in no input format (Parquet, JSON Lines, "
+        f"CSV): {shown}{more}"
+    )
+
+
+def not_read_notice(info: SourceInfo) -> str | None:
+    """One line on the files below a local input folder that were not read, by reason (from the
+    walk that found the input files)."""
+    nr = info.not_read
+    if nr is None:
         return None
-    counts = ", ".join(f"{n} {why}" for why, n in reasons.items())
-    total = sum(reasons.values())
-    return f"note: {total} file(s) in {root} were not read ({counts}; e.g. {', '.join(examples)})"
+    counts = ", ".join(f"{n} {why}" for why, n in nr.reasons)
+    examples = ", ".join(nr.examples)
+    return f"note: {nr.total} file(s) in {nr.folder} were not read ({counts}; e.g. {examples})"
 
 
 def run_notices(spec: str, info: SourceInfo, cfg: Config) -> list[str]:
-    out = [_no_expected(info, cfg), skipped_files_notice(spec, info.files)]
+    out = [_no_expected(info, cfg), not_read_notice(info)]
     if info.total_rows == 0:
         out.append(f"note: the input {spec} holds no rows; the output is an empty dataset")
     return [line for line in out if line]

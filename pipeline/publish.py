@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.sinks import Sink, parse_sink
+from storage.commit import committed
 from storage.core.errors import UserError
 from storage.runlog import RunLog
 
@@ -38,7 +39,7 @@ def publish(
     errors: list[str] = []
     # file -> failed rows it held when committed; failed rows are held back by the sinks, so a
     # file loaded while it had some is loaded again later (ids already loaded are skipped)
-    files = {f: r.failed for r in runlog.committed().values() for f in r.files}
+    files = {f: r.failed for r in committed(runlog.outdir).values() for f in r.files}
     for sink in (parse_sink(spec) for spec in specs):
         state = runlog.load_json(_state_name(sink)) or {"sink": sink.name, "loaded": {}}
         loaded: dict[str, int] = state["loaded"]

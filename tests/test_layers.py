@@ -96,14 +96,8 @@ def test_imports_point_down(module: str) -> None:
     assert wrong == []
 
 
-# modules still being untangled (remove an entry once its function-level imports are gone)
-_UNTANGLING = {"pipeline.batch_run", "pipeline.flow"}
-
-
 @pytest.mark.parametrize("module", sorted(ALL))
 def test_no_function_level_project_imports(module: str) -> None:
-    if module in _UNTANGLING:
-        pytest.xfail("function-level imports still being removed")
     inside = [
         f"line {line}: {target}"
         for target, line, where in imports(ALL[module], module)

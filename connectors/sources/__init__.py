@@ -9,7 +9,6 @@ from connectors.sources.parquet import (
     SourceInfo,
     inspect_source,
     iter_batches,
-    notice_skipped,
     read_ids,
     resolve_inputs,
 )
@@ -22,7 +21,6 @@ __all__ = [
     "SourceInfo",
     "inspect_source",
     "iter_batches",
-    "notice_skipped",
     "read_ids",
     "resolve_inputs",
 ]

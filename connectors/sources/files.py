@@ -3,7 +3,8 @@ disk or in an object store (`s3://`, `gs://`, `az://`, `file://`). Formats by ex
 Parquet, JSON Lines (`.jsonl`, `.ndjson`, `.json`) and CSV, the text formats also gzip- or
 zstd-compressed (`.jsonl.gz`, `.csv.zst`, ...). Files in no known format are skipped, and said
 so (`InputFiles.skipped`); names starting with `_` or `.` and ctxprec output folders are not
-input.
+input. The one walk of a local input folder also records why each of its other files was not
+read (`InputFiles.not_read`), for the run's notices.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "FORMATS",
     "InputFile",
     "InputFiles",
+    "NotRead",
     "detect_format",
     "find_inputs",
     "input_root",
@@ -70,10 +72,25 @@ class InputFile:
 
 
 @dataclass(frozen=True, slots=True)
+class NotRead:
+    """The files below a local input folder that were not read: how many for each reason (in the
+    order first met, walking the folder in sorted order) and the first few, relative to it."""
+
+    folder: str
+    reasons: tuple[tuple[str, int], ...]
+    examples: tuple[str, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.reasons)
+
+
+@dataclass(frozen=True, slots=True)
 class InputFiles:
     files: tuple[InputFile, ...]
     root: str  # where Hive partition folders start counting (see `input_root`)
     skipped: tuple[str, ...] = ()  # files with no known format, named
+    not_read: NotRead | None = None  # a local folder's other files, with the reasons
 
 
 def detect_format(name: str) -> tuple[str, str | None] | None:
@@ -122,6 +139,7 @@ class _Lister:
         self._outputs: dict[str, bool] = {}
         self._listed: set[str] = set()  # every object below a listed prefix (no HEAD per folder)
         self._prefixes: list[str] = []
+        self.walked: list[Path] = []  # every file below the last local folder listed
 
     def _is_output(self, folder: str) -> bool:
         if folder not in self._outputs:
@@ -174,6 +192,7 @@ class _Lister:
             self._prefixes.append(root + "/")
         else:
             local = [p for p in Path(root).rglob("*") if p.is_file()]
+            self.walked = local
             paths = dict.fromkeys(map(str, local))
         visible = [p for p in paths if _visible(_rel_parts(p, root))]
         files = []
@@ -255,7 +274,8 @@ def find_inputs(spec: str | Path, options: fs.StorageOptions | None = None) -> I
                 f"and ctxprec output folders are skipped){_skip_note(lister)}; point at the "
                 "folder with the data or use a glob"
             )
-        return InputFiles(_unique(files), text, _skipped(lister))
+        not_read = None if fs.is_uri(text) else _not_read(text, lister.walked, files)
+        return InputFiles(_unique(files), text, _skipped(lister), not_read)
     if info.type == pafs.FileType.File:
         f = lister.file(text, info)
         if f is None:
@@ -276,6 +296,36 @@ def find_inputs(spec: str | Path, options: fs.StorageOptions | None = None) -> I
         f"input {text} does not exist; give a Parquet, JSON Lines or CSV file, a folder of "
         "them, a glob such as 'data/**/*.parquet', or an object-store URI (s3://BUCKET/PATH)"
     )
+
+
+NOT_READ_HIDDEN = "hidden or starting with '_'"
+NOT_READ_FORMAT = "in no input format (Parquet, JSON Lines, CSV)"
+NOT_READ_OUTPUT = "inside a ctxprec output folder"
+
+
+def _not_read(root: str, walked: Sequence[Path], read: Sequence[InputFile]) -> NotRead | None:
+    """Why each file of the folder's walk that is not input was left out."""
+    base = Path(root)
+    names = {f.path for f in read}
+    taken = {Path(f.path).resolve() for f in read}
+    reasons: dict[str, int] = {}
+    examples: list[str] = []
+    for path in sorted(walked):
+        if str(path) in names or path.resolve() in taken:
+            continue
+        rel = path.relative_to(base)
+        if not _visible(rel.parts):
+            why = NOT_READ_HIDDEN
+        elif detect_format(path.name) is None:
+            why = NOT_READ_FORMAT
+        else:
+            why = NOT_READ_OUTPUT
+        reasons[why] = reasons.get(why, 0) + 1
+        if len(examples) < 3:
+            examples.append(str(rel))
+    if not reasons:
+        return None
+    return NotRead(str(base), tuple(reasons.items()), tuple(examples))
 
 
 def _skip_note(lister: _Lister) -> str:

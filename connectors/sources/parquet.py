@@ -6,7 +6,6 @@ store), check them up front, and yield normalized Polars batches under determini
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from urllib.parse import unquote
 import polars as pl
 import pyarrow as pa
 
-from connectors.sources.files import InputFile, find_inputs
+from connectors.sources.files import InputFile, NotRead, find_inputs
 from connectors.sources.formats import (
     TextScan,
     decode_lists,
@@ -52,7 +51,6 @@ __all__ = [
     "SourceInfo",
     "inspect_source",
     "iter_batches",
-    "notice_skipped",
     "read_ids",
     "resolve_inputs",
 ]
@@ -91,6 +89,7 @@ class SourceInfo:
     rows: tuple[int, ...] = ()  # per file
     schemas: tuple[pa.Schema | None, ...] = ()  # per text file: the schema it is read with
     skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
+    not_read: NotRead | None = None  # a local input folder's other files, with the reasons
     storage: StorageOptions = dataclasses.field(default_factory=StorageOptions, repr=False)
 
 
@@ -284,6 +283,7 @@ def inspect_source(
         rows=tuple(scanned.rows),
         schemas=tuple(scanned.schemas),
         skipped=found.skipped,
+        not_read=found.not_read,
         storage=storage,
     )
     check_ids(files, _id_scans(info, columns.id), columns.id, id_type)
@@ -322,20 +322,6 @@ def _read_id_column(info: SourceInfo, index: int, column: str) -> pl.DataFrame:
     frame = pl.from_arrow(table.rename_columns(["id"]))
     assert isinstance(frame, pl.DataFrame)
     return frame
-
-
-def notice_skipped(info: SourceInfo) -> None:
-    """One line on stderr naming the files in no input format that were left out."""
-    if not info.skipped:
-        return
-    shown = ", ".join(info.skipped[:10])
-    more = f", … ({len(info.skipped) - 10} more)" if len(info.skipped) > 10 else ""
-    print(
-        f"ctxprec: skipped {len(info.skipped)} file(s) in no input format (Parquet, JSON Lines, "
-        f"CSV): {shown}{more}",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def read_ids(info: SourceInfo, column: str) -> pl.Series:

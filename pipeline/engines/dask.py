@@ -20,8 +20,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from connectors.judges import JudgeStats
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
@@ -33,10 +31,11 @@ from pipeline.driver import (
     prepare_run,
     release_outdir,
 )
-from pipeline.flow import run_stage
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats
-from storage.core.errors import ConfigError, UserError, first_meaningful
+from pipeline.run_frame import run_blocking
+from pipeline.stage import run_stage
+from storage.core.errors import ConfigError, UserError
 from storage.memo import Memo, MemoStore, default_cache_dir
 from storage.objpath import out_path
 from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
@@ -106,7 +105,7 @@ def score_dask(
     _require_distributed()
     started, started_at = time.monotonic(), datetime.now(UTC)
     prepare = partial(prepare_run, str(input), out_path(outdir), cfg, wait_lock=wait_lock)
-    plan = _portable(_run_async(partial(prepare, overwrite=overwrite, incremental=incremental)))
+    plan = _portable(run_blocking(partial(prepare, overwrite=overwrite, incremental=incremental)))
     try:  # the driver (this process) holds the output folder's lock until the end
         return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)
     finally:
@@ -153,13 +152,6 @@ def _require_distributed() -> None:
 def _distributed() -> Any:
     """dask.distributed, imported on first use (an optional dependency, and a heavy one)."""
     return importlib.import_module("distributed")
-
-
-def _run_async(fn: Any) -> Any:
-    try:
-        return anyio.run(fn)
-    except BaseExceptionGroup as group:
-        raise first_meaningful(group) from None
 
 
 def _portable(plan: RunPlan) -> RunPlan:
@@ -278,7 +270,7 @@ def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | Us
     """One task: the stage over the task's batches, on its own event loop in this thread. A
     user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help."""
     try:
-        result: StageResult = _run_async(partial(_task_main, plan, task, run_id))
+        result: StageResult = run_blocking(partial(_task_main, plan, task, run_id))
     except UserError as exc:
         return exc
     return result

@@ -26,7 +26,7 @@ from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
-from pipeline.flow import run_stage
+from pipeline.stage import run_stage
 from tests.conftest import REPO
 from tests.fakes.judge_server import expected_verdict
 

@@ -272,6 +272,30 @@ def test_per_row_mode_through_batches(rows: Path, tmp_path: Path, fake: BatchFak
     assert fake.stats.lines == pl.read_parquet(rows).height and fake.online_calls == 0
 
 
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_reason_llm_asks_the_judge_for_each_rows_reason(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str
+) -> None:
+    """Verdicts come from the batch; each scored row's reason is one call of the online judge."""
+    out = tmp_path / "out"
+    assert score(rows, out, provider, "--reason", "llm") == 0
+    got = check_rows(out, rows)
+    assert fake.stats.batches_created == 1 and fake.stats.lines == distinct_items(rows)
+    reason_bodies = [
+        b
+        for b in fake.online.stats.bodies
+        if "Write a concise explanation" in json.dumps(b["messages"])
+    ]
+    assert reason_bodies and fake.online_calls == len(reason_bodies)  # no verdict went online
+    assert not any(r.startswith("Score ") for r in got["reason"].to_list())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["judge"]["reason_calls"] == len(reason_bodies)
+    # a second run takes verdicts and reasons from the memo: no batch, no call
+    calls = fake.online_calls
+    assert score(rows, tmp_path / "again", provider, "--reason", "llm") == 0
+    assert fake.stats.batches_created == 1 and fake.online_calls == calls
+
+
 def test_anthropic_base_url_with_trailing_v1_is_tolerated(
     rows: Path, tmp_path: Path, fake: BatchFakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

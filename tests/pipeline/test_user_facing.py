@@ -201,6 +201,30 @@ def test_skipped_files_and_empty_input_get_one_line(
     assert "holds no rows" in capsys.readouterr().out
 
 
+def test_the_input_folder_is_walked_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding the input files, the stderr line and the closing note share one walk."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day_log(folder / "a.parquet", range(3))
+    (folder / "notes.txt").write_text("id\n1\n")
+    walks: list[str] = []
+    rglob = Path.rglob
+
+    def counted(self: Path, pattern: str) -> Iterator[Path]:
+        if self == folder:
+            walks.append(pattern)
+        return rglob(self, pattern)
+
+    monkeypatch.setattr(Path, "rglob", counted)
+    assert score(folder, "-o", tmp_path / "out") == 0
+    captured = capsys.readouterr()
+    assert "skipped 1 file(s) in no input format" in captured.err
+    assert "1 file(s) in" in captured.out and "were not read" in captured.out
+    assert walks == ["*"]
+
+
 def test_another_run_refusal_names_the_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

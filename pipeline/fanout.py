@@ -1,0 +1,104 @@
+"""Fan-out: each item of a batch's checked rows gets its verdict from the memo, from a call this
+run already made or has in flight (de-duplication), or from a new judge call submitted to the
+dispatcher; the rows complete as their verdicts arrive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from connectors.judges.base import ItemRequest
+from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
+from pipeline.rows import RowPlan
+from storage.core.constants import STATUS_FAILED, STATUS_OK
+from storage.memo import MemoEntry
+
+__all__ = ["resolve_items"]
+
+
+async def resolve_items(
+    plans: Sequence[RowPlan], found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
+) -> None:
+    """Fill entries from the memo, from this run's earlier calls, or from new judge calls.
+
+    Submitting and collecting run side by side, so rows complete (and show in the progress bar)
+    while later rows of the batch are still being sent out.
+    """
+    send, recv = anyio.create_memory_object_stream[RowPlan](math.inf)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_collect, recv, dispatcher.counters)
+        async with send:
+            for plan in plans:
+                await _lookup(plan, found, dispatcher, per_row)
+                send.send_nowait(plan)
+
+
+async def _lookup(
+    plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
+) -> None:
+    if plan.status != STATUS_OK:
+        return
+    counters = dispatcher.counters
+    counters.items += len(plan.items)
+    missing: list[int] = []
+    for i, key in enumerate(plan.keys):
+        entry = found.get(key)
+        if entry is not None:
+            counters.memo_hits += 1
+            plan.entries[i] = entry
+            plan.paid[i] = dispatcher.credit(key)
+            continue
+        known = dispatcher.known(key)
+        if known is None:
+            missing.append(i)
+        elif isinstance(known, ItemOutcome):
+            counters.dedup_hits += 1
+            plan.waits.append((i, known))
+        else:
+            counters.dedup_hits += 1
+            plan.entries[i] = known
+    for i in missing:
+        plan.paid[i] = True
+    if missing and dispatcher.decider is not None and not per_row:
+        assert plan.query is not None
+        for i in missing:
+            request = ItemRequest(plan.query, plan.expected, plan.items[i])
+            plan.entries[i] = await dispatcher.decide_now(plan.keys[i], request)
+    elif missing:
+        await _submit(plan, missing, dispatcher, per_row)
+
+
+async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCounters) -> None:
+    async with plans:
+        async for plan in plans:
+            for outcome in plan.extra:
+                await outcome.event.wait()
+                if outcome.entry is not None:
+                    t_in, t_out = plan.extra_tokens
+                    plan.extra_tokens = (t_in + outcome.entry[2], t_out + outcome.entry[3])
+            for i, outcome in plan.waits:
+                await outcome.event.wait()
+                plan.entries[i] = outcome.entry
+                if outcome.error is not None and plan.error is None:
+                    plan.error = f"{outcome.error} (item #{i + 1})"
+            if plan.error is not None and plan.status == STATUS_OK:
+                plan.status = STATUS_FAILED
+            counters.rows_judged += 1
+
+
+async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool) -> None:
+    assert plan.query is not None
+    if per_row:
+        keys = [plan.keys[i] for i in range(len(plan.items))]
+        outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
+        plan.waits.extend((i, outcomes[i]) for i in missing)
+        taken = set(missing)
+        plan.extra.extend(o for i, o in enumerate(outcomes) if i not in taken)
+        return
+    for i in missing:
+        request = ItemRequest(plan.query, plan.expected, plan.items[i])
+        plan.waits.append((i, await dispatcher.submit_item(plan.keys[i], request)))

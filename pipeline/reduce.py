@@ -1,0 +1,141 @@
+"""Reduce: a batch's verdicts go through the vectorized Polars stage of the metric in one call,
+then each row's columns (score, rank metrics, reason, tokens) are assembled into the scored Arrow
+table in the documented output schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
+from pipeline.reason import build_reason, failed_reason
+from pipeline.rows import BatchJob, RowPlan
+from storage.core.constants import STATUS_EMPTY, STATUS_OK
+from storage.core.metric import map_score, map_stage, rank_column_names
+
+__all__ = ["TableSpec", "reduce_rows", "scored_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    schema: pa.Schema
+    judge_model: str
+    scale: float
+    ks: tuple[int, ...]
+    per_row: bool
+    has_labels: bool
+
+
+def reduce_rows(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
+    """The Polars stage over every judged item of the batch: row index -> its metrics."""
+    rows, positions, relevant = [], [], []
+    for r, plan in enumerate(plans):
+        if plan.status == STATUS_OK:
+            for p, entry in enumerate(plan.entries):
+                assert entry is not None
+                rows.append(r)
+                positions.append(p)
+                relevant.append(entry[0])
+    if not rows:
+        return {}
+    items = pl.DataFrame(
+        {"row": rows, "position": positions, "relevant": relevant},
+        schema={"row": pl.Int64, "position": pl.Int64, "relevant": pl.Boolean},
+    )
+    scored = map_stage(items, scale=spec.scale, ks=spec.ks)
+    return {int(d["row"]): d for d in scored.iter_rows(named=True)}
+
+
+def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {name: 0.0 for name in rank_column_names(ks)}
+    out.update({f"hit_at_{k}": False for k in ks})
+    return out
+
+
+def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec) -> dict[str, Any]:
+    criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
+    version = prompt_version_for(plan.expected, spec.per_row)
+    entries = plan.entries
+    got = [e for e in entries if e is not None]
+    base: dict[str, Any] = {
+        "status": plan.status,
+        "error": plan.error,
+        "verdicts": [e[0] if e is not None else None for e in entries],
+        "verdict_reasons": [e[1] if e is not None else None for e in entries],
+        "context_count": len(plan.items),
+        "judge_model": spec.judge_model,
+        "prompt_version": version,
+        "input_tokens": _paid(plan, 2),
+        "output_tokens": _paid(plan, 3),
+    }
+    if plan.status == STATUS_OK:
+        assert metrics is not None
+        rel = [bool(e[0]) for e in got]
+        base.update({k: metrics[k] for k in rank_column_names(spec.ks)})
+        base["score"] = metrics["score"]
+        base["relevant_count"] = metrics["relevant_count"]
+        base["reason"] = build_reason(
+            rel, [e[1] for e in got], score=metrics["score"], scale=spec.scale, criterion=criterion
+        )
+    elif plan.status == STATUS_EMPTY:
+        base.update(_empty_metrics(spec.ks))
+        base.update(score=0.0, relevant_count=0, verdicts=[], verdict_reasons=[])
+        base["reason"] = build_reason([], [], score=0.0, scale=spec.scale, criterion=criterion)
+    else:
+        base.update(dict.fromkeys(rank_column_names(spec.ks)))
+        base.update(score=None, relevant_count=None)
+        failed = [i for i, e in enumerate(entries) if e is None]
+        base["reason"] = failed_reason(len(plan.items), failed, plan.error or "failed")
+        if not plan.items:
+            base.update(verdicts=None, verdict_reasons=None)
+    return base
+
+
+def _paid(plan: RowPlan, index: int) -> int:
+    """Tokens of the calls this row carries: a call shared by several rows counts once."""
+    entries, paid = plan.entries, plan.paid or [True] * len(plan.entries)
+    own = sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
+    return own + plan.extra_tokens[index - 2]
+
+
+def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
+    """The batch's rows in the documented output schema."""
+    metrics = reduce_rows(job.rows, spec)
+    cols = [_row_columns(plan, metrics.get(r), spec) for r, plan in enumerate(job.rows)]
+    now = datetime.now(UTC)
+    data: dict[str, Any] = {}
+    frame = job.frame
+    for name in spec.schema.names:
+        if name in frame.columns:  # a passthrough named like a normalized column *is* it
+            data[name] = frame.get_column(name).to_arrow()
+        elif name == "scored_at":
+            data[name] = [now] * len(cols)
+        elif name == "label_verdicts":
+            data[name] = frame.get_column("labels").to_arrow()
+        elif name == "label_score":
+            data[name] = _label_scores(frame, spec.scale)
+        else:
+            data[name] = [c[name] for c in cols]
+    arrays = [
+        pa.array(data[f.name], type=f.type)
+        if not isinstance(data[f.name], pa.Array | pa.ChunkedArray)
+        else data[f.name].cast(f.type)
+        for f in spec.schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=spec.schema)
+
+
+def _label_scores(frame: pl.DataFrame, scale: float) -> list[float | None]:
+    out: list[float | None] = []
+    for labels in frame.get_column("labels").to_list():
+        if labels is None or any(x is None for x in labels):
+            out.append(None)
+        else:
+            out.append(map_score(labels, scale))
+    return out

@@ -1,0 +1,224 @@
+"""The stage every engine runs: read -> rows -> fan out -> judge -> reduce -> partition -> commit,
+in one task group.
+
+Record batches stream from the source; a few batches are open at once, their items go to a bounded
+job stream served by `concurrency` workers; each finished batch is reduced in Polars and committed
+as a part file. Finished parts are skipped when a run is resumed; `--incremental` skips ids the
+output folder already holds. `run_stage` does this for all files or an engine's share of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import polars as pl
+
+from connectors.judges import Gate, Judge, JudgeStats, create_judge
+from connectors.sources import SourceBatch, iter_batches
+from pipeline.config import Config
+from pipeline.dispatch import Dispatcher, RunCounters
+from pipeline.driver import RunPlan, StageResult
+from pipeline.extractor import Extractor, load_extractor
+from pipeline.fanout import resolve_items
+from pipeline.limits import GateStats, RateGate
+from pipeline.llm_reason import write_llm_reasons
+from pipeline.partition import partition_tables
+from pipeline.progress import Progress
+from pipeline.reduce import scored_table
+from pipeline.rows import BatchJob, attach_keys, plan_rows
+from storage.commit import commit_part, committed
+from storage.core.constants import STATUS_FAILED
+from storage.core.errors import ConfigError, UserError
+from storage.memo import Memo, MemoStore, default_cache_dir, judge_prefix
+from storage.verdicts import open_shared
+
+__all__ = ["MeteredGate", "run_stage", "shared_memo"]
+
+
+class MeteredGate(Gate, Protocol):
+    """A gate that reports what it did: `RateGate`, or an engine's cluster-wide gate."""
+
+    def stats(self) -> GateStats: ...
+
+
+@dataclass
+class _Stage:
+    plan: RunPlan
+    dispatcher: Dispatcher
+    memo: MemoStore | None
+    prefix: bytes
+    extractor: Extractor | None
+    counters: RunCounters
+    skip: frozenset[str]
+
+
+async def run_stage(
+    plan: RunPlan,
+    *,
+    files: Collection[int] | None = None,
+    skip: Collection[str] = (),
+    gate: MeteredGate | None = None,
+    open_memo: Callable[[], MemoStore | None] | None = None,
+    counters: RunCounters | None = None,
+    progress: str = "off",
+    judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
+) -> StageResult:
+    """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
+    plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
+    cfg = plan.cfg
+    stats = JudgeStats()
+    gate = gate or RateGate(cfg.concurrency, cfg.rpm, cfg.tpm, adaptive=cfg.adaptive)
+    if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
+        judge = judge_factory(gate, stats)
+    else:
+        judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    if judge.identity() != plan.identity:
+        raise ConfigError(
+            f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "
+            "machine of the run the same judge settings and environment"
+        )
+    counters = counters or RunCounters()
+    extractor = load_extractor(cfg.extractor) if cfg.extractor else None
+    try:
+        others = plan.skip_parts | frozenset(skip)
+        done = await _done_by_earlier_attempt(plan, files, others, counters)
+        memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
+        dispatcher = Dispatcher(judge, memo, counters, cfg.concurrency)
+        skipped = others | done
+        prefix = judge_prefix(plan.identity)
+        stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped)
+        try:
+            await _execute(stage, files, stats, progress)
+        finally:
+            if memo is not None:
+                await anyio.to_thread.run_sync(memo.close)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await judge.aclose()
+    return StageResult(counters, stats, gate.stats())
+
+
+async def _done_by_earlier_attempt(
+    plan: RunPlan, files: Collection[int] | None, others: frozenset[str], counters: RunCounters
+) -> frozenset[str]:
+    """Parts of this run that an earlier attempt of the same stage committed (an engine retried
+    it after its worker died): read past, and counted as done in this run."""
+    tag = plan.run_tag
+    prefixes = [tag] if files is None else [f"{tag}{i:05d}-" for i in files]
+    done: set[str] = set()
+    for prefix in prefixes:
+        records = await anyio.to_thread.run_sync(committed, plan.runlog.outdir, prefix)
+        for key, record in records.items():
+            batch_key = key.removeprefix(tag)
+            if record.failed == 0 and batch_key not in others:
+                done.add(batch_key)
+                counters.rows_done += record.rows
+    return frozenset(done)
+
+
+def _open_memo(cfg: Config) -> MemoStore | None:
+    return Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
+
+
+def shared_memo(plan: RunPlan) -> MemoStore | None:
+    """The memo backed by OUTDIR's verdict store (an object-store OUTDIR keeps verdicts for a
+    resume on another machine)."""
+    return open_shared(_open_memo(plan.cfg), plan.runlog.outdir, plan.input)
+
+
+async def _execute(
+    run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
+) -> None:
+    progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
+    async with anyio.create_task_group() as tg:
+        run.dispatcher.start(tg)  # workers and memo writer end once their streams close
+        async with anyio.create_task_group() as ticker:
+            ticker.start_soon(progress.run)
+            try:
+                await _feed(run, files)
+            finally:
+                await run.dispatcher.close()
+                await run.dispatcher.finish_memo()
+                ticker.cancel_scope.cancel()
+
+
+async def _feed(run: _Stage, files: Collection[int] | None) -> None:
+    """Read batches in a thread and process up to `in_flight` of them at once."""
+    cfg = run.plan.cfg
+    batches: Iterator[SourceBatch] = iter_batches(
+        run.plan.info, cfg.columns, batch_rows=cfg.batch_rows, skip=run.skip, only_files=files
+    )
+    in_flight = anyio.Semaphore(_batches_in_flight(cfg))
+    failure: UserError | None = None
+    async with anyio.create_task_group() as tg:
+        while True:
+            await in_flight.acquire()
+            try:
+                batch = await anyio.to_thread.run_sync(next, batches, None)
+            except UserError as exc:  # unreadable data: finish the batches in flight first
+                failure, batch = exc, None
+            if batch is None:
+                in_flight.release()
+                break
+            tg.start_soon(_process_then_release, run, batch, in_flight)
+    if failure is not None:
+        raise failure
+
+
+async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
+    table, calls = await write_llm_reasons(
+        table,
+        [p.query for p in plans],
+        [p.expected for p in plans],
+        judge=run.dispatcher.judge,
+        memo=run.memo,
+        prefix=run.prefix,
+        concurrency=run.plan.cfg.concurrency,
+    )
+    run.counters.reason_calls += calls
+    return table
+
+
+def _batches_in_flight(cfg: Config) -> int:
+    # enough open batches that the workers never wait on a batch boundary
+    per_batch = max(cfg.batch_rows * 5, 1)
+    return max(2, min(16, -(-cfg.concurrency * 8 // per_batch) + 1))
+
+
+async def _process_then_release(run: _Stage, batch: SourceBatch, slot: anyio.Semaphore) -> None:
+    try:
+        await _process(run, batch)
+    finally:
+        slot.release()
+
+
+async def _process(run: _Stage, batch: SourceBatch) -> None:
+    plan = run.plan
+    frame = batch.frame
+    if plan.skip_ids is not None and plan.skip_ids.len():
+        frame = frame.filter(~pl.col("id").is_in(plan.skip_ids.implode()))
+        skipped = batch.frame.height - frame.height
+        run.counters.rows_done += skipped
+        run.counters.rows_skipped += skipped
+        if frame.is_empty():
+            return
+    plans = plan_rows(frame, run.extractor, plan.cfg.max_item_chars)
+    keys = attach_keys(plans, run.prefix, plan.spec.per_row)
+    found = {}
+    if run.memo is not None and keys:
+        found = await anyio.to_thread.run_sync(run.memo.get_many, keys)
+    await resolve_items(plans, found, run.dispatcher, plan.spec.per_row)
+    table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
+    if plan.cfg.reason == "llm":
+        table = await _llm_reasons(run, table, plans)
+    failed = sum(1 for p in plans if p.status == STATUS_FAILED)
+    key = f"{plan.run_tag}{batch.key}"
+    tables = partition_tables(table, plan.cfg.partition_by, f"part-{key}")
+    await anyio.to_thread.run_sync(
+        lambda: commit_part(plan.runlog.outdir, key, tables, rows=table.num_rows, failed=failed)
+    )
+    run.counters.rows_done += table.num_rows
+    run.counters.rows_failed += failed

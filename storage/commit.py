@@ -1,0 +1,82 @@
+"""Commit of part files: a part's files are named in a pending record before they are written
+(each by temp file and rename, or in an object store by one PUT under its final name), and count
+as done only once its commit record exists. No rename of the part itself is needed, so the same
+protocol holds on S3, GCS and Azure. Which files are ctxprec's is `storage.ownership`'s answer,
+read from these records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage import ownership
+from storage.atomic import atomic_write, atomic_write_text
+from storage.core.constants import STATE_DIR
+from storage.core.errors import OutputError
+from storage.objpath import OutPath
+from storage.ownership import COMMITTED, PARTS, PENDING
+
+__all__ = ["PartRecord", "commit_part", "committed"]
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression="zstd")
+
+
+@dataclass(frozen=True, slots=True)
+class PartRecord:
+    key: str
+    files: tuple[str, ...]
+    rows: int
+    failed: int
+
+
+def committed(outdir: OutPath, prefix: str = "") -> dict[str, PartRecord]:
+    """The commit records of OUTDIR (of the parts whose key starts with `prefix`); blocking I/O."""
+    return {
+        key: PartRecord(key, tuple(raw["files"]), int(raw["rows"]), int(raw["failed"]))
+        for key, raw in ownership.records(outdir, prefix).items()
+    }
+
+
+def commit_part(
+    outdir: OutPath, key: str, tables: Mapping[str, pa.Table], *, rows: int, failed: int
+) -> PartRecord:
+    """Name the files in a pending record, write each atomically, then the commit record.
+    A file already at a target path that no record of this part names is never replaced.
+    Blocking I/O: call it from a thread."""
+    parts = outdir / STATE_DIR / PARTS
+    files = sorted(tables)
+    _refuse_foreign_targets(outdir, key, files)
+    pending = parts / f"{key}{PENDING}"
+    atomic_write_text(pending, json.dumps({"key": key, "files": files}))
+    for rel, table in tables.items():
+        atomic_write(outdir / rel, partial(_write_parquet, table))
+    record = PartRecord(key, tuple(files), rows, failed)
+    body = {"key": key, "files": files, "rows": rows, "failed": failed}
+    atomic_write_text(parts / f"{key}{COMMITTED}", json.dumps(body))
+    pending.unlink(missing_ok=True)
+    return record
+
+
+def _refuse_foreign_targets(outdir: OutPath, key: str, files: list[str]) -> None:
+    taken = [rel for rel in files if (outdir / rel).exists()]
+    if not taken:
+        return
+    named: set[str] = set()
+    for suffix in (COMMITTED, PENDING):
+        raw = ownership.records(outdir, key, suffix).get(key)
+        named.update(raw["files"] if raw else ())
+    foreign = [rel for rel in taken if rel not in named]
+    if foreign:
+        raise OutputError(
+            f"{outdir / foreign[0]} exists and ctxprec did not write it; it is left as "
+            "it is: move it out of the output folder and run the same command again"
+        )
