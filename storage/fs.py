@@ -4,7 +4,7 @@
 Credentials come from each cloud's standard environment and config files (the AWS SDK's chain:
 `AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `~/.aws/...`; `GOOGLE_APPLICATION_CREDENTIALS`; Azure's
 `AZURE_STORAGE_ACCOUNT_NAME` / `AZURE_STORAGE_ACCOUNT_KEY` or its default credential chain).
-`StorageOptions` (the `[storage]` TOML section) holds only non-secret settings: endpoint, region,
+`StorageSettings` (the `[storage]` TOML section, storage/core/settings.py) holds only non-secret settings: endpoint, region,
 anonymous access. Nothing here ever puts a credential into a message, a repr or a file.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage.core.errors import InputError
+from storage.core.settings import StorageSettings  # the [storage] section
 
 __all__ = [
     "SCHEMES",
@@ -36,15 +36,6 @@ SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "file"})
 _S3 = frozenset({"s3", "s3a"})
 _GCS = frozenset({"gs", "gcs"})
 _AZURE = frozenset({"az", "abfs", "abfss"})
-
-
-@dataclass(frozen=True, slots=True)
-class StorageOptions:
-    """Non-secret object-store settings (`[storage]`); environment variables fill the rest."""
-
-    endpoint_url: str | None = None  # S3-compatible (MinIO, moto, R2), GCS or Azure endpoint
-    region: str | None = None  # S3 region (else AWS_REGION / AWS_DEFAULT_REGION / the bucket's)
-    anonymous: bool = False  # public buckets: no credential lookup at all
 
 
 def is_uri(spec: str | Path) -> bool:

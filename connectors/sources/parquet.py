@@ -41,6 +41,7 @@ from connectors.sources.validate import (
 )
 from storage.core.constants import HIVE_NULL
 from storage.core.errors import ConfigError, InputError
+from storage.core.settings import DEFAULT_EXPECTED, ColumnMap  # roles derived from [columns]
 from storage.fs import StorageOptions
 
 __all__ = [
@@ -56,26 +57,6 @@ __all__ = [
     "read_ids",
     "resolve_inputs",
 ]
-
-DEFAULT_EXPECTED = "expected_output"
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnMap:
-    """Which source column plays which role; `passthrough` columns are copied to the output."""
-
-    id: str = "id"
-    query: str = "query"
-    expected: str | None = DEFAULT_EXPECTED  # may be absent: then judged vs the query alone
-    context: str | None = "contexts"  # list<string>; None when an extractor gives the context
-    labels: str | None = None  # optional list<bool> human labels
-    passthrough: tuple[str, ...] = ()
-    renames: tuple[tuple[str, str], ...] = ()  # passthrough (source, output name) pairs
-
-    def output_name(self, source: str) -> str:
-        """The output column a passthrough source column is written as."""
-        return dict(self.renames).get(source, source)
-
 
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
@@ -143,7 +124,7 @@ def _wanted(
 
 
 def _passthrough_names(columns: ColumnMap) -> list[str]:
-    names = [columns.id] if columns.id != "id" else []
+    names = [columns.id] if columns.id != ColumnMap().id else []
     return list(dict.fromkeys([*names, *columns.passthrough]))
 
 
