@@ -339,8 +339,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
     elif args.scheduler or args.workers:
         raise UserError("--scheduler and --workers are for --engine dask; add it")
 
-    before = ids_before(args.output) if cfg.fail_under is not None and args.incremental else None
-    if cfg.batch_api:
+    before = (
+        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
+    )
+    if cfg.judge.batch_api:
         check_batch_provider(cfg)
         if args.engine == "dask":
             raise UserError("--batch-api runs on the local engine; drop --engine dask")
@@ -372,10 +374,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
             "it was: fix the cause and run the same command again to load it",
             file=sys.stderr,
         )
-    if cfg.fail_under is None:
+    if cfg.gate.fail_under is None:
         return result.exit_code
     mean, rows = run_mean(args.output, before)
-    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.fail_under))
+    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
 
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
@@ -490,7 +492,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         have = scored_ids(args.output)
         skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
     est = estimate(args.input, cfg, skip_ids=skip)
-    if cfg.batch_api:
+    if cfg.judge.batch_api:
         check_batch_provider(cfg)
         est = batch_estimate(est, cfg)
     text = render_estimate(est)

@@ -42,7 +42,7 @@ from connectors.sources.validate import (
 from storage.core.constants import HIVE_NULL
 from storage.core.errors import ConfigError, InputError
 from storage.core.settings import DEFAULT_EXPECTED, ColumnMap  # roles derived from [columns]
-from storage.fs import StorageOptions
+from storage.fs import StorageSettings
 
 __all__ = [
     "DEFAULT_EXPECTED",
@@ -58,6 +58,7 @@ __all__ = [
     "resolve_inputs",
 ]
 
+
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
     """What `inspect_source` learned from the footers (text files: one pass) and the id scan."""
@@ -72,7 +73,7 @@ class SourceInfo:
     rows: tuple[int, ...] = ()  # per file
     schemas: tuple[pa.Schema | None, ...] = ()  # per text file: the schema it is read with
     skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
-    storage: StorageOptions = dataclasses.field(default_factory=StorageOptions, repr=False)
+    storage: StorageSettings = dataclasses.field(default_factory=StorageSettings, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class SourceBatch:
 # ---------------------------------------------------------------- resolving the input
 
 
-def resolve_inputs(spec: str | Path, storage: StorageOptions | None = None) -> list[InputFile]:
+def resolve_inputs(spec: str | Path, storage: StorageSettings | None = None) -> list[InputFile]:
     """A file, a folder (recursive, skipping `_*` and `.*`), a glob, or a Hive dataset; local
     or an object-store URI."""
     return list(find_inputs(spec, storage).files)
@@ -156,7 +157,7 @@ class _Scanned:
 
 
 def _file_schema(
-    file: InputFile, storage: StorageOptions, lists: dict[str, pa.DataType], wanted: list[Wanted]
+    file: InputFile, storage: StorageSettings, lists: dict[str, pa.DataType], wanted: list[Wanted]
 ) -> tuple[pa.Schema, int, pa.Schema | None]:
     if file.format == "parquet":
         with open_parquet(file, storage) as pf:
@@ -183,7 +184,7 @@ def _scan_schemas(
     files: Sequence[InputFile],
     wanted: list[Wanted],
     keys: Sequence[str],
-    storage: StorageOptions,
+    storage: StorageSettings,
     lists: dict[str, pa.DataType],
 ) -> _Scanned:
     merged: ColumnTypes | None = None
@@ -234,11 +235,11 @@ def inspect_source(
     *,
     use_extractor: bool,
     expected_explicit: bool = False,
-    storage: StorageOptions | None = None,
+    storage: StorageSettings | None = None,
 ) -> SourceInfo:
     """Check the whole input before any judge call: files, columns, types, schema, ids."""
     _require_context_source(columns, use_extractor)
-    storage = storage or StorageOptions()
+    storage = storage or StorageSettings()
     found = find_inputs(spec, storage)
     files = found.files
     use_context = not use_extractor

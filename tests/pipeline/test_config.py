@@ -19,19 +19,19 @@ def _toml(tmp_path: Path, text: str) -> Path:
 def test_defaults_come_from_one_table() -> None:
     cfg = load_config(None, {}, env={})
     assert cfg.judge.model == DEFAULTS["judge.model"] == "offline"
-    assert cfg.concurrency == DEFAULTS["limits.concurrency"]
-    assert cfg.columns.context == "contexts" and cfg.columns.expected == "expected_output"
-    assert cfg.ks == (1, 3, 5)
+    assert cfg.limits.concurrency == DEFAULTS["limits.concurrency"]
+    assert cfg.column_map.context == "contexts" and cfg.column_map.expected == "expected_output"
+    assert cfg.scoring.ks == (1, 3, 5)
 
 
 def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     path = _toml(tmp_path, '[limits]\nconcurrency = 5\nrpm = 100\n[judge]\nmodel = "openai/x"\n')
     cfg = load_config(path, {}, env={})
-    assert (cfg.concurrency, cfg.rpm, cfg.judge.model) == (5, 100.0, "openai/x")
+    assert (cfg.limits.concurrency, cfg.limits.rpm, cfg.judge.model) == (5, 100.0, "openai/x")
     cfg = load_config(path, {}, env={"CTXPREC_CONCURRENCY": "7"})
-    assert cfg.concurrency == 7 and cfg.rpm == 100.0
+    assert cfg.limits.concurrency == 7 and cfg.limits.rpm == 100.0
     cfg = load_config(path, {"limits.concurrency": 9}, env={"CTXPREC_CONCURRENCY": "7"})
-    assert cfg.concurrency == 9
+    assert cfg.limits.concurrency == 9
 
 
 def test_prices_table(tmp_path: Path) -> None:
@@ -75,4 +75,4 @@ def test_expected_explicit_flag() -> None:
 
 def test_extractor_replaces_context() -> None:
     cfg = load_config(None, {"columns.extractor": "mod:fn"}, env={})
-    assert cfg.columns.context is None and cfg.extractor == "mod:fn"
+    assert cfg.column_map.context is None and cfg.columns.extractor == "mod:fn"
