@@ -33,7 +33,16 @@ from storage.core.settings import (
     settings,
 )
 
-__all__ = ["DEFAULTS", "ENV_VARS", "FLAGS", "Config", "Price", "load_config", "where"]
+__all__ = [
+    "DEFAULTS",
+    "ENV_VARS",
+    "FLAGS",
+    "Config",
+    "Price",
+    "flag_type",
+    "load_config",
+    "where",
+]
 
 # dotted key -> default / env var -> dotted key / dotted key -> flag: read off the fields
 DEFAULTS: dict[str, Any] = {s.key: s.default for s in settings()}
@@ -86,6 +95,13 @@ def _kind(key: str) -> tuple[str, type]:
             return "table", str
         return "list", inner
     return "scalar", hint
+
+
+def flag_type(key: str) -> type | None:
+    """What argparse converts a setting's flag value to: int or float, else the string as
+    given (lists, paths and strings are parsed by the loader)."""
+    shape, kind = _kind(key)
+    return kind if shape == "scalar" and kind in (int, float) else None
 
 
 _NAMES = {bool: "boolean", int: "whole number", float: "number", str: "string", Path: "path"}
@@ -207,12 +223,13 @@ def _prices(raw: Any, origin: str) -> dict[str, Price]:
         return {}
     if not isinstance(raw, Mapping):
         raise ConfigError(f"[prices] in {origin} must be a table of tables")
-    names = [f.name for f in dataclasses.fields(Price)]
+    fields = dataclasses.fields(Price)
+    required = {f.name for f in fields if f.default is dataclasses.MISSING}
     out: dict[str, Price] = {}
     for model, entry in raw.items():
         try:
-            values = {k: None if entry.get(k) is None else float(entry[k]) for k in names}
-            out[model] = Price(**values)
+            given = [f.name for f in fields if f.name in required or entry.get(f.name) is not None]
+            out[model] = Price(**{name: float(entry[name]) for name in given})
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError(
                 f'[prices."{model}"] in {origin} needs input_per_mtok and output_per_mtok numbers'
@@ -253,7 +270,9 @@ def load_config(
 def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
     for s in settings():
         if s.rule is not None and not s.rule[0](v[s.key]):
-            raise ConfigError(f"{where(s.key, origins[s.key])} must be {s.rule[1]}, got {v[s.key]!r}")
+            raise ConfigError(
+                f"{where(s.key, origins[s.key])} must be {s.rule[1]}, got {v[s.key]!r}"
+            )
     cache = v["run.cache_dir"]
     if cache is not None and cache.exists() and not cache.is_dir():
         raise ConfigError(

@@ -4,8 +4,9 @@
 Credentials come from each cloud's standard environment and config files (the AWS SDK's chain:
 `AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `~/.aws/...`; `GOOGLE_APPLICATION_CREDENTIALS`; Azure's
 `AZURE_STORAGE_ACCOUNT_NAME` / `AZURE_STORAGE_ACCOUNT_KEY` or its default credential chain).
-`StorageSettings` (the `[storage]` TOML section, storage/core/settings.py) holds only non-secret settings: endpoint, region,
-anonymous access. Nothing here ever puts a credential into a message, a repr or a file.
+`StorageSettings` (the `[storage]` TOML section, storage/core/settings.py) holds only non-secret
+settings: endpoint, region, anonymous access. Nothing here ever puts a credential into a
+message, a repr or a file.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ __all__ = [
     "Price",
     "RunSettings",
     "ScoringSettings",
-    "StorageSettings",
     "SettingSpec",
+    "StorageSettings",
     "settings",
 ]
 
@@ -289,7 +289,7 @@ class RunSettings:
         flag="--batch-rows",
         rule=(lambda v: v >= 1, "at least 1"),
     )
-    cache_dir: Path | None = setting(
+    cache_dir: Path | None = setting(  # noqa: RUF009 (a field, like dataclasses.field)
         None,
         "memo folder",
         env="CTXPREC_CACHE_DIR",
