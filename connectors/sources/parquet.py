@@ -59,6 +59,9 @@ __all__ = [
 ]
 
 
+_DEFAULT_ID = ColumnMap().id  # a renamed id column is also kept under its own name
+
+
 @dataclass(frozen=True, slots=True)
 class SourceInfo:
     """What `inspect_source` learned from the footers (text files: one pass) and the id scan."""
@@ -125,7 +128,7 @@ def _wanted(
 
 
 def _passthrough_names(columns: ColumnMap) -> list[str]:
-    names = [columns.id] if columns.id != ColumnMap().id else []
+    names = [columns.id] if columns.id != _DEFAULT_ID else []
     return list(dict.fromkeys([*names, *columns.passthrough]))
 
 
