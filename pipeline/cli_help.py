@@ -32,7 +32,7 @@ def default_text(key: str) -> str | None:
     if isinstance(value, bool):
         return None
     if value is None or value == ():
-        return s.unset or None
+        return s.unset or "none"
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)

@@ -123,6 +123,7 @@ class JudgeSettings:
         None,
         "reasoning models: how hard to think (None: the lowest the model accepts)",
         choices=EFFORTS,
+        unset="the lowest the model accepts",
         rule=(lambda v: v is None or v in EFFORTS, ", ".join(EFFORTS[:-1]) + " or max"),
     )
     mode: str = setting(
@@ -185,7 +186,9 @@ class ColumnsSettings:
         unset=DEFAULT_EXPECTED,
     )
     context: str = setting("contexts", "list<string> context column", flag="--map context=")
-    labels: str | None = setting(None, "list<bool> human labels column", flag="--map labels=")
+    labels: str | None = setting(
+        None, "list<bool> human labels column", flag="--map labels=", unset="no labels"
+    )
     extractor: str | None = setting(
         None,
         "function(row: dict) -> list[str] giving the context; wins over context",
@@ -339,6 +342,7 @@ class GateSettings:
         None,
         "exit 5 when the mean score of the rows this run scored is below X",
         flag="--fail-under",
+        unset="no gate",
         metavar="X",
     )
 
@@ -349,10 +353,12 @@ class StorageSettings:
     files give the credentials (see storage/fs.py)."""
 
     endpoint_url: str | None = setting(
-        None, "S3-compatible (MinIO, moto, R2), GCS or Azure endpoint"
+        None,
+        "S3-compatible (MinIO, moto, R2), GCS or Azure endpoint",
+        unset="the cloud's own (or AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, ...)",
     )
     region: str | None = setting(
-        None, "S3 region (else AWS_REGION / AWS_DEFAULT_REGION / the bucket's)"
+        None, "S3 region", unset="AWS_REGION / AWS_DEFAULT_REGION, else the bucket's"
     )
     anonymous: bool = setting(False, "public buckets: no credential lookup at all")
 
