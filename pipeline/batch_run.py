@@ -270,8 +270,8 @@ class _Collector:
         self._troubles = 0  # polls in a row that failed after their HTTP retries
 
     def open_memo(self) -> Memo:
-        if self.cfg.memo:
-            return Memo(self.cfg.cache_dir or default_cache_dir())
+        if self.cfg.run.memo:
+            return Memo(self.cfg.run.cache_dir or default_cache_dir())
         return Memo(self.store.dir.parent / "batch-memo")  # --no-memo: answers stay with the run
 
     # -- the whole collection
@@ -318,15 +318,15 @@ class _Collector:
     # -- phase 1: which calls are missing
     def _rows(self) -> Iterator[Any]:
         plan, cfg = self.plan, self.cfg
-        extractor = load_extractor(cfg.extractor) if cfg.extractor else None
+        extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
         batches = iter_batches(
-            plan.info, cfg.columns, batch_rows=cfg.batch_rows, skip=plan.skip_parts
+            plan.info, cfg.column_map, batch_rows=cfg.run.batch_rows, skip=plan.skip_parts
         )
         for batch in batches:
             frame = batch.frame
             if plan.skip_ids is not None and plan.skip_ids.len():
                 frame = frame.filter(~pl.col("id").is_in(plan.skip_ids.implode()))
-            rows = plan_rows(frame, extractor, cfg.max_item_chars)
+            rows = plan_rows(frame, extractor, cfg.run.max_item_chars)
             keys = attach_keys(rows, self.prefix, self.per_row)
             assert self.memo is not None
             found = self.memo.get_many(keys) if keys else {}

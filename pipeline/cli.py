@@ -38,7 +38,7 @@ from pipeline.batch_run import (
 from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
-from pipeline.config import Config, load_config
+from pipeline.config import FLAGS, Config, flag_type, load_config
 from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
 from pipeline.flow import RunResult, score
@@ -46,6 +46,7 @@ from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import STATE_DIR, STATUS_FAILED
 from storage.core.errors import BatchesPendingError, JudgeError, JudgeRefusedRunError, UserError
+from storage.core.settings import DEFAULT_KS, settings
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
 from storage.ownership import check_claimable
@@ -56,22 +57,31 @@ from storage.trend import trend_text
 
 __all__ = ["build_parser", "main"]
 
-_MAP_FIELDS = {"id", "query", "expected", "context", "labels"}
+SETTINGS = {s.key: s for s in settings()}
+MAP_FIELDS = {s.name for s in SETTINGS.values() if s.flag and s.flag.startswith("--map ")}
+
+
+def _add_setting(g: Any, key: str, **extra: Any) -> None:
+    """The flag of a setting, from its field in storage/core/settings.py: flag, help, type,
+    choices and metavar; the value lands under the setting's dotted key (`args.<key>`)."""
+    s = SETTINGS[key]
+    assert s.flag, key
+    kwargs: dict[str, Any] = {"dest": key, "help": s.help, "default": None}
+    if isinstance(s.default, bool):  # --no-memo turns a True off, --batch-api a False on
+        kwargs.update(action="store_const", const=not s.default)
+    else:
+        metavar = s.metavar or s.flag.lstrip("-").upper().replace("-", "_")
+        kwargs.update(type=flag_type(key), metavar=metavar)
+        if s.choices:
+            kwargs["choices"] = list(s.choices)
+    g.add_argument(s.flag, **{**kwargs, **extra})
 
 
 def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
-    g.add_argument("--model", help="provider/model, e.g. openai/gpt-4o-mini")
-    g.add_argument("--base-url", help="OpenAI-compatible or Anthropic base URL")
-    g.add_argument("--api-key-env", help="name of the env var holding the API key")
-    g.add_argument("--mode", choices=["item", "row"], help="one judge call per item or per row")
-    g.add_argument("--timeout", type=float, help="seconds per judge call")
-    g.add_argument("--max-retries", type=int, help="retries per judge call")
-    g.add_argument(
-        "--reason",
-        choices=["verdicts", "llm"],
-        help="row reason built from the verdicts, or written by the judge (one more call per row)",
-    )
+    for key in ("model", "base_url", "api_key_env", "mode", "timeout_s", "max_retries"):
+        _add_setting(g, f"judge.{key}")
+    _add_setting(g, "scoring.reason")
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -85,30 +95,16 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         metavar="FIELD=COLUMN",
         help="map id, query, expected, context or labels to a column (repeatable)",
     )
-    g.add_argument(
-        "--extractor",
-        metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
-        help="function(row: dict) -> list[str] giving the context; wins over context",
-    )
-    g.add_argument(
-        "--passthrough",
-        metavar="COL[=NEW][,COL]",
-        help="columns copied to the output; COL=NEW renames one (e.g. score=upstream_score)",
-    )
-    g.add_argument("--batch-rows", type=int, help="rows per record batch / part file")
+    for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
+        _add_setting(g, key)
     lim = p.add_argument_group("limits and memo")
-    lim.add_argument("--concurrency", type=int, help="judge calls in flight")
-    lim.add_argument("--rpm", type=float, help="requests per minute (all calls)")
-    lim.add_argument("--tpm", type=float, help="tokens per minute (estimated before each call)")
-    lim.add_argument("--no-adaptive", action="store_true", help="do not slow down on 429 by itself")
-    lim.add_argument("--cache-dir", help="memo folder")
-    lim.add_argument("--no-memo", action="store_true", help="do not read or write the memo")
+    for key in ("concurrency", "rpm", "tpm", "adaptive"):
+        _add_setting(lim, f"limits.{key}")
+    _add_setting(lim, "run.cache_dir")
+    _add_setting(lim, "run.memo")
     s = p.add_argument_group("scoring")
-    s.add_argument("--scale", type=float, help="score scale")
-    s.add_argument("--ks", metavar="K[,K]", help="cut-offs for precision@k, hit@k, ndcg@k")
-    s.add_argument(
-        "--group-by", metavar="COL", help="one column to break scores down by in the summary"
-    )
+    for key in ("scoring.scale", "scoring.ks", "output.group_by"):
+        _add_setting(s, key)
 
 
 WAIT_LOCK_S = 3600.0  # --wait-lock without a number
@@ -129,12 +125,7 @@ def _add_lock_flag(p: argparse.ArgumentParser) -> None:
 
 def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     g = p.add_argument_group("provider batch API")
-    g.add_argument(
-        "--batch-api",
-        action="store_true",
-        default=None,
-        help="send the judge's calls through the provider's batch API (half price, up to 24 h)",
-    )
+    _add_setting(g, "judge.batch_api")
     if not score:
         return
     g.add_argument(
@@ -168,14 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(sc)
     _add_judge_flags(sc)
     sc.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
-    sc.add_argument("--partition-by", metavar="COL[,COL]", help="Hive-partition the output")
-    sc.add_argument(
-        "--sink",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="also append to a table: delta:PATH or duckdb:FILE.duckdb:TABLE",
-    )
+    _add_setting(sc, "output.partition_by")
+    _add_setting(sc, "output.sinks", action="append")
     sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
     _add_lock_flag(sc)
@@ -253,12 +238,7 @@ def _outdir(text: str) -> Any:
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--fail-under",
-        type=float,
-        metavar="X",
-        help="exit 5 when the mean score of the rows this run scored is below X",
-    )
+    _add_setting(p, "gate.fail_under")
 
 
 def _add_compare_parser(sub: Any) -> None:
@@ -278,38 +258,16 @@ def _add_compare_parser(sub: Any) -> None:
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    flags: dict[str, Any] = {
-        "judge.model": args.model,
-        "judge.base_url": args.base_url,
-        "judge.api_key_env": args.api_key_env,
-        "judge.mode": args.mode,
-        "judge.timeout_s": args.timeout,
-        "judge.max_retries": args.max_retries,
-        "scoring.reason": args.reason,
-        "columns.extractor": args.extractor,
-        "columns.passthrough": args.passthrough,
-        "run.batch_rows": args.batch_rows,
-        "limits.concurrency": args.concurrency,
-        "limits.rpm": args.rpm,
-        "limits.tpm": args.tpm,
-        "limits.adaptive": False if args.no_adaptive else None,
-        "run.cache_dir": args.cache_dir,
-        "run.memo": False if args.no_memo else None,
-        "scoring.scale": args.scale,
-        "scoring.ks": args.ks,
-        "output.group_by": args.group_by,
-        "output.partition_by": getattr(args, "partition_by", None),
-        "output.sinks": getattr(args, "sink", None) or None,
-        "gate.fail_under": getattr(args, "fail_under", None),
-        "judge.batch_api": getattr(args, "batch_api", None),
-    }
+    """{dotted key: value} of every setting given on the command line (argparse dests are the
+    keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
+    flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
     for item in args.map:
         field, sep, column = item.partition("=")
         field = field.strip()
-        if not sep or field not in _MAP_FIELDS or not column.strip():
+        if not sep or field not in MAP_FIELDS or not column.strip():
             raise UserError(
                 f"--map {item!r}: write FIELD=COLUMN with FIELD one of "
-                f"{', '.join(sorted(_MAP_FIELDS))}"
+                f"{', '.join(sorted(MAP_FIELDS))}"
             )
         flags[f"columns.{field}"] = column.strip()
     return flags
@@ -339,8 +297,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
     elif args.scheduler or args.workers:
         raise UserError("--scheduler and --workers are for --engine dask; add it")
 
-    before = ids_before(args.output) if cfg.fail_under is not None and args.incremental else None
-    if cfg.batch_api:
+    before = (
+        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
+    )
+    if cfg.judge.batch_api:
         check_batch_provider(cfg)
         if args.engine == "dask":
             raise UserError("--batch-api runs on the local engine; drop --engine dask")
@@ -372,10 +332,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
             "it was: fix the cause and run the same command again to load it",
             file=sys.stderr,
         )
-    if cfg.fail_under is None:
+    if cfg.gate.fail_under is None:
         return result.exit_code
     mean, rows = run_mean(args.output, before)
-    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.fail_under))
+    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
 
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
@@ -444,7 +404,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
         run,
         scale=float(describe.get("scale", 1.0)),
         group_by=group_by,
-        ks=describe.get("ks", [1, 3, 5]),
+        ks=describe.get("ks", list(DEFAULT_KS)),
     )
     if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
         raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
@@ -456,21 +416,25 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+# settings that change how rows are scored or written, not which judge calls a run makes
 _NOT_FOR_ESTIMATE = {
-    "scale": "--scale",
-    "ks": "--ks",
-    "group_by": "--group-by",
-    "passthrough": "--passthrough",
-    "no_adaptive": "--no-adaptive",
-    "timeout": "--timeout",
-    "max_retries": "--max-retries",
-    "reason": "--reason",
-    "batch_rows": "--batch-rows",
+    key: FLAGS[key]
+    for key in (
+        "scoring.scale",
+        "scoring.ks",
+        "output.group_by",
+        "columns.passthrough",
+        "limits.adaptive",
+        "judge.timeout_s",
+        "judge.max_retries",
+        "scoring.reason",
+        "run.batch_rows",
+    )
 }
 
 
 def _refuse_estimate_flags(args: argparse.Namespace) -> None:
-    given = [flag for dest, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, dest, None)]
+    given = [flag for key, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, key) is not None]
     if given:
         raise UserError(
             f"`ctxprec estimate` does not use {', '.join(given)}: they change how rows are "
@@ -490,7 +454,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         have = scored_ids(args.output)
         skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
     est = estimate(args.input, cfg, skip_ids=skip)
-    if cfg.batch_api:
+    if cfg.judge.batch_api:
         check_batch_provider(cfg)
         est = batch_estimate(est, cfg)
     text = render_estimate(est)

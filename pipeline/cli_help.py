@@ -1,6 +1,6 @@
 """What `ctxprec --help` and argparse errors show: the parser class ("did you mean" for a mistyped
-flag, no prefix matching), the default of every flag taken from the config defaults, and the
-flag a user typed in place of an internal config path."""
+flag, no prefix matching), the default of every flag taken from the settings' fields
+(storage/core/settings.py), and the flag a user typed in place of an internal config path."""
 
 from __future__ import annotations
 
@@ -9,52 +9,42 @@ import difflib
 import re
 from typing import Any, NoReturn
 
-from pipeline.config import DEFAULTS
+from storage.core.settings import ColumnMap, settings
 
-__all__ = ["Parser", "show_defaults"]
+__all__ = ["Parser", "default_text", "show_defaults"]
 
-# dest -> (config key, how to say a default of None); flags without a config key say their own
-_DEFAULT_OF: dict[str, tuple[str | None, str]] = {
-    "model": ("judge.model", ""),
-    "base_url": ("judge.base_url", "the provider's (OPENAI_BASE_URL / ANTHROPIC_BASE_URL)"),
-    "api_key_env": ("judge.api_key_env", "OPENAI_API_KEY or ANTHROPIC_API_KEY by provider"),
-    "mode": ("judge.mode", ""),
-    "timeout": ("judge.timeout_s", ""),
-    "max_retries": ("judge.max_retries", ""),
-    "reason": ("scoring.reason", ""),
-    "config": (None, "none: built-in defaults"),
-    "extractor": ("columns.extractor", "none: the context column"),
-    "passthrough": ("columns.passthrough", "none"),
-    "batch_rows": ("run.batch_rows", ""),
-    "concurrency": ("limits.concurrency", ""),
-    "rpm": ("limits.rpm", "no limit"),
-    "tpm": ("limits.tpm", "no limit"),
-    "cache_dir": ("run.cache_dir", "the user cache dir (ctxprec cache info shows it)"),
-    "scale": ("scoring.scale", ""),
-    "ks": ("scoring.ks", ""),
-    "group_by": ("output.group_by", "no grouping"),
-    "partition_by": ("output.partition_by", "not partitioned"),
-    "sink": ("output.sinks", "none"),
-    "progress": (None, "auto"),
-    "engine": (None, "local"),
-    "scheduler": (None, "a local cluster"),
-    "workers": (None, "one per core"),
+# flags that set no config key: how to say their default
+_OTHER_DEFAULTS = {
+    "config": "none: built-in defaults",
+    "progress": "auto",
+    "engine": "local",
+    "scheduler": "a local cluster",
+    "workers": "one per core",
 }
+_SETTINGS = {s.key: s for s in settings()}
+
+
+def default_text(key: str) -> str | None:
+    """A setting's default as `--help` says it, read off its field (storage/core/settings.py);
+    None for switches (--no-memo, --batch-api), whose help says what they do."""
+    s = _SETTINGS[key]
+    value: Any = s.default
+    if isinstance(value, bool):
+        return None
+    if value is None or value == ():
+        return s.unset or "none"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _default_text(dest: str) -> str | None:
     if dest == "map":
-        c = {f: DEFAULTS[f"columns.{f}"] for f in ("id", "query", "expected", "context")}
-        return ", ".join(f"{k}={v}" for k, v in c.items())
-    if dest not in _DEFAULT_OF:
-        return None
-    key, none_text = _DEFAULT_OF[dest]
-    value: Any = DEFAULTS.get(key) if key else None
-    if value is None or value == []:
-        return none_text or None
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        c = ColumnMap()
+        return ", ".join(f"{f}={getattr(c, f)}" for f in ("id", "query", "expected", "context"))
+    if dest in _SETTINGS:
+        return default_text(dest)
+    return _OTHER_DEFAULTS.get(dest)
 
 
 def _argparse_default(action: argparse.Action) -> str | None:

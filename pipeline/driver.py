@@ -105,8 +105,8 @@ async def prepare_run(
     incremental run skips. On any error the lock is given back."""
     outdir = local_outdir(outdir)  # a local Path, or an ObjPath in an object store
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
-    if cfg.extractor:
-        load_extractor(cfg.extractor)  # a bad one fails before the folder is touched
+    if cfg.columns.extractor:
+        load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
     judge = create_judge(cfg.judge)
     identity = judge.identity()
     await judge.aclose()
@@ -115,7 +115,7 @@ async def prepare_run(
     runlog = RunLog(outdir, fingerprint_of(describe), describe, fingerprint_of(config_part))
     spec = _table_spec(info, cfg, judge.model)
     _check_output_columns(cfg, spec)
-    await anyio.to_thread.run_sync(check_sinks, cfg.sinks, spec.schema)
+    await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir)
     lock.acquire(wait_lock)  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
@@ -175,9 +175,9 @@ def _plan_resume(plan: RunPlan) -> None:
 def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
     """--partition-by and --group-by name output columns: checked before any judge call."""
     names = spec.schema.names
-    wanted = [("--partition-by", c) for c in cfg.partition_by]
-    if cfg.group_by:
-        wanted.append(("--group-by", cfg.group_by))
+    wanted = [("--partition-by", c) for c in cfg.output.partition_by]
+    if cfg.output.group_by:
+        wanted.append(("--group-by", cfg.output.group_by))
     for flag, col in wanted:
         if col not in names:
             raise ConfigError(
@@ -189,9 +189,9 @@ def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
 def _inspect(input: str, cfg: Config) -> SourceInfo:
     info = inspect_source(
         input,
-        cfg.columns,
-        use_extractor=cfg.extractor is not None,
-        expected_explicit=cfg.expected_explicit,
+        cfg.column_map,
+        use_extractor=cfg.columns.extractor is not None,
+        expected_explicit=cfg.columns.expected_explicit,
         storage=cfg.storage,
     )
     line = skipped_formats_line(info)
@@ -202,18 +202,18 @@ def _inspect(input: str, cfg: Config) -> SourceInfo:
 
 def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
     """Everything that changes a row's scored output (not which rows there are)."""
-    c = cfg.columns
+    c = cfg.column_map
     return {
         "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)]
         + ([[list(r) for r in c.renames]] if c.renames else []),
-        "extractor": cfg.extractor,
+        "extractor": cfg.columns.extractor,
         "judge": identity,
         "judge_model": cfg.judge.model,
-        "mode": cfg.mode,
-        "scale": cfg.scale,
-        "ks": list(cfg.ks),
-        "max_item_chars": cfg.max_item_chars,
-        "partition_by": list(cfg.partition_by),
+        "mode": cfg.judge.mode,
+        "scale": cfg.scoring.scale,
+        "ks": list(cfg.scoring.ks),
+        "max_item_chars": cfg.run.max_item_chars,
+        "partition_by": list(cfg.output.partition_by),
         "schema_version": SCHEMA_VERSION,
     }
 
@@ -222,13 +222,15 @@ def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]
     files = []
     for f in info.files:
         files.append([f.absolute(), f.size, f.mtime_ns])
-    return {"input": input, "files": files, "batch_rows": cfg.batch_rows}
+    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows}
 
 
 def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
-    labels = cfg.columns.labels is not None
-    schema = output_schema(info.id_type, info.passthrough_fields, cfg.ks, labels=labels)
-    return TableSpec(schema, model, cfg.scale, cfg.ks, cfg.mode == "row", labels)
+    labels = cfg.column_map.labels is not None
+    schema = output_schema(info.id_type, info.passthrough_fields, cfg.scoring.ks, labels=labels)
+    return TableSpec(
+        schema, model, cfg.scoring.scale, cfg.scoring.ks, cfg.judge.mode == "row", labels
+    )
 
 
 def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Series:
@@ -237,7 +239,7 @@ def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Seri
     have = scored_ids(outdir)
     failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
     if failed.len():
-        incoming = read_ids(info, cfg.columns.id)
+        incoming = read_ids(info, cfg.column_map.id)
         retry = incoming.filter(incoming.is_in(failed))
         drop_ids(outdir, retry.to_list())
     return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
@@ -295,29 +297,35 @@ def _run_info(
             if price.cached_input_per_mtok is None
             else {"cached_input_per_mtok": price.cached_input_per_mtok}
         ),
-        "concurrency": run.cfg.concurrency,
-        "rpm": run.cfg.rpm,
-        "tpm": run.cfg.tpm,
+        "concurrency": run.cfg.limits.concurrency,
+        "rpm": run.cfg.limits.rpm,
+        "tpm": run.cfg.limits.tpm,
         "engine": {**engine, **result.extra},
         "notices": run_notices(run.input, run.info, run.cfg),
-        "group_by": run.cfg.group_by,
+        "group_by": run.cfg.output.group_by,
     }
 
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     outdir = run.runlog.outdir
-    if not committed(outdir) and not run.cfg.partition_by:
+    if not committed(outdir) and not run.cfg.output.partition_by:
         # an input with no rows still gives a readable (empty) dataset in the documented schema
         empty = {"part-empty.parquet": run.spec.schema.empty_table()}
         commit_part(outdir, "empty", empty, rows=0, failed=0)
-    loaded, errors = publish(run.cfg.sinks, run.runlog, run.spec.schema, run.cfg.partition_by)
+    loaded, errors = publish(
+        run.cfg.output.sinks, run.runlog, run.spec.schema, run.cfg.output.partition_by
+    )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
     estimate = run.runlog.load_json("estimate.json")
     if estimate is not None:
         run_info["estimate"] = estimate
     summary = build_summary(
-        outdir, run_info, scale=run.cfg.scale, group_by=run.cfg.group_by, ks=run.cfg.ks
+        outdir,
+        run_info,
+        scale=run.cfg.scoring.scale,
+        group_by=run.cfg.output.group_by,
+        ks=run.cfg.scoring.ks,
     )
     write_summary(outdir, summary)
     run.runlog.save_json("run.json", run_info)

@@ -66,17 +66,17 @@ def estimate(
     whose id is in `skip_ids` (already scored in the target folder) are counted apart."""
     info = inspect_source(
         input,
-        cfg.columns,
-        use_extractor=cfg.extractor is not None,
-        expected_explicit=cfg.expected_explicit,
+        cfg.column_map,
+        use_extractor=cfg.columns.extractor is not None,
+        expected_explicit=cfg.columns.expected_explicit,
         storage=cfg.storage,
     )
     with _no_key_needed(cfg):
         judge = create_judge(cfg.judge, stats=JudgeStats())
     prefix = judge_prefix(judge.identity())
-    extractor = load_extractor(cfg.extractor) if cfg.extractor else None
-    memo = Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
-    per_row = cfg.mode == "row"
+    extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
+    memo = Memo(cfg.run.cache_dir or default_cache_dir()) if cfg.run.memo else None
+    per_row = cfg.judge.mode == "row"
     seen: set[int] = set()
     f: dict[str, Any] = dict(
         rows=0,
@@ -90,12 +90,12 @@ def estimate(
         memo_output_tokens=0,
     )
     try:
-        for batch in iter_batches(info, cfg.columns, batch_rows=cfg.batch_rows):
+        for batch in iter_batches(info, cfg.column_map, batch_rows=cfg.run.batch_rows):
             frame = batch.frame
             if skip_ids is not None and skip_ids.len():
                 frame = frame.filter(~pl.col("id").is_in(skip_ids.implode()))
                 f["rows_already_scored"] += batch.frame.height - frame.height
-            plans = plan_rows(frame, extractor, cfg.max_item_chars)
+            plans = plan_rows(frame, extractor, cfg.run.max_item_chars)
             keys = attach_keys(plans, prefix, per_row)
             found = memo.get_many(keys) if memo is not None and keys else {}
             f["rows"] += len(plans)
@@ -166,11 +166,11 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     latency = (
         latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
     )
-    bounds = {"concurrency": f["calls"] * latency / cfg.concurrency}
-    if cfg.rpm:
-        bounds["rpm"] = f["calls"] / cfg.rpm * 60.0
-    if cfg.tpm:
-        bounds["tpm"] = (in_tokens + out_tokens) / cfg.tpm * 60.0
+    bounds = {"concurrency": f["calls"] * latency / cfg.limits.concurrency}
+    if cfg.limits.rpm:
+        bounds["rpm"] = f["calls"] / cfg.limits.rpm * 60.0
+    if cfg.limits.tpm:
+        bounds["tpm"] = (in_tokens + out_tokens) / cfg.limits.tpm * 60.0
     limit = max(bounds, key=lambda k: bounds[k])
     return {
         "judge_model": model,
@@ -190,9 +190,9 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "latency_s_assumed": latency,
         "wall_s": round(bounds[limit], 3),
         "bound_by": limit,
-        "concurrency": cfg.concurrency,
-        "rpm": cfg.rpm,
-        "tpm": cfg.tpm,
+        "concurrency": cfg.limits.concurrency,
+        "rpm": cfg.limits.rpm,
+        "tpm": cfg.limits.tpm,
     }
 
 

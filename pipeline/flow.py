@@ -26,7 +26,7 @@ def score(
 ) -> RunResult:
     """Synchronous batch entry point (what `ctxprec score` runs). User-facing errors raised
     inside the task group come out as themselves, not wrapped in an ExceptionGroup."""
-    if config is not None and config.batch_api:  # through the provider's batch API
+    if config is not None and config.judge.batch_api:  # through the provider's batch API
         return score_batch(input, outdir, config, **kw)
     return run_blocking(lambda: run_score(str(input), out_path(outdir), config or Config(), **kw))
 

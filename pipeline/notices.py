@@ -21,7 +21,7 @@ OFFLINE_QUERY_ONLY = (
 def _no_expected(info: SourceInfo, cfg: Config) -> str | None:
     if info.has_expected:
         return None
-    column = cfg.columns.expected
+    column = cfg.column_map.expected
     why = (
         "no expected output is mapped"
         if column is None

@@ -27,6 +27,7 @@ from pipeline.llm_reason import keep_built_reason
 from pipeline.reason import build_reason
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
+from storage.core.settings import LimitsSettings, ScoringSettings
 from storage.memo import Memo, judge_prefix, memo_key
 
 __all__ = [
@@ -184,12 +185,19 @@ class ContextPrecisionScorer:
             self.memo.close()
 
 
+# the API's defaults are the CLI's: the fields of storage/core/settings.py
+_JUDGE, _LIMITS, _SCORING = JudgeSettings(), LimitsSettings(), ScoringSettings()
+# [judge] settings an option may set (the scorer calls the judge item by item, online)
+_JUDGE_OPTIONS = frozenset(JudgeSettings.__dataclass_fields__) - {"model", "mode", "batch_api"}
+
+
 def create_context_precision_scorer(
-    model: str = "offline", options: Mapping[str, Any] | None = None
+    model: str = _JUDGE.model, options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
-    """options: context, context_extractor (wins over context), scale (1),
-    reason ("verdicts" | "llm"), base_url, api_key_env, concurrency (8), rpm, tpm, timeout_s,
-    max_retries, temperature (0), cache_dir (memo on disk; none by default)."""
+    """options: context, context_extractor (wins over context), scale, reason ("verdicts" |
+    "llm"), base_url, api_key_env, concurrency, rpm, tpm, timeout_s, max_retries, temperature
+    (any [judge] setting but mode and batch_api), cache_dir (memo on disk; none by default).
+    Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ..."""
     opts = dict(options or {})
     context = opts.pop("context", None)
     extractor = opts.pop("context_extractor", None) or opts.pop("contextExtractor", None)
@@ -198,17 +206,20 @@ def create_context_precision_scorer(
             "create_context_precision_scorer needs options={'context': [...]} or "
             "options={'context_extractor': fn}"
         )
-    scale = float(opts.pop("scale", 1.0))
+    scale = float(opts.pop("scale", _SCORING.scale))
     if scale < 0 or math.isnan(scale):
         raise ConfigError("scale must be zero or more")
     stats = JudgeStats()
-    gate = RateGate(int(opts.pop("concurrency", 8)), opts.pop("rpm", None), opts.pop("tpm", None))
-    cache_dir = opts.pop("cache_dir", None)
-    reason = str(opts.pop("reason", "verdicts"))
-    settings = JudgeSettings(
-        model=model, **{k: v for k, v in opts.items() if k in JudgeSettings.__dataclass_fields__}
+    gate = RateGate(
+        int(opts.pop("concurrency", _LIMITS.concurrency)),
+        opts.pop("rpm", _LIMITS.rpm),
+        opts.pop("tpm", _LIMITS.tpm),
+        adaptive=_LIMITS.adaptive,
     )
-    unknown = set(opts) - set(JudgeSettings.__dataclass_fields__)
+    cache_dir = opts.pop("cache_dir", None)
+    reason = str(opts.pop("reason", _SCORING.reason))
+    settings = JudgeSettings(model=model, **{k: v for k, v in opts.items() if k in _JUDGE_OPTIONS})
+    unknown = set(opts) - _JUDGE_OPTIONS
     if unknown:
         raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
     judge = create_judge(settings, gate=gate, stats=stats)
@@ -296,12 +307,13 @@ async def run_evals(
     scorers: Sequence[ContextPrecisionScorer],
     target: Target | None = None,
     on_item_complete: Callable[[EvalItem], Any] | None = None,
-    concurrency: int = 8,
+    concurrency: int = _LIMITS.concurrency,
 ) -> EvalResult:
     """Run `target` on each item's input, score its retrieved context with every scorer.
 
     Relevance is judged against the item's ground_truth when given, else the target's output.
-    One failing item is reported as failed and does not stop the others.
+    One failing item is reported as failed and does not stop the others. `concurrency` items
+    are evaluated at once (default: [limits] concurrency, as the CLI's calls in flight).
     """
     items = [
         EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))

@@ -70,7 +70,9 @@ async def run_stage(
     plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
     cfg = plan.cfg
     stats = JudgeStats()
-    gate = gate or RateGate(cfg.concurrency, cfg.rpm, cfg.tpm, adaptive=cfg.adaptive)
+    gate = gate or RateGate(
+        cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm, adaptive=cfg.limits.adaptive
+    )
     if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
         judge = judge_factory(gate, stats)
     else:
@@ -81,12 +83,12 @@ async def run_stage(
             "machine of the run the same judge settings and environment"
         )
     counters = counters or RunCounters()
-    extractor = load_extractor(cfg.extractor) if cfg.extractor else None
+    extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
     try:
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
         memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
-        dispatcher = Dispatcher(judge, memo, counters, cfg.concurrency)
+        dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
         stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped)
@@ -120,7 +122,7 @@ async def _done_by_earlier_attempt(
 
 
 def _open_memo(cfg: Config) -> MemoStore | None:
-    return Memo(cfg.cache_dir or default_cache_dir()) if cfg.memo else None
+    return Memo(cfg.run.cache_dir or default_cache_dir()) if cfg.run.memo else None
 
 
 def shared_memo(plan: RunPlan) -> MemoStore | None:
@@ -149,7 +151,11 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
     """Read batches in a thread and process up to `in_flight` of them at once."""
     cfg = run.plan.cfg
     batches: Iterator[SourceBatch] = iter_batches(
-        run.plan.info, cfg.columns, batch_rows=cfg.batch_rows, skip=run.skip, only_files=files
+        run.plan.info,
+        cfg.column_map,
+        batch_rows=cfg.run.batch_rows,
+        skip=run.skip,
+        only_files=files,
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
     failure: UserError | None = None
@@ -176,7 +182,7 @@ async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
         judge=run.dispatcher.judge,
         memo=run.memo,
         prefix=run.prefix,
-        concurrency=run.plan.cfg.concurrency,
+        concurrency=run.plan.cfg.limits.concurrency,
     )
     run.counters.reason_calls += calls
     return table
@@ -184,8 +190,8 @@ async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
 
 def _batches_in_flight(cfg: Config) -> int:
     # enough open batches that the workers never wait on a batch boundary
-    per_batch = max(cfg.batch_rows * 5, 1)
-    return max(2, min(16, -(-cfg.concurrency * 8 // per_batch) + 1))
+    per_batch = max(cfg.run.batch_rows * 5, 1)
+    return max(2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
 async def _process_then_release(run: _Stage, batch: SourceBatch, slot: anyio.Semaphore) -> None:
@@ -205,18 +211,18 @@ async def _process(run: _Stage, batch: SourceBatch) -> None:
         run.counters.rows_skipped += skipped
         if frame.is_empty():
             return
-    plans = plan_rows(frame, run.extractor, plan.cfg.max_item_chars)
+    plans = plan_rows(frame, run.extractor, plan.cfg.run.max_item_chars)
     keys = attach_keys(plans, run.prefix, plan.spec.per_row)
     found = {}
     if run.memo is not None and keys:
         found = await anyio.to_thread.run_sync(run.memo.get_many, keys)
     await resolve_items(plans, found, run.dispatcher, plan.spec.per_row)
     table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
-    if plan.cfg.reason == "llm":
+    if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)
     key = f"{plan.run_tag}{batch.key}"
-    tables = partition_tables(table, plan.cfg.partition_by, f"part-{key}")
+    tables = partition_tables(table, plan.cfg.output.partition_by, f"part-{key}")
     await anyio.to_thread.run_sync(
         lambda: commit_part(plan.runlog.outdir, key, tables, rows=table.num_rows, failed=failed)
     )

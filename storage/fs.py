@@ -4,8 +4,9 @@
 Credentials come from each cloud's standard environment and config files (the AWS SDK's chain:
 `AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `~/.aws/...`; `GOOGLE_APPLICATION_CREDENTIALS`; Azure's
 `AZURE_STORAGE_ACCOUNT_NAME` / `AZURE_STORAGE_ACCOUNT_KEY` or its default credential chain).
-`StorageOptions` (the `[storage]` TOML section) holds only non-secret settings: endpoint, region,
-anonymous access. Nothing here ever puts a credential into a message, a repr or a file.
+`StorageSettings` (the `[storage]` TOML section, storage/core/settings.py) holds only non-secret
+settings: endpoint, region, anonymous access. Nothing here ever puts a credential into a
+message, a repr or a file.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -21,10 +21,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from storage.core.errors import InputError
+from storage.core.settings import StorageSettings  # the [storage] section
 
 __all__ = [
     "SCHEMES",
-    "StorageOptions",
+    "StorageSettings",
     "entries",
     "file_info",
     "is_uri",
@@ -36,15 +37,6 @@ SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "file"})
 _S3 = frozenset({"s3", "s3a"})
 _GCS = frozenset({"gs", "gcs"})
 _AZURE = frozenset({"az", "abfs", "abfss"})
-
-
-@dataclass(frozen=True, slots=True)
-class StorageOptions:
-    """Non-secret object-store settings (`[storage]`); environment variables fill the rest."""
-
-    endpoint_url: str | None = None  # S3-compatible (MinIO, moto, R2), GCS or Azure endpoint
-    region: str | None = None  # S3 region (else AWS_REGION / AWS_DEFAULT_REGION / the bucket's)
-    anonymous: bool = False  # public buckets: no credential lookup at all
 
 
 def is_uri(spec: str | Path) -> bool:
@@ -64,7 +56,7 @@ def join(base: str, name: str) -> str:
     return f"{base.rstrip('/')}/{name}" if is_uri(base) else str(Path(base) / name)
 
 
-def _endpoint(options: StorageOptions, env: Mapping[str, str], *names: str) -> str | None:
+def _endpoint(options: StorageSettings, env: Mapping[str, str], *names: str) -> str | None:
     if options.endpoint_url:
         return options.endpoint_url
     for name in names:
@@ -83,7 +75,7 @@ _FILESYSTEMS: dict[tuple[object, ...], pafs.FileSystem] = {}
 _LOCK = threading.Lock()
 
 
-def _s3(bucket: str, options: StorageOptions, env: Mapping[str, str]) -> pafs.FileSystem:
+def _s3(bucket: str, options: StorageSettings, env: Mapping[str, str]) -> pafs.FileSystem:
     endpoint = _endpoint(options, env, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
     region = options.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
     kwargs: dict[str, object] = {"anonymous": options.anonymous}
@@ -100,7 +92,7 @@ def _s3(bucket: str, options: StorageOptions, env: Mapping[str, str]) -> pafs.Fi
     return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
 
 
-def _gcs(options: StorageOptions, env: Mapping[str, str]) -> pafs.FileSystem:
+def _gcs(options: StorageSettings, env: Mapping[str, str]) -> pafs.FileSystem:
     endpoint = _endpoint(options, env, "STORAGE_EMULATOR_HOST")
     kwargs: dict[str, object] = {"anonymous": options.anonymous}
     if endpoint:
@@ -109,7 +101,7 @@ def _gcs(options: StorageOptions, env: Mapping[str, str]) -> pafs.FileSystem:
     return pafs.GcsFileSystem(**kwargs)  # type: ignore[arg-type]
 
 
-def _azure(account: str, options: StorageOptions, env: Mapping[str, str]) -> pafs.FileSystem:
+def _azure(account: str, options: StorageSettings, env: Mapping[str, str]) -> pafs.FileSystem:
     if not account:
         raise InputError(
             "an az:// URI needs the storage account: set AZURE_STORAGE_ACCOUNT_NAME, or write "
@@ -141,12 +133,12 @@ def _cached(key: tuple[object, ...], make: object) -> pafs.FileSystem:
 
 def resolve(
     spec: str | Path,
-    options: StorageOptions | None = None,
+    options: StorageSettings | None = None,
     env: Mapping[str, str] | None = None,
 ) -> tuple[pafs.FileSystem, str]:
     """The filesystem and the path inside it for a local path or a URI. Filesystems are cached
     per scheme, bucket/account and options (credentials are read by the clouds' SDKs)."""
-    options = options or StorageOptions()
+    options = options or StorageSettings()
     env = os.environ if env is None else env
     text = str(spec)
     if not is_uri(spec):
@@ -173,7 +165,7 @@ def resolve(
     return fs, f"{container}/{key}".rstrip("/") if key else container
 
 
-def file_info(spec: str | Path, options: StorageOptions | None = None) -> pafs.FileInfo:
+def file_info(spec: str | Path, options: StorageSettings | None = None) -> pafs.FileInfo:
     """What is at `spec` (type NotFound when nothing); errors name the URI, never a key."""
     fs, path = resolve(spec, options)
     try:
@@ -184,7 +176,7 @@ def file_info(spec: str | Path, options: StorageOptions | None = None) -> pafs.F
     return info
 
 
-def entries(spec: str | Path, options: StorageOptions | None = None) -> list[pafs.FileInfo]:
+def entries(spec: str | Path, options: StorageSettings | None = None) -> list[pafs.FileInfo]:
     """Every file below the folder or prefix `spec`, recursively (paths inside its filesystem)."""
     fs, path = resolve(spec, options)
     try:

@@ -58,7 +58,7 @@ class ObjPath:
         self.root_uri = root_uri.rstrip("/")
 
     @classmethod
-    def from_uri(cls, uri: str, options: storage_fs.StorageOptions | None = None) -> ObjPath:
+    def from_uri(cls, uri: str, options: storage_fs.StorageSettings | None = None) -> ObjPath:
         fs, path = storage_fs.resolve(uri, options)
         return cls(fs, path, path, uri)
 
@@ -236,7 +236,7 @@ class ObjPath:
 OutPath = Path | ObjPath
 
 
-def out_path(spec: str | OutPath, options: storage_fs.StorageOptions | None = None) -> OutPath:
+def out_path(spec: str | OutPath, options: storage_fs.StorageSettings | None = None) -> OutPath:
     """The output folder named on the command line: an `ObjPath` for s3://, gs://, az://,
     abfs[s]:// URIs, a local `Path` for a path or a file:// URI; any other URL is refused before
     anything is created (`Path` folds `s3://b` to `s3:/b`: both spellings are read)."""
@@ -263,9 +263,9 @@ def out_path(spec: str | OutPath, options: storage_fs.StorageOptions | None = No
     )
 
 
-def with_options(path: OutPath, options: storage_fs.StorageOptions) -> OutPath:
+def with_options(path: OutPath, options: storage_fs.StorageSettings) -> OutPath:
     """`path` resolved again with the `[storage]` options of the configuration."""
-    if isinstance(path, ObjPath) and options != storage_fs.StorageOptions():
+    if isinstance(path, ObjPath) and options != storage_fs.StorageSettings():
         return ObjPath.from_uri(path.root_uri, options) / str(path.relative_to_root())
     return path
 

@@ -14,8 +14,9 @@ import polars as pl
 
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, planned_charts, render_charts
-from storage.core.constants import DEFAULT_KS, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.metric import map_stage, rank_column_names
+from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 from storage.schema import SCHEMA_VERSION

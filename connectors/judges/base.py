@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from storage.core.settings import JudgeSettings  # the [judge] section: what a provider needs
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
@@ -35,26 +36,6 @@ class ItemRequest:
     query: str
     expected: str | None
     item: str
-
-
-@dataclass(frozen=True, slots=True)
-class JudgeSettings:
-    """Everything a provider needs. Secrets are never stored here, only the env var's name."""
-
-    model: str = "offline"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    temperature: float = 0.0
-    max_output_tokens: int = 200
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    retry_budget_s: float = 300.0
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 30.0
-    structured_output: bool = True
-    extra_headers: tuple[tuple[str, str], ...] = ()
-    anthropic_version: str = "2023-06-01"
-    reasoning_effort: str | None = None  # None: the lowest the model accepts (reasoning models)
 
 
 def estimate_tokens(*texts: str | None) -> int:

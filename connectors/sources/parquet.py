@@ -40,7 +40,8 @@ from connectors.sources.validate import (
 )
 from storage.core.constants import HIVE_NULL
 from storage.core.errors import ConfigError, InputError
-from storage.fs import StorageOptions
+from storage.core.settings import DEFAULT_EXPECTED, ColumnMap  # roles derived from [columns]
+from storage.fs import StorageSettings
 
 __all__ = [
     "DEFAULT_EXPECTED",
@@ -55,24 +56,8 @@ __all__ = [
     "resolve_inputs",
 ]
 
-DEFAULT_EXPECTED = "expected_output"
 
-
-@dataclass(frozen=True, slots=True)
-class ColumnMap:
-    """Which source column plays which role; `passthrough` columns are copied to the output."""
-
-    id: str = "id"
-    query: str = "query"
-    expected: str | None = DEFAULT_EXPECTED  # may be absent: then judged vs the query alone
-    context: str | None = "contexts"  # list<string>; None when an extractor gives the context
-    labels: str | None = None  # optional list<bool> human labels
-    passthrough: tuple[str, ...] = ()
-    renames: tuple[tuple[str, str], ...] = ()  # passthrough (source, output name) pairs
-
-    def output_name(self, source: str) -> str:
-        """The output column a passthrough source column is written as."""
-        return dict(self.renames).get(source, source)
+_DEFAULT_ID = ColumnMap().id  # a renamed id column is also kept under its own name
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +75,7 @@ class SourceInfo:
     schemas: tuple[pa.Schema | None, ...] = ()  # per text file: the schema it is read with
     skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
     not_read: NotRead | None = None  # a local input folder's other files, with the reasons
-    storage: StorageOptions = dataclasses.field(default_factory=StorageOptions, repr=False)
+    storage: StorageSettings = dataclasses.field(default_factory=StorageSettings, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +91,7 @@ class SourceBatch:
 # ---------------------------------------------------------------- resolving the input
 
 
-def resolve_inputs(spec: str | Path, storage: StorageOptions | None = None) -> list[InputFile]:
+def resolve_inputs(spec: str | Path, storage: StorageSettings | None = None) -> list[InputFile]:
     """A file, a folder (recursive, skipping `_*` and `.*`), a glob, or a Hive dataset; local
     or an object-store URI."""
     return list(find_inputs(spec, storage).files)
@@ -142,7 +127,7 @@ def _wanted(
 
 
 def _passthrough_names(columns: ColumnMap) -> list[str]:
-    names = [columns.id] if columns.id != "id" else []
+    names = [columns.id] if columns.id != _DEFAULT_ID else []
     return list(dict.fromkeys([*names, *columns.passthrough]))
 
 
@@ -174,7 +159,7 @@ class _Scanned:
 
 
 def _file_schema(
-    file: InputFile, storage: StorageOptions, lists: dict[str, pa.DataType], wanted: list[Wanted]
+    file: InputFile, storage: StorageSettings, lists: dict[str, pa.DataType], wanted: list[Wanted]
 ) -> tuple[pa.Schema, int, pa.Schema | None]:
     if file.format == "parquet":
         with open_parquet(file, storage) as pf:
@@ -201,7 +186,7 @@ def _scan_schemas(
     files: Sequence[InputFile],
     wanted: list[Wanted],
     keys: Sequence[str],
-    storage: StorageOptions,
+    storage: StorageSettings,
     lists: dict[str, pa.DataType],
 ) -> _Scanned:
     merged: ColumnTypes | None = None
@@ -252,11 +237,11 @@ def inspect_source(
     *,
     use_extractor: bool,
     expected_explicit: bool = False,
-    storage: StorageOptions | None = None,
+    storage: StorageSettings | None = None,
 ) -> SourceInfo:
     """Check the whole input before any judge call: files, columns, types, schema, ids."""
     _require_context_source(columns, use_extractor)
-    storage = storage or StorageOptions()
+    storage = storage or StorageSettings()
     found = find_inputs(spec, storage)
     files = found.files
     use_context = not use_extractor

@@ -77,7 +77,7 @@ class Task:
 
 def plan_tasks(plan: RunPlan, task_rows: int = TASK_ROWS) -> list[Task]:
     """One task per file; files over `task_rows` rows are cut at batch boundaries."""
-    batch_rows = plan.cfg.batch_rows
+    batch_rows = plan.cfg.run.batch_rows
     per_task = max(1, task_rows // batch_rows)
     tasks = []
     for index, rows in enumerate(plan.info.rows):
@@ -123,12 +123,12 @@ def _run_on_cluster(
 ) -> RunResult:
     cfg = plan.cfg
     tasks = plan_tasks(plan, task_rows)
-    limited = cfg.rpm is not None or cfg.tpm is not None
+    limited = cfg.limits.rpm is not None or cfg.limits.tpm is not None
     run_id = uuid.uuid4().hex[:12] if limited else None
     with _client(scheduler, workers) as client:
         n_workers = len(client.scheduler_info().get("workers", {}))
         if run_id is not None:
-            install_coordinator(client, run_id, cfg.rpm, cfg.tpm, cfg.adaptive)
+            install_coordinator(client, run_id, cfg.limits.rpm, cfg.limits.tpm, cfg.limits.adaptive)
         try:
             results, errors = _run_tasks(client, plan, tasks, run_id, progress)
         finally:
@@ -278,18 +278,18 @@ def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | Us
 
 async def _task_main(plan: RunPlan, task: Task, run_id: str | None) -> StageResult:
     stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
-    if plan.cfg.memo:
+    if plan.cfg.run.memo:
         stage = partial(stage, open_memo=partial(_shared_memo, plan, task.file))
     if run_id is None:
         return await stage()
-    gate = LeasedGate(scheduler_lease(run_id), plan.cfg.concurrency)
+    gate = LeasedGate(scheduler_lease(run_id), plan.cfg.limits.concurrency)
     async with gate.running():
         result: StageResult = await stage(gate=gate)
     return result
 
 
 def _shared_memo(plan: RunPlan, file: int) -> MemoStore:
-    local = Memo(plan.cfg.cache_dir or default_cache_dir())
+    local = Memo(plan.cfg.run.cache_dir or default_cache_dir())
     store = VerdictStore(verdict_dir(plan.runlog.outdir, plan.info.files[file].absolute()))
     return SharedMemo(local, store)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 __all__ = [
-    "DEFAULT_KS",
     "HIVE_NULL",
     "STATE_DIR",
     "STATUS_EMPTY",
@@ -18,5 +17,3 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null partition value in a Hive fol
 STATUS_OK = "ok"
 STATUS_EMPTY = "empty_context"
 STATUS_FAILED = "failed"
-
-DEFAULT_KS: tuple[int, ...] = (1, 3, 5)  # the k of precision@k, hit@k and nDCG@k

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from storage.core.settings import DEFAULT_KS
+
 __all__ = [
     "average_precision",
     "map_score",
@@ -44,7 +46,7 @@ def map_score(verdicts: Sequence[bool], scale: float = 1.0) -> float:
     return round_half_up(average_precision(verdicts) * scale)
 
 
-def rank_metrics(verdicts: Sequence[bool], ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
+def rank_metrics(verdicts: Sequence[bool], ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """Plain-Python rank metrics of one list (reference for the Polars stage).
 
     precision@k divides by k (a short list is not padded with relevant items); NDCG@k uses

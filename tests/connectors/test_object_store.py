@@ -161,7 +161,7 @@ def test_uri_resolution_keeps_buckets_and_keys() -> None:
     local, path = fs.resolve("file:///tmp/x.parquet")
     assert local.type_name == "local" and path == "/tmp/x.parquet"
     assert fs.is_uri("gs://b/k") and fs.is_uri("az://c/k") and not fs.is_uri("logs/dt=1")
-    gcs, path = fs.resolve("gs://b/k.jsonl", fs.StorageOptions(endpoint_url="http://127.0.0.1:9"))
+    gcs, path = fs.resolve("gs://b/k.jsonl", fs.StorageSettings(endpoint_url="http://127.0.0.1:9"))
     assert gcs.type_name == "gcs" and path == "b/k.jsonl"
     azure_env = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "a2V5"}
     azure, path = fs.resolve("az://logs/day/k.jsonl", env=azure_env)

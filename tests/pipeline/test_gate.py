@@ -33,9 +33,9 @@ def test_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 def test_fail_under_from_config_file_and_flag(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[judge]\nmodel = "offline"\n[gate]\nfail_under = 0.6\n')
-    assert load_config(cfg, {}).fail_under == 0.6
-    assert load_config(cfg, {"gate.fail_under": 0.7}).fail_under == 0.7
-    assert load_config(None, {}).fail_under is None
+    assert load_config(cfg, {}).gate.fail_under == 0.6
+    assert load_config(cfg, {"gate.fail_under": 0.7}).gate.fail_under == 0.7
+    assert load_config(None, {}).gate.fail_under is None
     cfg.write_text('[gate]\nfail_under = "high"\n')
     with pytest.raises(ConfigError, match=r"\[gate\] fail_under"):
         load_config(cfg, {})

@@ -1,0 +1,423 @@
+"""Every setting of ctxprec and its default, in one place: one frozen dataclass per TOML section
+([judge] [limits] [columns] [scoring] [run] [output] [gate] [storage], and [prices] as a table of
+`Price`). A field's default here is THE default, for the CLI, the TOML file and the Python API
+alike; its metadata names the environment variable and the CLI flag that set it (if any), the
+values it allows and a one-line help. `pipeline/config.py` loads them (defaults < TOML <
+environment < flags); `pipeline/cli.py` builds its flags and `--help` defaults from them.
+
+A leaf module: layers above import the section they need (judges [judge], sources [columns],
+storage.fs [storage]) and nothing here imports them back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_EXPECTED",
+    "DEFAULT_KS",
+    "SECTIONS",
+    "ColumnMap",
+    "ColumnsSettings",
+    "GateSettings",
+    "JudgeSettings",
+    "LimitsSettings",
+    "OutputSettings",
+    "Price",
+    "RunSettings",
+    "ScoringSettings",
+    "SettingSpec",
+    "StorageSettings",
+    "settings",
+]
+
+Rule = tuple[Callable[[Any], bool], str]  # (is the value allowed, "what it must be" for errors)
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    env: str | None = None,
+    flag: str | None = None,
+    choices: tuple[str, ...] = (),
+    rule: Rule | None = None,
+    unset: str = "",
+    metavar: str | None = None,
+) -> Any:
+    """A section field: its default and what the loader and the CLI need to know about it.
+    `unset` says what a default of None (or an empty list) means in `--help`."""
+    meta = {
+        "help": help,
+        "env": env,
+        "flag": flag,
+        "choices": choices,
+        "rule": rule,
+        "unset": unset,
+        "metavar": metavar,
+    }
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _positive(v: Any) -> bool:
+    return v is None or v > 0
+
+
+def _entries_ok(entries: Any) -> bool:
+    """`--passthrough` entries: COL or COL=NEW_NAME, neither side empty."""
+    for entry in entries:
+        source, sep, target = str(entry).partition("=")
+        if sep and (not source.strip() or not target.strip()):
+            return False
+    return True
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeSettings:
+    """[judge]: which model judges and how it is called. Never a secret: only the env var's
+    name (`api_key_env`)."""
+
+    model: str = setting(
+        "offline", "provider/model, e.g. openai/gpt-4o-mini", env="CTXPREC_MODEL", flag="--model"
+    )
+    base_url: str | None = setting(
+        None,
+        "OpenAI-compatible or Anthropic base URL",
+        env="CTXPREC_BASE_URL",
+        flag="--base-url",
+        unset="the provider's (OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
+    )
+    api_key_env: str | None = setting(
+        None,
+        "name of the env var holding the API key",
+        flag="--api-key-env",
+        unset="OPENAI_API_KEY or ANTHROPIC_API_KEY by provider",
+    )
+    temperature: float = setting(0.0, "sampling temperature of the judge")
+    max_output_tokens: int = setting(200, "tokens the judge may write per call")
+    timeout_s: float = setting(
+        60.0,
+        "seconds per judge call",
+        flag="--timeout",
+        rule=(lambda v: v > 0, "a positive number of seconds"),
+    )
+    max_retries: int = setting(
+        6, "retries per judge call", flag="--max-retries", rule=(lambda v: v >= 0, "0 or more")
+    )
+    retry_budget_s: float = setting(300.0, "seconds of retrying per call before giving up")
+    backoff_base_s: float = setting(0.5, "first retry's backoff in seconds (then doubled)")
+    backoff_max_s: float = setting(30.0, "longest backoff between retries, in seconds")
+    structured_output: bool = setting(True, "ask for JSON by schema where the provider can")
+    extra_headers: tuple[tuple[str, str], ...] = setting(
+        (), "HTTP headers added to every judge request (a TOML table of strings)"
+    )
+    anthropic_version: str = setting("2023-06-01", "the anthropic-version header")
+    reasoning_effort: str | None = setting(
+        None,
+        "reasoning models: how hard to think (None: the lowest the model accepts)",
+        choices=EFFORTS,
+        unset="the lowest the model accepts",
+        rule=(lambda v: v is None or v in EFFORTS, ", ".join(EFFORTS[:-1]) + " or max"),
+    )
+    mode: str = setting(
+        "item",
+        "one judge call per item or per row",
+        flag="--mode",
+        choices=("item", "row"),
+        rule=(lambda v: v in ("item", "row"), '"item" (one call per context item) or "row"'),
+    )
+    batch_api: bool = setting(
+        False,
+        "send the judge's calls through the provider's batch API (half price, up to 24 h)",
+        flag="--batch-api",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSettings:
+    """[limits]: calls in flight, requests and tokens per minute."""
+
+    concurrency: int = setting(
+        32,
+        "judge calls in flight",
+        env="CTXPREC_CONCURRENCY",
+        flag="--concurrency",
+        rule=(lambda v: v >= 1, "at least 1"),
+    )
+    rpm: float | None = setting(
+        None,
+        "requests per minute (all calls)",
+        env="CTXPREC_RPM",
+        flag="--rpm",
+        rule=(_positive, "a positive number (or unset for no limit)"),
+        unset="no limit",
+    )
+    tpm: float | None = setting(
+        None,
+        "tokens per minute (estimated before each call)",
+        env="CTXPREC_TPM",
+        flag="--tpm",
+        rule=(_positive, "a positive number (or unset for no limit)"),
+        unset="no limit",
+    )
+    adaptive: bool = setting(True, "do not slow down on 429 by itself", flag="--no-adaptive")
+
+
+DEFAULT_EXPECTED = "expected_output"  # used when the input has it and [columns] expected is unset
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnsSettings:
+    """[columns]: which input column plays which role (`--map FIELD=COLUMN`)."""
+
+    id: str = setting("id", "the row id column", flag="--map id=")
+    query: str = setting("query", "the query column", flag="--map query=")
+    expected: str | None = setting(
+        None,
+        f'expected output column; unset: `{DEFAULT_EXPECTED}` when present; "": none',
+        flag="--map expected=",
+        unset=DEFAULT_EXPECTED,
+    )
+    context: str = setting("contexts", "list<string> context column", flag="--map context=")
+    labels: str | None = setting(
+        None, "list<bool> human labels column", flag="--map labels=", unset="no labels"
+    )
+    extractor: str | None = setting(
+        None,
+        "function(row: dict) -> list[str] giving the context; wins over context",
+        flag="--extractor",
+        rule=(
+            lambda v: v is None or ":" in v,
+            '"module:function" or "path/to/file.py:function"',
+        ),
+        unset="none: the context column",
+        metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
+    )
+    passthrough: tuple[str, ...] = setting(
+        (),
+        "columns copied to the output; COL=NEW renames one (e.g. score=upstream_score)",
+        flag="--passthrough",
+        rule=(_entries_ok, "COL or COL=NEW_NAME entries"),
+        unset="none",
+        metavar="COL[=NEW][,COL]",
+    )
+
+    @property
+    def expected_explicit(self) -> bool:
+        """The user named the expected column: it must then exist."""
+        return self.expected is not None
+
+    @property
+    def map(self) -> ColumnMap:
+        """The roles as the sources read them (passthrough parsed, extractor over context)."""
+        expected = DEFAULT_EXPECTED if self.expected is None else self.expected or None
+        renames = []
+        for entry in self.passthrough:
+            source, sep, target = entry.partition("=")
+            if sep:
+                renames.append((source.strip(), target.strip()))
+        return ColumnMap(
+            id=self.id,
+            query=self.query,
+            expected=expected,
+            context=None if self.extractor else self.context,
+            labels=self.labels,
+            passthrough=tuple(p.partition("=")[0].strip() for p in self.passthrough),
+            renames=tuple(renames),
+        )
+
+
+_COLUMNS = ColumnsSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnMap:
+    """Which source column plays which role, derived from [columns] (`ColumnsSettings.map`);
+    `passthrough` columns are copied to the output, `renames` under another name."""
+
+    id: str = _COLUMNS.id
+    query: str = _COLUMNS.query
+    expected: str | None = DEFAULT_EXPECTED  # may be absent: then judged vs the query alone
+    context: str | None = _COLUMNS.context  # list<string>; None when an extractor gives it
+    labels: str | None = _COLUMNS.labels  # optional list<bool> human labels
+    passthrough: tuple[str, ...] = ()
+    renames: tuple[tuple[str, str], ...] = ()  # passthrough (source, output name) pairs
+
+    def output_name(self, source: str) -> str:
+        """The output column a passthrough source column is written as."""
+        return dict(self.renames).get(source, source)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringSettings:
+    """[scoring]: the score's scale, the row reason and the rank cut-offs."""
+
+    scale: float = setting(
+        1.0, "score scale", flag="--scale", rule=(lambda v: v >= 0, "zero or more")
+    )
+    reason: str = setting(
+        "verdicts",
+        "row reason built from the verdicts, or written by the judge (one more call per row)",
+        flag="--reason",
+        choices=("verdicts", "llm"),
+        rule=(lambda v: v in ("verdicts", "llm"), '"verdicts" (built from verdicts) or "llm"'),
+    )
+    ks: tuple[int, ...] = setting(
+        (1, 3, 5),
+        "cut-offs for precision@k, hit@k, ndcg@k",
+        flag="--ks",
+        rule=(lambda v: bool(v) and all(k >= 1 for k in v), "a list of whole numbers >= 1"),
+        metavar="K[,K]",
+    )
+
+
+DEFAULT_KS: tuple[int, ...] = ScoringSettings().ks  # the k of precision@k, hit@k and nDCG@k
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """[run]: batch size, the memo and its folder, the largest context item."""
+
+    batch_rows: int = setting(
+        1000,
+        "rows per record batch / part file",
+        env="CTXPREC_BATCH_ROWS",
+        flag="--batch-rows",
+        rule=(lambda v: v >= 1, "at least 1"),
+    )
+    cache_dir: Path | None = setting(  # noqa: RUF009 (a field, like dataclasses.field)
+        None,
+        "memo folder",
+        env="CTXPREC_CACHE_DIR",
+        flag="--cache-dir",
+        unset="the user cache dir (ctxprec cache info shows it)",
+    )
+    memo: bool = setting(True, "do not read or write the memo", flag="--no-memo")
+    max_item_chars: int = setting(200_000, "a longer context item is not sent to the judge")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSettings:
+    """[output]: how the output is partitioned, extra sinks, the summary's breakdown."""
+
+    partition_by: tuple[str, ...] = setting(
+        (),
+        "Hive-partition the output",
+        flag="--partition-by",
+        unset="not partitioned",
+        metavar="COL[,COL]",
+    )
+    sinks: tuple[str, ...] = setting(
+        (),
+        "also append to a table: delta:PATH or duckdb:FILE.duckdb:TABLE",
+        flag="--sink",
+        unset="none",
+        metavar="SPEC",
+    )
+    group_by: str | None = setting(
+        None,
+        "one column to break scores down by in the summary",
+        flag="--group-by",
+        rule=(
+            lambda v: v is None or "," not in v,
+            "one column (the summary breaks scores down by one)",
+        ),
+        unset="no grouping",
+        metavar="COL",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GateSettings:
+    """[gate]: the quality gate of `ctxprec score`."""
+
+    fail_under: float | None = setting(
+        None,
+        "exit 5 when the mean score of the rows this run scored is below X",
+        flag="--fail-under",
+        unset="no gate",
+        metavar="X",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    """[storage]: non-secret object-store settings; the clouds' own environment variables and
+    files give the credentials (see storage/fs.py)."""
+
+    endpoint_url: str | None = setting(
+        None,
+        "S3-compatible (MinIO, moto, R2), GCS or Azure endpoint",
+        unset="the cloud's own (or AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, ...)",
+    )
+    region: str | None = setting(
+        None, "S3 region", unset="AWS_REGION / AWS_DEFAULT_REGION, else the bucket's"
+    )
+    anonymous: bool = setting(False, "public buckets: no credential lookup at all")
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """[prices."provider/model"]: USD per million tokens for one model."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+    batch_input_per_mtok: float | None = None  # provider batch APIs; None: half the above
+    batch_output_per_mtok: float | None = None
+    cached_input_per_mtok: float | None = None  # prompt tokens read from the provider's cache
+
+
+SECTIONS: dict[str, type] = {
+    "judge": JudgeSettings,
+    "limits": LimitsSettings,
+    "columns": ColumnsSettings,
+    "scoring": ScoringSettings,
+    "run": RunSettings,
+    "output": OutputSettings,
+    "gate": GateSettings,
+    "storage": StorageSettings,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSpec:
+    """One field of one section, as the loader and the CLI see it."""
+
+    key: str  # "limits.concurrency"
+    section: str
+    name: str
+    default: Any
+    help: str
+    env: str | None
+    flag: str | None
+    choices: tuple[str, ...]
+    rule: Rule | None
+    unset: str
+    metavar: str | None
+
+
+def settings() -> Iterator[SettingSpec]:
+    """Every setting of every section, in section and field order."""
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            m = f.metadata
+            yield SettingSpec(
+                f"{section}.{f.name}",
+                section,
+                f.name,
+                f.default,
+                m["help"],
+                m["env"],
+                m["flag"],
+                m["choices"],
+                m["rule"],
+                m["unset"],
+                m["metavar"],
+            )
