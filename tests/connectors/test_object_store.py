@@ -21,16 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from connectors.sources import ColumnMap, inspect_source, iter_batches
+from connectors.sources import inspect_source, iter_batches
 from connectors.sources.files import find_inputs
 from pipeline.cli import main
 from storage import fs
 from storage.core.errors import InputError
-from tests.conftest import REPO, SAMPLE
+from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
-
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
-HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,8 @@ import pytest
 from connectors.judges import retry
 from pipeline.cli import main
 from storage.core.metric import map_score
+from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
-
-KEY = "sk-live-SECRET-abcdef0123456789"
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 
 
 @pytest.fixture(autouse=True)

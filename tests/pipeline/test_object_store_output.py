@@ -25,12 +25,11 @@ from storage.core.errors import ConfigError, OutputError
 from storage.core.metric import map_score
 from storage.lock import OutdirLock
 from storage.objpath import ObjPath, out_path
-from tests.conftest import REPO
+from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
+from tests.fakes.runs import fake_stats
 from tests.fakes.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, running_s3_server
-from tests.pipeline.test_resume import server, stats  # noqa: F401  (the judge fixture)
 
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 _BUCKETS = iter(range(1_000_000))
 
 
@@ -101,7 +100,7 @@ def test_kill_9_then_the_same_command_in_a_bucket(
     bucket: str,
     hotpot: Path,
     tmp_path: Path,
-    server: str,  # noqa: F811
+    server: str,
 ) -> None:
     source = upload_rows(s3, hotpot, tmp_path, f"{bucket}/in/rows.parquet", 120)
     out = f"s3://{bucket}/scores/"
@@ -129,11 +128,11 @@ def test_kill_9_then_the_same_command_in_a_bucket(
     assert f"{bucket}/scores/_SUCCESS" in keys(s3, bucket)
     check_map(from_bucket(s3, f"{bucket}/scores"), source)
     assert SECRET_KEY not in done.stdout + done.stderr
-    calls = int(stats(server)["total"])  # type: ignore[arg-type]
+    calls = int(fake_stats(server)["total"])
     again = subprocess.run(command(f"s3://{bucket}/in/", out), cwd=REPO, env=env, text=True,
                            capture_output=True)  # fmt: skip
     assert again.returncode == 0, again.stderr
-    assert int(stats(server)["total"]) == calls  # type: ignore[arg-type]
+    assert int(fake_stats(server)["total"]) == calls  # type: ignore[arg-type]
     check_map(from_bucket(s3, f"{bucket}/scores"), source)
     assert not any("lock" in k.rsplit("/", 1)[-1] for k in keys(s3, bucket))  # given back
     for key in keys(s3, f"{bucket}/scores"):
@@ -147,7 +146,7 @@ def test_a_prefix_holding_other_objects_is_refused_and_user_objects_stay(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    server: str,  # noqa: F811
+    server: str,
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-s3")
@@ -158,7 +157,7 @@ def test_a_prefix_holding_other_objects_is_refused_and_user_objects_stay(
             "--progress", "off"]  # fmt: skip
     assert main([*args, "-o", f"s3://{bucket}/theirs"]) == 2
     assert "holds files ctxprec did not write" in capsys.readouterr().err
-    assert int(stats(server)["total"]) == 0  # type: ignore[arg-type]
+    assert int(fake_stats(server)["total"]) == 0  # type: ignore[arg-type]
     assert keys(s3, f"{bucket}/theirs") == [f"{bucket}/theirs/report.parquet"]
 
     assert main([*args, "-o", f"s3://{bucket}/scores"]) == 0
@@ -177,7 +176,7 @@ def test_incremental_nights_into_a_bucket(
     hotpot: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    server: str,  # noqa: F811
+    server: str,
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-s3")
@@ -202,7 +201,7 @@ def test_verdicts_in_the_bucket_serve_a_run_with_an_empty_local_memo(
     hotpot: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    server: str,  # noqa: F811
+    server: str,
 ) -> None:
     """Another machine (a new --cache-dir) re-scoring the same OUTDIR calls the judge for
     nothing: the verdicts the first run paid for are read from OUTDIR/_ctxprec/verdicts."""
@@ -212,12 +211,12 @@ def test_verdicts_in_the_bucket_serve_a_run_with_an_empty_local_memo(
     args = ["score", f"s3://{bucket}/in/", "-o", f"s3://{bucket}/scores", "--model",
             "openai/judge", *HOTPOT_MAP, "--progress", "off"]  # fmt: skip
     assert main([*args, "--cache-dir", str(tmp_path / "first")]) == 0
-    calls = int(stats(server)["total"])  # type: ignore[arg-type]
+    calls = int(fake_stats(server)["total"])
     assert calls > 0
     assert any("/_ctxprec/verdicts/" in k for k in keys(s3, f"{bucket}/scores"))
     # --overwrite drops the parts and run state but keeps the verdict store (a memo)
     assert main([*args, "--cache-dir", str(tmp_path / "second"), "--overwrite"]) == 0
-    assert int(stats(server)["total"]) == calls  # type: ignore[arg-type]
+    assert int(fake_stats(server)["total"]) == calls  # type: ignore[arg-type]
     check_map(from_bucket(s3, f"{bucket}/scores"), source)
 
 
