@@ -29,6 +29,8 @@ from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
 
+pytestmark = pytest.mark.slow  # a local Dask cluster of worker processes
+
 if TYPE_CHECKING:
     from distributed import Client
 

@@ -348,6 +348,7 @@ def fake_process() -> Iterator[str]:
         yield url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_kill_9_while_waiting_then_the_same_command_resumes(
     rows: Path, tmp_path: Path, fake_process: str, provider: str

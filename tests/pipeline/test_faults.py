@@ -73,6 +73,7 @@ def run(src: Path, out: Path, url: str, *extra: object) -> int:
         return main(args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["seconds", "ms", "date", "ratelimit"])
 def test_every_row_ok_with_the_right_score_under_faults(
     src: Path, tmp_path: Path, mode: str

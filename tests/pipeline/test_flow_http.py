@@ -47,6 +47,7 @@ def assert_scores_are_map_of_server_verdicts(
         assert row["score"] == map_score(verdicts)
 
 
+@pytest.mark.slow
 def test_full_dataset_scores_equal_map_of_server_verdicts(
     hotpot: Path, tmp_path: Path, fake: FakeJudgeServer
 ) -> None:
@@ -98,6 +99,7 @@ def test_anthropic_provider_end_to_end(subset: Path, tmp_path: Path, fake: FakeJ
     assert set(read(out).get_column("judge_model")) == {"anthropic/claude-test"}
 
 
+@pytest.mark.slow
 def test_calls_in_flight_never_above_the_setting(subset: Path, tmp_path: Path) -> None:
     config = FakeJudgeConfig(latency_ms=20, jitter_ms=10)
     with FakeJudgeThread(config) as server, pytest.MonkeyPatch.context() as mp:
@@ -112,6 +114,7 @@ def test_calls_in_flight_never_above_the_setting(subset: Path, tmp_path: Path) -
         assert 1 < server.stats.max_in_flight <= 7
 
 
+@pytest.mark.slow
 def test_requests_per_minute_within_budget(subset: Path, tmp_path: Path) -> None:
     src = tmp_path / "small.parquet"
     pl.read_parquet(subset).head(12).write_parquet(src)  # ~120 calls

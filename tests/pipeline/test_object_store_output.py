@@ -30,6 +30,8 @@ from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.runs import fake_stats
 from tests.fakes.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, running_s3_server
 
+pytestmark = pytest.mark.slow  # a moto S3 server, real processes killed
+
 _BUCKETS = iter(range(1_000_000))
 
 

@@ -19,6 +19,8 @@ import pytest
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 
+pytestmark = pytest.mark.slow  # two real ctxprec processes race for the lock
+
 ROWS = 40
 
 

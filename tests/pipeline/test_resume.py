@@ -19,6 +19,8 @@ import pytest
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.runs import fake_stats
 
+pytestmark = pytest.mark.slow  # real processes killed and resumed
+
 CONCURRENCY = 8
 
 
