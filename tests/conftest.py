@@ -1,6 +1,6 @@
-"""Shared test fixtures: an isolated memo folder, the shared HotpotQA log, and the loopback fake
-judge server (on a thread, or in its own process). Plain constants and helpers live in
-`tests/fakes/` (`inputs.py`, `runs.py`)."""
+"""Shared test fixtures: an isolated memo folder, the shared HotpotQA log, the loopback fake judge
+server (on a thread, or in its own process), a loopback S3 server and a fresh bucket in it.
+Plain constants and helpers live in `tests/fakes/` (`inputs.py`, `runs.py`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from tests.fakes.inputs import HOTPOT, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import judge_process
+from tests.fakes.s3_server import S3Server, running_s3_server
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +46,24 @@ def server() -> Iterator[str]:
     """The fake judge in its own process (30 ± 10 ms a call): its …/v1 URL."""
     with judge_process("--latency-ms", "30", "--jitter-ms", "10") as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    """A loopback S3 server (moto's server mode), one per test module."""
+    pytest.importorskip("moto")
+    with running_s3_server() as server:
+        yield server
+
+
+_BUCKETS = iter(range(1_000_000))
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket; the process environment points at the loopback server."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    name = f"bucket-{next(_BUCKETS)}"
+    s3_server.create_bucket(name)
+    return name
