@@ -1,19 +1,17 @@
 """Admission control for judge HTTP attempts: calls in flight, requests/min, tokens/min.
 
-`RateGate` implements the judges' `Gate`; `AnyioClock` and `FakeClock` are the time it runs on.
+`RateGate` implements the judges' `Gate`; it runs on a `Clock` (`AnyioClock` by default; tests
+pass a virtual one).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import heapq
-import itertools
 import math
 from collections import deque
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import anyio
@@ -23,7 +21,7 @@ from storage.core.errors import ConfigError
 if TYPE_CHECKING:
     from connectors.judges.base import Gate
 
-__all__ = ["AnyioClock", "Clock", "FakeClock", "GateStats", "RateGate"]
+__all__ = ["AnyioClock", "Clock", "GateStats", "RateGate"]
 
 WINDOW_S = 60.0  # the minute of "per minute"
 DEFAULT_PAUSE_S = 1.0  # pause after a 429 without Retry-After; doubles while 429s keep coming
@@ -37,7 +35,6 @@ SIGNIFICANT_SHARE = 0.1  # 429s below this share of the last minute's requests a
 SIGNIFICANT_COUNT = 3  # ... and so are fewer than this many
 LONG_RETRY_AFTER_S = 10.0  # a Retry-After this long means the budget is used up, not noise
 _SPACING = 1.0 + 1e-9  # keeps float rounding from fitting R + 1 requests into 60 s
-_MAX_SPINS = 10_000
 
 Reason = Literal["pause", "rpm", "tpm"]
 # The (gate, epoch) of the current task's latest admission: tells a fresh 429 from a stale one.
@@ -60,83 +57,6 @@ class AnyioClock:
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(max(seconds, 0.0))
-
-
-@dataclass(eq=False)
-class _Sleeper:
-    until: float
-    seq: int
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    due: bool = False
-    gone: bool = False
-
-    def __lt__(self, other: _Sleeper) -> bool:
-        return (self.until, self.seq) < (other.until, other.seq)
-
-
-class FakeClock:
-    """Virtual time for tests (asyncio only): `sleep` never waits on the wall clock.
-
-    Time moves only when no task is runnable (asyncio's ready queue is empty): then `now` jumps to
-    the earliest wake-up time and that one sleeper resumes (ties in call order), so sleepers
-    resume in wake-up order exactly as on a real clock. One of the sleepers drives this; no
-    setup is needed.
-    """
-
-    def __init__(self, start: float = 0.0) -> None:
-        self._now = start
-        self._heap: list[_Sleeper] = []
-        self._seq = itertools.count()
-        self._driving = False
-
-    def now(self) -> float:
-        return self._now
-
-    async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await anyio.sleep(0)
-            return
-        me = _Sleeper(self._now + seconds, next(self._seq))
-        heapq.heappush(self._heap, me)
-        driving = not self._driving
-        self._driving = True
-        try:
-            if not driving:
-                await me.wake.wait()  # woken when due, or when handed the driver's role
-                driving = not me.due
-            while not me.due:
-                await _settle()
-                self._wake_earliest()
-        finally:
-            me.gone = not me.due
-            if driving or (me.wake.is_set() and me.gone):
-                self._driving = False
-                self._hand_over()
-
-    def _wake_earliest(self) -> None:
-        entry = heapq.heappop(self._heap)
-        while entry.gone:
-            entry = heapq.heappop(self._heap)
-        self._now = max(self._now, entry.until)
-        entry.due = True
-        entry.wake.set()
-
-    def _hand_over(self) -> None:
-        while self._heap and self._heap[0].gone:
-            heapq.heappop(self._heap)
-        if self._heap:
-            self._driving = True
-            self._heap[0].wake.set()
-
-
-async def _settle() -> None:
-    """Yield until no other task is runnable (the loop's ready queue is empty)."""
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    await anyio.sleep(0)
-    for _ in range(_MAX_SPINS):
-        if ready is not None and not ready:
-            return
-        await anyio.sleep(0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,13 +27,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import REPO
+from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 SKIP_MARK = "# readme-test: skip"
 EXIT_MARK = re.compile(r"# readme-test: exit (\d+)")
-KEY = "sk-readme-test-0000"
 OBJECT_STORE = re.compile(r"\b(s3|gs|az|abfs)://")
 DS = "2026-11-30"
 

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from tests.conftest import REPO
+from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 
 NIGHT, LAST = "2026-11-29", "2026-11-28"

@@ -23,10 +23,9 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from tests.conftest import REPO
+from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.strict import StrictConfig, StrictThread
 
-SAMPLE = REPO / "examples" / "sample.parquet"
 # the README's servers by port -> the stand-in that behaves like them
 FLAVOURS = {
     "8080": StrictConfig(flavor="llamacpp"),

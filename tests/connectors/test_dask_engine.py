@@ -8,11 +8,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,13 +25,15 @@ from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
 from pipeline.stage import run_stage
-from tests.conftest import REPO
+from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
+from tests.fakes.runs import fake_stats, judge_process
+
+pytestmark = pytest.mark.slow  # a local Dask cluster of worker processes
 
 if TYPE_CHECKING:
     from distributed import Client
 
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 COLUMNS = ["id", "score", "status", "verdicts", "verdict_reasons", "relevant_count", "input_tokens"]
 
 
@@ -49,33 +49,10 @@ def cluster() -> Iterator[Client]:
         yield client
 
 
-def start_server(*flags: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.judge_server", "--port", "0", *flags],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
-    assert url.startswith("http://127.0.0.1:"), url
-    return proc, url
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
-    proc, url = start_server("--latency-ms", "20")
-    try:
+    with judge_process("--latency-ms", "20") as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def stats(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + "/_fake/stats", timeout=5) as reply:
-        data: dict[str, Any] = json.loads(reply.read())
-    return data
 
 
 def split(hotpot: Path, folder: Path, files: int, rows: int, start: int = 0) -> Path:
@@ -132,7 +109,7 @@ def test_one_request_rate_for_the_whole_cluster(
     src = split(hotpot, tmp_path / "in", files=2, rows=12)
     out = tmp_path / "out"
     assert score(src, out, server, tmp_path / "c", "--rpm", rpm, cluster=cluster) == 0
-    got = stats(server)
+    got = fake_stats(server)
     per_second = rpm / 60
     windows = [got["per_second"][k] for k in sorted(got["per_second"], key=int)]
     assert got["total"] == run_json(out)["judge_calls"] > 200
@@ -147,15 +124,16 @@ def test_one_request_rate_for_the_whole_cluster(
 def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     cluster: Client, hotpot: Path, tmp_path: Path
 ) -> None:
-    proc, url = start_server("--latency-ms", "30")
-    src = split(hotpot, tmp_path / "in", files=4, rows=30)
-    out = tmp_path / "out"
-    codes: list[int] = []
-    flags = ("--batch-rows", 10, "--concurrency", 4)
-    run = threading.Thread(
-        target=lambda: codes.append(score(src, out, url, tmp_path / "c", *flags, cluster=cluster))
-    )
-    try:
+    with judge_process("--latency-ms", "30") as url:
+        src = split(hotpot, tmp_path / "in", files=4, rows=30)
+        out = tmp_path / "out"
+        codes: list[int] = []
+        flags = ("--batch-rows", 10, "--concurrency", 4)
+        run = threading.Thread(
+            target=lambda: codes.append(
+                score(src, out, url, tmp_path / "c", *flags, cluster=cluster)
+            )
+        )
         run.start()
         parts = out / "_ctxprec" / "parts"
         deadline = time.monotonic() + 30
@@ -166,10 +144,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         pids = cluster.run(os.getpid, workers=busy[:1])
         os.kill(next(iter(pids.values())), signal.SIGKILL)
         run.join(60)
-        calls = stats(url)["total"]
-    finally:
-        proc.kill()
-        proc.wait()
+        calls = fake_stats(url)["total"]
     assert codes == [0]
     done = pl.read_parquet(out / "*.parquet")
     assert done.height == 120 and done.get_column("id").is_unique().all()
@@ -189,20 +164,16 @@ def test_restart_elsewhere_repeats_no_finished_judge_call(
 ) -> None:
     """A run where 10% of calls fail, then the same command with a fresh memo (other machines):
     only the failed calls go to the judge again; the verdicts come from OUTDIR."""
-    proc, url = start_server("--latency-ms", "10", "--p-500", "0.1", "--seed", "7")
-    src = split(hotpot, tmp_path / "in", files=3, rows=30)
-    out = tmp_path / "out"
-    flags = ("--batch-rows", 10, "--max-retries", 0)
-    try:
+    with judge_process("--latency-ms", "10", "--p-500", "0.1", "--seed", "7") as url:
+        src = split(hotpot, tmp_path / "in", files=3, rows=30)
+        out = tmp_path / "out"
+        flags = ("--batch-rows", 10, "--max-retries", 0)
         assert score(src, out, url, tmp_path / "c1", *flags, cluster=cluster) == 1
         first = run_json(out)
-        before = stats(url)["total"]
+        before = fake_stats(url)["total"]
         assert first["calls_failed"] > 0
         assert score(src, out, url, tmp_path / "c2", *flags, cluster=cluster) in (0, 1)
-        again = stats(url)["total"] - before
-    finally:
-        proc.kill()
-        proc.wait()
+        again = fake_stats(url)["total"] - before
     second = run_json(out)
     assert again == second["judge_calls"] == first["calls_failed"]
     assert second["memo_hits"] > 0
@@ -292,7 +263,7 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     finally:
         other.release()
     assert "is being written by pid" in capsys.readouterr().err
-    assert stats(server)["total"] == 0
+    assert fake_stats(server)["total"] == 0
     seen = []
     run_tasks = engine._run_tasks
 
@@ -310,12 +281,8 @@ def test_a_refused_run_exits_4_on_the_cluster_too(
     cluster: Client, hotpot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A 401 on the workers is the judge refusing the run: exit 4 with its cause, not exit 3."""
-    proc, url = start_server("--require-key", "another-key")
-    src = split(hotpot, tmp_path / "in", files=2, rows=10)
-    try:
+    with judge_process("--require-key", "another-key") as url:
+        src = split(hotpot, tmp_path / "in", files=2, rows=10)
         assert score(src, tmp_path / "out", url, tmp_path / "c1", cluster=cluster) == 4
-    finally:
-        proc.kill()
-        proc.wait()
     err = capsys.readouterr().err
     assert "the judge refused the run" in err and "API key was refused" in err

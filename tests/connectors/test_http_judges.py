@@ -29,6 +29,7 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     JudgeRetryableError,
 )
+from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import (
     FakeJudgeConfig,
     FakeJudgeServer,
@@ -37,7 +38,6 @@ from tests.fakes.judge_server import (
     running_fake_judge,
 )
 
-KEY = "sk-test-SECRET0123456789abcdef"
 PROVIDERS = ["openai", "anthropic"]
 ITEMS = [f"Fact number {i}: the Eiffel tower is {300 + i} metres tall." for i in range(8)]
 HOSTILE = [

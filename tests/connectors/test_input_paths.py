@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -21,8 +20,8 @@ from deltalake import DeltaTable
 
 from connectors.sources import ColumnMap, inspect_source, iter_batches
 from pipeline.cli import main
-from tests.conftest import REPO, SAMPLE
-from tests.fakes.judge_server import FakeJudgeServer, FakeJudgeThread
+from tests.fakes.inputs import REPO, SAMPLE
+from tests.fakes.judge_server import FakeJudgeServer
 
 BIN = Path(sys.executable).parent
 
@@ -70,14 +69,6 @@ def test_passthrough_of_a_partition_key_is_the_folder_value(tmp_path: Path) -> N
 
 
 # ---------------------------------------------------------------- the README's commands
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread() as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
-        yield server
 
 
 def _readme() -> str:

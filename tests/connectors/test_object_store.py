@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -21,36 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from connectors.sources import ColumnMap, inspect_source, iter_batches
+from connectors.sources import inspect_source, iter_batches
 from connectors.sources.files import find_inputs
 from pipeline.cli import main
 from storage import fs
 from storage.core.errors import InputError
-from tests.conftest import REPO, SAMPLE
-from tests.fakes.s3_server import SECRET_KEY, S3Server, running_s3_server
-
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
-HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    pytest.importorskip("moto")
-    with running_s3_server() as server:
-        yield server
-
-
-_BUCKETS = iter(range(1_000_000))
-
-
-@pytest.fixture
-def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh bucket; the process environment points at the loopback server."""
-    for key, value in s3_server.env().items():
-        monkeypatch.setenv(key, value)
-    name = f"logs-{next(_BUCKETS)}"
-    s3_server.create_bucket(name)
-    return name
+from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, REPO, SAMPLE
+from tests.fakes.s3_server import SECRET_KEY, S3Server
 
 
 def rows(hotpot: Path, n: int) -> pl.DataFrame:

@@ -21,11 +21,11 @@ from storage.commit import commit_part
 from storage.core.errors import ConfigError, OutputError
 from storage.runlog import RunLog
 from storage.schema import output_schema
+from tests.fakes.inputs import REPO
 
 SCHEMA = output_schema(pa.string(), [pa.field("dt", pa.string())])
 DAYS = ["2026-11-29", "2026-11-30", None]  # None: the __HIVE_DEFAULT_PARTITION__ folder
 SCORED_AT = datetime(2026, 11, 30, 2, 15, tzinfo=UTC)
-REPO = Path(__file__).resolve().parents[2]
 
 
 # -- part files as a run writes them ------------------------------------------------------------

@@ -18,10 +18,10 @@ from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import RetryClock, classify, set_testing
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
 from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
+from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictServer, running_strict
 
-KEY = "sk-strict-SECRET0123456789abcdef"
 ITEMS = [f"Fact {i}: the Eiffel tower is {300 + i} metres tall." for i in range(12)]
 
 

@@ -17,10 +17,7 @@ from connectors.sources import ColumnMap, inspect_source, iter_batches
 from pipeline.cli import main
 from pipeline.engines.dask import plan_tasks
 from storage.core.errors import InputError
-from tests.conftest import SAMPLE
-
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
-HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")
+from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, SAMPLE
 
 
 def rows(hotpot: Path, n: int = 60) -> pl.DataFrame:

@@ -10,7 +10,7 @@ import itertools
 import json
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +21,11 @@ import pytest
 
 from connectors.judges import retry
 from pipeline.cli import main
+from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+from tests.fakes.runs import score
 
-KEY = "sk-test-bad-input-0123456789"
 HTTP = ("--model", "openai/judge-1")
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        yield server
 
 
 def data(rows: int = 3, **overrides: Any) -> dict[str, Any]:
@@ -50,10 +43,6 @@ def write(path: Path, rows: int = 3, **overrides: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(data(rows, **overrides)), path)
     return path
-
-
-def score(*args: object) -> int:
-    return main(["score", *map(str, args), "--progress", "off"])
 
 
 def no_traceback(err: str) -> None:
@@ -1040,8 +1029,6 @@ def test_sink_without_its_extra_in_a_fresh_interpreter(
 ) -> None:
     """The extra really missing from the interpreter (blocked before anything imports it)."""
     import subprocess
-
-    from tests.conftest import REPO
 
     source = write(tmp_path / "in.parquet")
     sink = f"duckdb:{tmp_path}/w.duckdb:scores" if module == "duckdb" else f"delta:{tmp_path}/l"

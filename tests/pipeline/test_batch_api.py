@@ -26,11 +26,11 @@ from connectors.judges.batch_api import CUSTOM_ID, custom_id_for
 from pipeline.cli import main
 from storage.batches import BatchStore
 from storage.core.metric import map_score
-from tests.conftest import REPO
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
+from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
+from tests.fakes.runs import fake_request, fake_stats, server_process
 
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 PROVIDERS = ["openai", "anthropic"]
 
 
@@ -368,29 +368,11 @@ def test_custom_ids_fit_the_providers_pattern(fake: BatchFakeServer) -> None:
 
 @pytest.fixture
 def fake_process() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.batch_server", "--port", "0", "--hold",
-         "--p-expire", "0.1"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
+    with server_process("tests.fakes.batch_server", "--hold", "--p-expire", "0.1") as url:
         yield url
-    finally:
-        proc.kill()
-        proc.wait()
 
 
-def _fake(url: str, path: str, method: str = "GET") -> dict[str, object]:
-    root = url.removesuffix("/v1")
-    request = urllib.request.Request(f"{root}{path}", method=method)
-    with urllib.request.urlopen(request, timeout=5) as reply:
-        data: dict[str, object] = json.loads(reply.read())
-    return data
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_kill_9_while_waiting_then_the_same_command_resumes(
     rows: Path, tmp_path: Path, fake_process: str, provider: str
@@ -419,21 +401,21 @@ def test_kill_9_while_waiting_then_the_same_command_resumes(
     assert proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert _fake(fake_process, "/_fake/stats")["batches_created"] == 1
+    assert fake_stats(fake_process)["batches_created"] == 1
     assert not (out / "_SUCCESS").exists()
-    _fake(fake_process, "/_fake/release", "POST")
+    fake_request(fake_process, "/_fake/release", "POST")
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     check_rows(out, rows)
-    stats = _fake(fake_process, "/_fake/stats")
-    lines = int(stats["lines"])  # type: ignore[call-overload]
+    stats = fake_stats(fake_process)
+    lines = int(stats["lines"])
     assert stats["online_calls"] == 0
     assert lines / distinct_items(rows) <= 1.3
     first = BatchStore.load(out)
     rounds = [int(c["round"]) for c in first.chunks.values()]
     # one batch for the first round; later rounds hold only the expired lines
     assert rounds.count(1) == 1
-    assert int(stats["batches_created"]) == len(rounds)  # type: ignore[call-overload]
+    assert int(stats["batches_created"]) == len(rounds)
 
 
 def test_readme_batch_commands_run_as_written(

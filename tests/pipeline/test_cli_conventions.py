@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.cli import build_parser, main
 from storage.memo import Memo
+from tests.fakes.inputs import REPO
 
 
 def log(path: Path, n: int = 4) -> Path:
@@ -217,8 +218,6 @@ def test_passthrough_named_like_an_output_column_can_be_renamed(
 
 
 def _synopsis() -> dict[str, set[str]]:
-    from tests.conftest import REPO
-
     text = (REPO / "README.md").read_text(encoding="utf-8")
     block = re.search(r"```\n(ctxprec score INPUT.*?)```", text, re.S)
     assert block, "README: the command synopsis is missing"
@@ -246,8 +245,6 @@ def test_readme_synopsis_and_help_list_the_same_flags() -> None:
 
 
 def test_readme_defaults_match_the_help() -> None:
-    from tests.conftest import REPO
-
     text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     para = re.search(r"Defaults \(also in every `--help`\): (.*?)\. Flags are matched", text)
     assert para

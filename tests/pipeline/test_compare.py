@@ -13,9 +13,9 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 ROWS = 80
 
 

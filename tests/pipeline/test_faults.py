@@ -16,10 +16,8 @@ import pytest
 from connectors.judges import retry
 from pipeline.cli import main
 from storage.core.metric import map_score
+from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
-
-KEY = "sk-live-SECRET-abcdef0123456789"
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +73,7 @@ def run(src: Path, out: Path, url: str, *extra: object) -> int:
         return main(args)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["seconds", "ms", "date", "ratelimit"])
 def test_every_row_ok_with_the_right_score_under_faults(
     src: Path, tmp_path: Path, mode: str

@@ -5,24 +5,21 @@ data: scores equal the MAP of the server's verdicts, re-runs cost nothing, limit
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from connectors.judges import retry
-from pipeline.cli import main
 from storage.core.metric import map_score
+from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import (
     FakeJudgeConfig,
     FakeJudgeServer,
     FakeJudgeThread,
     expected_verdict,
 )
-
-KEY = "sk-test-DO-NOT-LEAK-9f8e7d6c5b4a"
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+from tests.fakes.runs import score
 
 
 @pytest.fixture
@@ -31,20 +28,6 @@ def subset(hotpot: Path, tmp_path: Path) -> Path:
     path = tmp_path / "hotpot120.parquet"
     pl.read_parquet(hotpot).head(120).write_parquet(path)
     return path
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        yield server
-
-
-def score(*args: object) -> int:
-    return main(["score", *map(str, args), "--progress", "off"])
 
 
 def read(out: Path) -> pl.DataFrame:
@@ -64,6 +47,7 @@ def assert_scores_are_map_of_server_verdicts(
         assert row["score"] == map_score(verdicts)
 
 
+@pytest.mark.slow
 def test_full_dataset_scores_equal_map_of_server_verdicts(
     hotpot: Path, tmp_path: Path, fake: FakeJudgeServer
 ) -> None:
@@ -115,6 +99,7 @@ def test_anthropic_provider_end_to_end(subset: Path, tmp_path: Path, fake: FakeJ
     assert set(read(out).get_column("judge_model")) == {"anthropic/claude-test"}
 
 
+@pytest.mark.slow
 def test_calls_in_flight_never_above_the_setting(subset: Path, tmp_path: Path) -> None:
     config = FakeJudgeConfig(latency_ms=20, jitter_ms=10)
     with FakeJudgeThread(config) as server, pytest.MonkeyPatch.context() as mp:
@@ -129,6 +114,7 @@ def test_calls_in_flight_never_above_the_setting(subset: Path, tmp_path: Path) -
         assert 1 < server.stats.max_in_flight <= 7
 
 
+@pytest.mark.slow
 def test_requests_per_minute_within_budget(subset: Path, tmp_path: Path) -> None:
     src = tmp_path / "small.parquet"
     pl.read_parquet(subset).head(12).write_parquet(src)  # ~120 calls

@@ -13,7 +13,7 @@ import pytest
 from pipeline.cli import main
 from storage.core.metric import map_score
 from storage.schema import output_schema
-from tests.conftest import SAMPLE
+from tests.fakes.inputs import SAMPLE
 
 
 def _run(*args: str) -> int:

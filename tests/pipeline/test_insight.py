@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from pipeline.cli import main
-from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
-
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+from tests.fakes.inputs import HOTPOT_MAP
+from tests.fakes.judge_server import FakeJudgeServer
 
 
 @pytest.fixture
@@ -23,14 +21,6 @@ def src(hotpot: Path, tmp_path: Path) -> Path:
     df = pl.read_parquet(hotpot).head(60)
     df.with_columns(pl.Series("retriever", ["bm25", "dense", "hybrid"] * 20)).write_parquet(path)
     return path
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-insight")
-        yield server
 
 
 def test_estimate_vs_actual_calls_exact_tokens_close(

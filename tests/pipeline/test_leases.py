@@ -7,8 +7,7 @@ import anyio
 import pytest
 
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
-from pipeline.limits import FakeClock
-from tests.pipeline.test_limits import window_max
+from tests.fakes.clock import FakeClock, window_max
 
 RTT_S = 0.002  # one lease call's round trip
 

@@ -13,23 +13,9 @@ import anyio
 import pytest
 
 from connectors.judges.base import Gate
-from pipeline.limits import AnyioClock, FakeClock, GateStats, RateGate
+from pipeline.limits import AnyioClock, GateStats, RateGate
 from storage.core.errors import ConfigError
-
-
-def window_max(times: list[float], weights: list[int] | None = None, width: float = 60.0) -> int:
-    """The largest total (count, or sum of weights) in any half-open window [t, t + width)."""
-    times_sorted = sorted(range(len(times)), key=times.__getitem__)
-    ts = [times[i] for i in times_sorted]
-    ws = [1 if weights is None else weights[i] for i in times_sorted]
-    prefix = [0]
-    for w in ws:
-        prefix.append(prefix[-1] + w)
-    best = 0
-    for i, t in enumerate(ts):
-        j = bisect.bisect_left(ts, t + width)
-        best = max(best, prefix[j] - prefix[i])
-    return best
+from tests.fakes.clock import FakeClock, window_max
 
 
 def count_between(times: list[float], start: float, end: float) -> int:

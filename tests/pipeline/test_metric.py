@@ -18,7 +18,7 @@ from storage.core.metric import (
     rank_metrics,
     round_half_up,
 )
-from tests.conftest import VECTORS
+from tests.fakes.inputs import VECTORS
 
 CASES = json.loads(VECTORS.read_text())
 

@@ -14,8 +14,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipeline.cli import main
-
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+from tests.fakes.inputs import HOTPOT_MAP
 
 
 @pytest.fixture

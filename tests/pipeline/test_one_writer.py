@@ -16,8 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import REPO
+from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+
+pytestmark = pytest.mark.slow  # two real ctxprec processes race for the lock
 
 ROWS = 40
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import polars as pl
-import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 import pytest
 
 import pipeline.driver
@@ -29,36 +26,11 @@ from tests.fakes.folders import (
     committed_files,
     plant,
 )
-from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+from tests.fakes.inputs import write_input
+from tests.fakes.judge_server import FakeJudgeServer
+from tests.fakes.runs import score
 
-KEY = "sk-test-output-folders-0123456789"
 HTTP = ("--model", "openai/judge-1")
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        yield server
-
-
-def write_input(path: Path, ids: range, dt: str = "2024-01-01") -> Path:
-    table = pa.table(
-        {
-            "id": [f"r{i}" for i in ids],
-            "query": [f"question {i}?" for i in ids],
-            "contexts": [[f"passage {i}", f"other passage {i}"] for i in ids],
-            "dt": [dt] * len(ids),
-        }
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
-    return path
-
-
-def score(*args: object) -> int:
-    return main(["score", *map(str, args), "--progress", "off"])
 
 
 def closed_port() -> int:

@@ -11,53 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from tests.conftest import REPO
+from tests.fakes.inputs import HOTPOT_MAP, REPO
+from tests.fakes.runs import fake_stats
 
-HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+pytestmark = pytest.mark.slow  # real processes killed and resumed
+
 CONCURRENCY = 8
-
-
-@pytest.fixture
-def server() -> Iterator[str]:
-    """The fake judge in its own process (30 ± 10 ms a call)."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fakes.judge_server",
-            "--port",
-            "0",
-            "--latency-ms",
-            "30",
-            "--jitter-ms",
-            "10",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        yield url
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def stats(url: str) -> dict[str, object]:
-    root = url.rsplit("/v1", 1)[0]
-    with urllib.request.urlopen(f"{root}/_fake/stats", timeout=5) as reply:
-        data: dict[str, object] = json.loads(reply.read())
-    return data
 
 
 def command(src: Path, out: Path) -> list[str]:
@@ -122,7 +86,7 @@ def test_sigkill_at_random_moments_then_resume(src: Path, tmp_path: Path, server
     done = subprocess.run(command(src, out), cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (out / "_SUCCESS").exists()
-    resumed_calls = int(stats(server)["total"])  # type: ignore[arg-type]
+    resumed_calls = int(fake_stats(server)["total"])
 
     clean_out, clean_cache = tmp_path / "clean", tmp_path / "clean-cache"
     clean = subprocess.run(
@@ -133,7 +97,7 @@ def test_sigkill_at_random_moments_then_resume(src: Path, tmp_path: Path, server
         text=True,
     )
     assert clean.returncode == 0, clean.stderr
-    unique_calls = int(stats(server)["total"]) - resumed_calls  # type: ignore[arg-type]
+    unique_calls = int(fake_stats(server)["total"]) - resumed_calls  # type: ignore[arg-type]
 
     resumed = table(out)
     assert resumed.get_column("id").is_unique().all()
@@ -164,10 +128,10 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_parts(
     assert "resume" in err and "Traceback" not in err
     kept = list(out.glob("*.parquet"))
     assert kept and not (out / "_SUCCESS").exists()
-    calls_before = int(stats(server)["total"])  # type: ignore[arg-type]
+    calls_before = int(fake_stats(server)["total"])
     done = subprocess.run(command(src, out), cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert table(out).height == 150
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert run["rows_skipped"] >= 10  # finished parts were not redone
-    assert int(stats(server)["total"]) - calls_before < 1500  # type: ignore[arg-type]
+    assert int(fake_stats(server)["total"]) - calls_before < 1500  # type: ignore[arg-type]

@@ -1,9 +1,8 @@
-"""The seed's API end to end: create_context_precision_scorer(...).run() and run_evals, with the
-offline judge and against the loopback fake OpenAI/Anthropic server."""
+"""The Python scoring API end to end: create_context_precision_scorer(...).run() and run_evals,
+with the offline judge and against the loopback fake OpenAI/Anthropic server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import polars as pl
@@ -17,10 +16,8 @@ from pipeline import (
     run_evals,
 )
 from tests.fakes.judge_server import (
-    FakeJudgeConfig,
     FakeJudgeServer,
     expected_verdict,
-    running_fake_judge,
 )
 
 ITEMS = [
@@ -28,16 +25,6 @@ ITEMS = [
     "Sydney is the largest city in Australia.",
     "Australia's capital, Canberra, is home to Parliament House.",
 ]
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeJudgeServer]:
-    async with running_fake_judge(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-api")
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-api")
-        yield server
 
 
 async def test_offline_run_gives_score_reason_and_verdicts() -> None:

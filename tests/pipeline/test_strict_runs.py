@@ -15,10 +15,9 @@ import pytest
 from connectors.judges import retry
 from pipeline.cli import main
 from storage.core.metric import map_score
+from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread
-
-KEY = "sk-strict-SECRET-0123456789abcdef"
 
 
 @pytest.fixture(autouse=True)

@@ -11,17 +11,9 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
-
-KEY = "sk-test-user-facing-0000"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        yield server
+from tests.fakes.runs import score
 
 
 def shared_items_log(path: Path, rows: int = 24) -> Path:
@@ -36,10 +28,6 @@ def shared_items_log(path: Path, rows: int = 24) -> Path:
         }
     ).write_parquet(path)
     return path
-
-
-def score(*args: object) -> int:
-    return main(["score", *map(str, args), "--progress", "off"])
 
 
 def test_tokens_are_counted_once_per_call(tmp_path: Path, fake: FakeJudgeServer) -> None:

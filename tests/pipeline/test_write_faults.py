@@ -23,23 +23,12 @@ from pipeline.cli import main
 from storage.core.errors import OutputError
 from storage.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
-from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
-from tests.pipeline.test_output_folders import write_input
+from tests.fakes.inputs import write_input
+from tests.fakes.judge_server import FakeJudgeServer
+from tests.fakes.runs import score
 
 HTTP = ("--model", "openai/judge-1", "--batch-rows", "4")
 ROWS = 12
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJudgeServer]:
-    with FakeJudgeThread(FakeJudgeConfig()) as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-write-faults-0123456789")
-        yield server
-
-
-def score(*args: object) -> int:
-    return main(["score", *map(str, args), "--progress", "off"])
 
 
 def full_disk_on(

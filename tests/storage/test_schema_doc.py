@@ -7,7 +7,7 @@ import re
 import pyarrow as pa
 
 from storage.schema import SCHEMA_VERSION, output_schema
-from tests.conftest import REPO
+from tests.fakes.inputs import REPO
 
 _ROW = re.compile(r"^\| `([a-z_{}]+)` \| ([^|]+) \|")
 _TYPES = {

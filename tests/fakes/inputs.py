@@ -1,0 +1,51 @@
+"""What the tests feed ctxprec, defined once: where the data lives, how the shared HotpotQA log's
+columns map onto ctxprec's, a small partitioned input, and a fake API key (key-shaped, so a leak
+of it would be caught)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from connectors.sources import ColumnMap
+
+__all__ = [
+    "HOTPOT",
+    "HOTPOT_COLUMNS",
+    "HOTPOT_MAP",
+    "KEY",
+    "REPO",
+    "SAMPLE",
+    "SHARED",
+    "VECTORS",
+    "write_input",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+HOTPOT = SHARED / "datasets" / "hotpotqa_dev_distractor_500.parquet"
+VECTORS = SHARED / "conformance" / "map_vectors.json"
+SAMPLE = REPO / "examples" / "sample.parquet"
+
+# HotpotQA's `question` and `ground_truth` columns, as CLI flags and as a ColumnMap
+HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
+HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")
+
+KEY = "sk-test-SECRET0123456789abcdef"
+
+
+def write_input(path: Path, ids: range, dt: str = "2024-01-01") -> Path:
+    """Rows `r{i}` for i in `ids` (id, query, two contexts, a `dt` column) as one Parquet file."""
+    table = pa.table(
+        {
+            "id": [f"r{i}" for i in ids],
+            "query": [f"question {i}?" for i in ids],
+            "contexts": [[f"passage {i}", f"other passage {i}"] for i in ids],
+            "dt": [dt] * len(ids),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path

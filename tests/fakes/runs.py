@@ -1,0 +1,60 @@
+"""Running things in tests: the CLI in-process, and a fake server in its own process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from pipeline.cli import main
+from tests.fakes.inputs import REPO
+
+__all__ = ["fake_request", "fake_stats", "judge_process", "score", "server_process"]
+
+
+def score(*args: object) -> int:
+    """`ctxprec score ARGS --progress off`, in this process; the exit code."""
+    return main(["score", *map(str, args), "--progress", "off"])
+
+
+@contextlib.contextmanager
+def server_process(module: str, *flags: str) -> Iterator[str]:
+    """`python -m MODULE --port 0 FLAGS` from the repository root: yields the URL it prints
+    first (http://127.0.0.1:P/v1), and kills it on the way out."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--port", "0", *flags],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def judge_process(*flags: str) -> contextlib.AbstractContextManager[str]:
+    """`tests.fakes.judge_server` in its own process (see `server_process`)."""
+    return server_process("tests.fakes.judge_server", *flags)
+
+
+def fake_request(url: str, path: str, method: str = "GET") -> dict[str, Any]:
+    """A fake server's own endpoint (`/_fake/...`, beside its …/v1 URL): the JSON it answers."""
+    root = url.rsplit("/v1", 1)[0]
+    request = urllib.request.Request(f"{root}{path}", method=method)
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        data: dict[str, Any] = json.loads(reply.read())
+    return data
+
+
+def fake_stats(url: str) -> dict[str, Any]:
+    """A fake server's counters (GET /_fake/stats)."""
+    return fake_request(url, "/_fake/stats")
