@@ -17,6 +17,7 @@ from connectors.judges.openai import OpenAIJudge
 from connectors.judges.retry import RetryClock, set_testing
 from connectors.judges.transport import HttpRequest, HttpResponse
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from tests.fakes.inputs import KEY
 from tests.fakes.transport import (
     MockTransport,
     anthropic_error,
@@ -28,7 +29,6 @@ from tests.fakes.transport import (
     verdict_json,
 )
 
-KEY = "sk-transport-test-0123456789abcdef"
 REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
 
 
