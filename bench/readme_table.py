@@ -41,8 +41,6 @@ def _throughput(r: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for x in r["results"]:
         c, b, n = x["ctxprec"], x["bare"], x["concurrency"]
-        steady = x.get("ratio_steady")
-        steady_text = f"; steady state {steady:.3f}" if steady is not None else ""
         rows.append(
             (
                 "throughput",
@@ -50,7 +48,7 @@ def _throughput(r: dict[str, Any]) -> list[Row]:
                 "≥ 0.95",
                 f"{_pf(x['ratio'] >= 0.95)} {x['ratio']:.3f} ({c['calls_per_s']:,.0f} vs "
                 f"{b['calls_per_s']:,.0f} calls/s; ideal {x['ideal_calls_per_s']:,.0f}; "
-                f"{x['calls']:,} calls{steady_text})",
+                f"{x['calls']:,} calls)",
             )
         )
     for x in r["results"]:
@@ -82,12 +80,6 @@ def _warm(r: dict[str, Any]) -> list[Row]:
 
 def _reduce(r: dict[str, Any]) -> list[Row]:
     same = r["identical_ap"] and r["identical_score"]
-    grouped = r.get("loop_with_conversion_s")
-    also = (
-        f"; {grouped / r['stage_s']:.1f}x when the loop first groups the DataFrame into lists"
-        if grouped
-        else ""
-    )
     return [
         (
             "reduce_stage",
@@ -100,7 +92,7 @@ def _reduce(r: dict[str, Any]) -> list[Row]:
             "map_stage ÷ Python loop (average_precision per row)",
             "≥ 30x",
             f"{_pf(r['speedup'] >= 30)} {r['speedup']:.1f}x (loop "
-            f"{r['loop_verdicts_per_s'] / 1e6:.1f} M/s; identical scores: {same}{also})",
+            f"{r['loop_verdicts_per_s'] / 1e6:.1f} M/s; identical scores: {same})",
         ),
     ]
 
@@ -201,7 +193,7 @@ def table(ran: Sequence[Ran], folder: Path) -> list[str]:
         result = json.loads(path.read_text(encoding="utf-8"))
         start, during = _other_cores(result)
         noisy = (
-            f" ⚠ other processes used {max(start, during):.1f} cores meanwhile"
+            f" ⚠ other processes used {max(start, during):.2f} cores meanwhile"
             if max(start, during) > NOISY
             else ""
         )

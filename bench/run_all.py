@@ -151,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.from_results:
         folder = args.from_results
+        if not folder.is_dir():
+            print(f"run_all: no results folder {folder}", file=sys.stderr)
+            return 2
         ran, finished, host = recorded(folder)
     else:
         folder = RESULTS / time.strftime(f"run_all-%Y%m%d-%H%M%S-{os.getpid()}")

@@ -152,7 +152,7 @@ def test_only_the_marked_block_changes(
     text = readme.read_text(encoding="utf-8")
     assert _outside(text) == _outside(PAGE)
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`python" in line]
-    assert len(rows) == 13  # 2 + 1 + 4 + 1 + 2 + 2: one row per figure
+    assert len(rows) == 12  # 2 + 1 + 4 + 1 + 2 + 2: one row per figure
     assert "old" not in _inside(text)
     assert "| dask_scaling | judge calls/s, 2 workers ÷ 1 (100 ms judge) | – | 1.99x" in text
     assert "✅ 42.5 M |" in text and "❌ 1.5x (loop 28.1 M/s" in text
@@ -190,7 +190,7 @@ def test_rows_measured_on_a_busy_machine_are_flagged(
     ran, finished, machine = run_all.recorded(folder)
     block = readme_table.block(ran, folder, machine, finished)
     rows = [line for line in block.splitlines() if "`python" in line]
-    assert all("⚠ other processes used 0.8 cores meanwhile" in row for row in rows)
+    assert all("⚠ other processes used 0.80 cores meanwhile" in row for row in rows)
     assert "0.80 on average while one ran (⚠: rows so marked are suspect)" in block
 
 
