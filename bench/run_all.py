@@ -1,18 +1,22 @@
-"""Run every benchmark with modest defaults (about 6-9 minutes on 2 cores) and print one Markdown
-table for the README: | benchmark | figure | goal | result | command |.
+"""Run every benchmark at modest sizes (about 10 minutes on 2 cores) and rewrite the README's
+table of figures (| benchmark | figure | goal | result | command |) from this run's results.
 
 Each benchmark runs as its own process (its figures stream to stdout as it goes) and writes
 bench/results/<name>.json plus a private copy in bench/results/run_all-<time>-<pid>/, which the
-table is built from (another session running a benchmark meanwhile cannot swap the figures).
-`--quick` passes --quick to every benchmark (a smoke run of about 3 minutes, dominated by the
-rate-limit run).
+table is built from (another session running a benchmark meanwhile cannot swap the figures);
+run_all.json there records the commands, exit codes and durations. The table replaces the lines
+between README.md's `<!-- bench-table:start ... -->` and `<!-- bench-table:end -->` markers and
+nothing else. Only a full run that succeeded writes README.md: `--quick` and `--only` runs (and
+runs where a benchmark failed) print the table, unless `--readme FILE` names the file to write.
 
-Usage: python bench/run_all.py [--quick] [--only NAME ...]
+Usage: python bench/run_all.py [--print] [--quick] [--only NAME ...] [--readme FILE]
+       python bench/run_all.py --from-results bench/results/run_all-... [--print]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
@@ -20,13 +24,13 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from _common import BENCH, PYTHON, RESULTS, ROOT, wait_for_idle
+from readme_table import Ran, block, write_block
 
-Row = tuple[str, str, str, str]  # benchmark, figure, goal, result
+README = ROOT / "README.md"
 
 # name -> arguments of the modest run (the scripts' own defaults where they fit the budget)
 PLAN: dict[str, list[str]] = {
@@ -35,191 +39,145 @@ PLAN: dict[str, list[str]] = {
     "throughput": [],
     "memory": ["--rows", "20000", "200000"],
     "rate_limit": [],
+    "dask_scaling": ["--rows", "500"],
 }
 
 
-def _pf(ok: bool) -> str:
-    return "✅" if ok else "❌"
+def shown(name: str, args: Sequence[str]) -> str:
+    return shlex.join(["python", f"bench/{name}.py", *args])
 
 
-def _throughput(r: dict[str, Any]) -> list[Row]:
-    rows: list[Row] = []
-    for x in r["results"]:
-        c, b, n = x["ctxprec"], x["bare"], x["concurrency"]
-        rows.append(
-            (
-                "throughput",
-                f"calls/s ctxprec ÷ bare aiohttp loop, {n} in flight",
-                "≥ 0.95",
-                f"{_pf(x['ratio'] >= 0.95)} {x['ratio']:.3f} ({c['calls_per_s']:.0f} vs "
-                f"{b['calls_per_s']:.0f} calls/s; ideal {x['ideal_calls_per_s']:.0f}; "
-                f"{x['calls']:,} calls)",
-            )
-        )
-    for x in r["results"]:
-        c, b, n = x["ctxprec"], x["bare"], x["concurrency"]
-        ms = c["client_cpu_ms_per_call"]
-        rows.append(
-            (
-                "throughput",
-                f"client CPU per judge call, {n} in flight",
-                "≤ 1.5 ms",
-                f"{_pf(ms <= 1.5)} {ms:.2f} ms (bare loop {b['client_cpu_ms_per_call']:.2f} ms)",
-            )
-        )
-    return rows
-
-
-def _warm(r: dict[str, Any]) -> list[Row]:
-    w, c = r["warm"], r["cold"]
-    return [
-        (
-            "warm_rerun",
-            f"items/s of a re-run, all memo hits ({w['items']:,} items)",
-            "≥ 50,000",
-            f"{_pf(w['items_per_s'] >= 50_000)} {w['items_per_s']:,.0f} (run.json "
-            f"{w['run_items_per_s']:,.0f}; cold run {c['items_per_s']:,.0f})",
-        )
-    ]
-
-
-def _reduce(r: dict[str, Any]) -> list[Row]:
-    same = r["identical_ap"] and r["identical_score"]
-    return [
-        (
-            "reduce_stage",
-            f"map_stage verdicts/s ({r['verdicts'] / 1e6:.0f} M verdicts)",
-            "≥ 20 M",
-            f"{_pf(r['verdicts_per_s'] >= 20e6)} {r['verdicts_per_s'] / 1e6:.1f} M",
-        ),
-        (
-            "reduce_stage",
-            "map_stage ÷ Python loop (average_precision per row)",
-            "≥ 30x",
-            f"{_pf(r['speedup'] >= 30)} {r['speedup']:.1f}x (loop "
-            f"{r['loop_verdicts_per_s'] / 1e6:.1f} M/s; identical scores: {same})",
-        ),
-    ]
-
-
-def _memory(r: dict[str, Any]) -> list[Row]:
-    lo, hi = r["runs"][0], r["runs"][-1]
-    ratio = r["ratio_largest_smallest"]
-    return [
-        (
-            "memory",
-            f"peak RSS {hi['rows']:,} ÷ {lo['rows']:,} rows (offline, --no-memo)",
-            "≤ 1.2x",
-            f"{_pf(ratio <= 1.2)} {ratio:.2f}x ({hi['maxrss_mib']:.0f} vs {lo['maxrss_mib']:.0f} "
-            f"MiB; {hi['rows_per_s']:,.0f} rows/s)",
-        )
-    ]
-
-
-def _rate(r: dict[str, Any]) -> list[Row]:
-    rows: list[Row] = []
-    runs, rpm = r["runs"], r["rpm"]
-    if "configured" in runs and "error" not in runs["configured"]:
-        a = runs["configured"]
-        rows.append(
-            (
-                "rate_limit",
-                f"429s with --rpm {rpm} (server limit {rpm}/min)",
-                "0",
-                f"{_pf(a['rejected_429'] == 0)} {a['rejected_429']} (accepted "
-                f"{a['accepted_per_min']:.0f}/min over {a['span_s']:.0f} s)",
-            )
-        )
-    if "adaptive" in runs and "error" not in runs["adaptive"]:
-        b = runs["adaptive"]
-        ratio = b["ratio_after_first"] or 0.0
-        rows.append(
-            (
-                "rate_limit",
-                "adaptive (no --rpm): accepted/min after the first minute ÷ R",
-                "≥ 0.9",
-                f"{_pf(ratio >= 0.9)} {ratio:.3f} ({b['rejected_429']} 429s; "
-                f"{b['span_s']:.0f} s run)",
-            )
-        )
-    return rows
-
-
-ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
-    "throughput": _throughput,
-    "warm_rerun": _warm,
-    "reduce_stage": _reduce,
-    "memory": _memory,
-    "rate_limit": _rate,
-}
-
-
-def run_one(
-    name: str, args: list[str], wait_idle_s: float, private: Path
-) -> tuple[int, float, str]:
-    """Run bench/<name>.py ARGS with inherited stdout; (exit code, seconds, command shown).
-    Waits first (up to `wait_idle_s`) until other processes leave the CPUs alone."""
+def run_one(name: str, args: list[str], wait_idle_s: float, private: Path) -> Ran:
+    """Run bench/<name>.py ARGS with inherited stdout. Waits first (up to `wait_idle_s`) until
+    other processes leave the CPUs alone."""
     cmd = [PYTHON, str(BENCH / f"{name}.py"), *args]
-    shown = shlex.join(["python", f"bench/{name}.py", *args])
     busy = wait_for_idle(timeout_s=wait_idle_s)
     note = f" (warning: other processes keep {busy:.1f} cores busy)" if busy > 0.3 else ""
-    print(f"\n### {shown}{note}", flush=True)
+    print(f"\n### {shown(name, args)}{note}", flush=True)
     started = time.perf_counter()
     env = os.environ | {"BENCH_RESULTS_DIR": str(private)}
     code = subprocess.run(cmd, cwd=ROOT, check=False, env=env).returncode
-    return code, time.perf_counter() - started, shown
+    return Ran(name, shown(name, args), code, time.perf_counter() - started)
 
 
-def table(done: dict[str, tuple[int, float, str]], private: Path) -> list[str]:
-    """The Markdown table, from this run's own copies of the result files."""
-    lines = ["| benchmark | figure | goal | result | command |", "|---|---|---|---|---|"]
-    for name, (code, _, shown) in done.items():
-        path = private / f"{name}.json"
-        if code != 0 or not path.is_file():
-            lines.append(f"| {name} | (failed: exit {code}) | | | `{shown}` |")
-            continue
-        result = json.loads(path.read_text(encoding="utf-8"))
-        others = float(result.get("other_cores_during", 0.0))
-        noisy = f" ⚠ other processes used {others:.1f} cores meanwhile" if others > 0.3 else ""
-        for bench, figure, goal, value in ROWS[name](result):
-            lines.append(f"| {bench} | {figure} | {goal} | {value}{noisy} | `{shown}` |")
-    return lines
+def record(private: Path, ran: list[Ran], finished: str, quick: bool) -> None:
+    """run_all.json beside the run's results: what --from-results reads back."""
+    private.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "finished": finished,
+        "machine": machine(),
+        "quick": quick,
+        "ran": [
+            {"name": r.name, "command": r.command, "exit_code": r.exit_code, "seconds": r.seconds}
+            for r in ran
+        ],
+    }
+    (private / "run_all.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
-    parser.add_argument("--only", nargs="+", choices=list(PLAN), help="run only these")
-    parser.add_argument(
-        "--wait-idle",
-        type=float,
-        default=300.0,
-        help="before each benchmark, wait up to this many seconds for other processes to go idle",
-    )
-    args = parser.parse_args(argv)
-    started = time.time()
-    private = RESULTS / time.strftime(f"run_all-%Y%m%d-%H%M%S-{os.getpid()}")
-    done: dict[str, tuple[int, float, str]] = {}
-    for name, bench_args in PLAN.items():
-        if args.only and name not in args.only:
-            continue
-        bench_args = ["--quick"] if args.quick else bench_args
-        done[name] = run_one(name, bench_args, args.wait_idle, private)
-    total = time.time() - started
-    print("\n## Benchmark results\n")
-    print("\n".join(table(done, private)))
-    took = ", ".join(f"{n} {s:.0f} s" for n, (_, s, _) in done.items())
-    print(f"\n(total {total / 60:.1f} min: {took}; machine: {_machine()})")
-    return 0 if all(code == 0 for code, _, _ in done.values()) else 1
+def recorded(folder: Path) -> tuple[list[Ran], str, str]:
+    """(benchmarks, finished, machine) of a results folder. A folder without run_all.json (an
+    older run, or results gathered by hand) gives each benchmark of PLAN that has a result."""
+    meta = folder / "run_all.json"
+    if meta.is_file():
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        return [Ran(**r) for r in data["ran"]], data["finished"], data["machine"]
+    ran, stamps = [], []
+    for name, args in PLAN.items():
+        path = folder / f"{name}.json"
+        if path.is_file():
+            result = json.loads(path.read_text(encoding="utf-8"))
+            ran.append(Ran(name, shown(name, ["--quick"] if result.get("quick") else args)))
+            stamps.append(str(result.get("finished_at", "")))
+    return ran, _stamp(max(stamps, default="")), machine()
 
 
-def _machine() -> str:
+def _stamp(iso: str) -> str:
+    """A result's finished_at ('2026-11-30T21:40:12+0000') as '2026-11-30 21:40 UTC'."""
+    try:
+        when = dt.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        return "at an unknown time"
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def partial(ran: Sequence[Ran]) -> bool:
+    """A smoke run, or not every benchmark of the plan: figures that do not belong in README.md."""
+    names = [r.name for r in ran]
+    return sorted(names) != sorted(PLAN) or any("--quick" in r.command.split() for r in ran)
+
+
+def machine() -> str:
     cpus = os.cpu_count()
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         return f"{cpus} CPUs, Python {platform.python_version()}"
     return f"{cpus} CPUs, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
+    parser.add_argument("--only", nargs="+", choices=list(PLAN), help="run only these")
+    parser.add_argument(
+        "--print",
+        "--no-write",
+        dest="print_only",
+        action="store_true",
+        help="print the table only; write no README",
+    )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        help="the file whose marked table to replace (default README.md, full runs only)",
+    )
+    parser.add_argument(
+        "--from-results",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: build the table from a run's saved results (bench/results/run_all-*)",
+    )
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=300.0,
+        help="before each benchmark, wait up to this many seconds for other processes to go idle",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.from_results:
+        folder = args.from_results
+        if not folder.is_dir():
+            print(f"run_all: no results folder {folder}", file=sys.stderr)
+            return 2
+        ran, finished, host = recorded(folder)
+    else:
+        folder = RESULTS / time.strftime(f"run_all-%Y%m%d-%H%M%S-{os.getpid()}")
+        ran = [
+            run_one(name, ["--quick"] if args.quick else bench_args, args.wait_idle, folder)
+            for name, bench_args in PLAN.items()
+            if not args.only or name in args.only
+        ]
+        finished, host = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine()
+        record(folder, ran, finished, args.quick)
+    failed = [r.name for r in ran if r.exit_code != 0]
+    text = block(ran, folder, host, finished)
+    print(f"\n## Benchmark results ({folder})\n\n{text}\n")
+    if args.print_only:
+        return 1 if failed else 0
+    target = args.readme or README
+    smoke = partial(ran)
+    if args.readme is None and (smoke or failed):
+        why = "a --quick run or not every benchmark" if smoke else "a benchmark failed"
+        print(f"README.md left as it is ({why}); --readme FILE writes another file")
+    else:
+        changed = write_block(target, text)
+        print(f"{target}: table {'rewritten' if changed else 'unchanged'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
