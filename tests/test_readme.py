@@ -267,7 +267,8 @@ def test_first_command_prints_what_the_readme_shows(fake: FakeJudgeServer, tmp_p
     env = _env(tmp_path, fake.url)
     shown = re.search(r"The first prints something like:\n\n```\n(.*?)```", README, re.S)
     again = re.search(r"already has a memo.*?\n\n```\n(.*?)```", README, re.S)
-    assert shown and again, "README: the first command's output blocks are missing"
+    assert shown, "README: the first command's output blocks are missing"
+    assert again, "README: the first command's output blocks are missing"
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     for block, out in ((shown, "out/sample"), (again, "out/sample2")):
         args = ["ctxprec", "score", "examples/sample.parquet", "-o", out]

@@ -103,7 +103,8 @@ def night_mean(out: Path, dt: str) -> float:
 def test_nightly_recipe_runs_as_written(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = bash_blocks()[0]
     first = commands(script, NIGHT=LAST)[0]  # the night before: its score run only
-    assert first[0] == "score" and "--fail-under" in first
+    assert first[0] == "score"
+    assert "--fail-under" in first
     code = main(first)
     assert code == (5 if night_mean(workdir / "scores", LAST) < 0.6 else 0)
     score_cmd, compare_cmd, summary_cmd = commands(script, NIGHT=NIGHT, LAST=LAST)
@@ -116,7 +117,8 @@ def test_nightly_recipe_runs_as_written(workdir: Path, capsys: pytest.CaptureFix
     drop = float(compare_cmd[compare_cmd.index("--fail-drop") + 1])
     crossed = report["mean_delta"] < -drop and report["ci95"][1] < 0
     assert code == (5 if crossed else 0)
-    assert report["n_pairs"] == 30 and report["left_out"]["total"] == 0
+    assert report["n_pairs"] == 30
+    assert report["left_out"]["total"] == 0
     assert main(summary_cmd) == 0
     assert (
         len(json.loads((workdir / "scores" / "summary.json").read_text())["trend"]["nights"]) == 2
@@ -141,7 +143,8 @@ def test_ab_example_runs_as_written(workdir: Path, capsys: pytest.CaptureFixture
     for cmd in cmds[:3]:
         assert main(cmd) == 0
     report = json.loads((workdir / "ab" / "report" / "compare.json").read_text())
-    assert report["n_pairs"] == 30 and (workdir / "ab" / "report" / "compare.md").is_file()
+    assert report["n_pairs"] == 30
+    assert (workdir / "ab" / "report" / "compare.md").is_file()
     assert main(cmds[3]) == 0
     capsys.readouterr()
     assert main(cmds[4]) == 0

@@ -173,7 +173,8 @@ def test_readme_llama_cpp_pair_against_the_real_server(
     assert main(args) == 0
     check_output(out)
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
-    assert run["judge"]["requests"] > 0 and run["judge"]["output_tokens"] > 0
+    assert run["judge"]["requests"] > 0
+    assert run["judge"]["output_tokens"] > 0
     assert main(args) == 0  # the same command again: every verdict from the memo
     again = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert again["judge"]["requests"] == 0

@@ -89,7 +89,8 @@ def test_same_output_and_summary_as_the_local_engine(
     assert score(src, tmp_path / "local", server, tmp_path / "c1", *flags) == 0
     assert score(src, tmp_path / "dask", server, tmp_path / "c2", *flags, cluster=cluster) == 0
     local, dask = table(tmp_path / "local"), table(tmp_path / "dask")
-    assert dask.height == 150 and dask.get_column("id").is_unique().all()
+    assert dask.height == 150
+    assert dask.get_column("id").is_unique().all()
     assert dask.equals(local)
     summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "dask")]
     for key in ("rows", "score", "failures", "rank_metrics", "parts"):
@@ -140,14 +141,16 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         while len(list(parts.glob("*.json"))) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         busy = [w for w, keys in cluster.processing().items() if keys]
-        assert busy and not (out / "_SUCCESS").exists()  # killed mid-run
+        assert busy
+        assert not (out / "_SUCCESS").exists()
         pids = cluster.run(os.getpid, workers=busy[:1])
         os.kill(next(iter(pids.values())), signal.SIGKILL)
         run.join(60)
         calls = fake_stats(url)["total"]
     assert codes == [0]
     done = pl.read_parquet(out / "*.parquet")
-    assert done.height == 120 and done.get_column("id").is_unique().all()
+    assert done.height == 120
+    assert done.get_column("id").is_unique().all()
     source = pl.read_parquet(src / "*.parquet").select("id", "contexts")
     for row in done.join(source, on="id").iter_rows(named=True):
         assert row["verdicts"] == [expected_verdict(item) for item in row["contexts"]]
@@ -177,7 +180,8 @@ def test_restart_elsewhere_repeats_no_finished_judge_call(
     second = run_json(out)
     assert again == second["judge_calls"] == first["calls_failed"]
     assert second["memo_hits"] > 0
-    assert table(out).get_column("id").is_unique().all() and table(out).height == 90
+    assert table(out).get_column("id").is_unique().all()
+    assert table(out).height == 90
 
 
 def corrupt_second_row_group(hotpot: Path, path: Path) -> None:
@@ -199,7 +203,8 @@ def test_a_failing_task_keeps_the_other_tasks_output(
     out = tmp_path / "out"
     assert score(src, out, server, tmp_path / "c", "--batch-rows", 10, cluster=cluster) == 2
     err = capsys.readouterr().err
-    assert "cannot read" in err and "part2.parquet after row 20" in err
+    assert "cannot read" in err
+    assert "part2.parquet after row 20" in err
     assert "Traceback" not in err
     kept = pl.read_parquet(out / "*.parquet")
     assert kept.height == 80  # both good files, and the rows before the corrupt page
@@ -214,7 +219,8 @@ def test_without_dask_installed_a_clear_error(
     pl.DataFrame({"id": [1], "query": ["q"], "contexts": [["c"]]}).write_parquet(src)
     assert main(["score", str(src), "-o", str(tmp_path / "out"), "--engine", "dask"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'ctxprec[dask]'" in err and "Traceback" not in err
+    assert "pip install 'ctxprec[dask]'" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "out").exists()  # refused before anything was written
     assert main(["score", str(src), "-o", str(tmp_path / "out"), "--workers", "2"]) == 2
     assert "--engine dask" in capsys.readouterr().err
@@ -239,9 +245,11 @@ def test_slices_of_a_big_file_cover_it_once(hotpot: Path, tmp_path: Path, server
 
     results, again = anyio.run(tasks)
     assert [r.counters.rows_done for r in results] == [20, 20, 20]
-    assert again.counters.rows_done == 20 and again.counters.judge_calls == 0
+    assert again.counters.rows_done == 20
+    assert again.counters.judge_calls == 0
     done = pl.read_parquet(tmp_path / "out" / "*.parquet")
-    assert done.height == 60 and done.get_column("id").is_unique().all()
+    assert done.height == 60
+    assert done.get_column("id").is_unique().all()
 
 
 def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
@@ -273,8 +281,11 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
 
     monkeypatch.setattr(engine, "_run_tasks", watching)
     assert score(src, out, server, tmp_path / "c", cluster=cluster) == 0
-    assert len(seen) == 1 and seen[0] is not None and seen[0].pid == os.getpid()
-    assert live_holder(out) is None and not (out / "_ctxprec" / "lock").exists()
+    assert len(seen) == 1
+    assert seen[0] is not None
+    assert seen[0].pid == os.getpid()
+    assert live_holder(out) is None
+    assert not (out / "_ctxprec" / "lock").exists()
 
 
 def test_a_refused_run_exits_4_on_the_cluster_too(
@@ -285,4 +296,5 @@ def test_a_refused_run_exits_4_on_the_cluster_too(
         src = split(hotpot, tmp_path / "in", files=2, rows=10)
         assert score(src, tmp_path / "out", url, tmp_path / "c1", cluster=cluster) == 4
     err = capsys.readouterr().err
-    assert "the judge refused the run" in err and "API key was refused" in err
+    assert "the judge refused the run" in err
+    assert "API key was refused" in err

@@ -140,11 +140,14 @@ async def test_verdicts_usage_and_headers(provider: str) -> None:
     assert r.server.stats.auth_headers == [expected_auth] * len(ITEMS)
     assert r.server.stats.response_format_seen == (len(ITEMS) if provider == "openai" else 0)
     body = r.server.stats.bodies[0]
-    assert body["model"] == "judge-1" and body["temperature"] == 0.0
+    assert body["model"] == "judge-1"
+    assert body["temperature"] == 0.0
     assert "system" in body if provider == "anthropic" else body["messages"][0]["role"] == "system"
     identity = r.judge.identity()
-    assert r.judge.model == f"{provider}/judge-1" and identity["provider"] == provider
-    assert identity["model"] == "judge-1" and identity["base_url"] == r.server.url
+    assert r.judge.model == f"{provider}/judge-1"
+    assert identity["provider"] == provider
+    assert identity["model"] == "judge-1"
+    assert identity["base_url"] == r.server.url
     assert KEY not in json.dumps(identity)
 
 
@@ -161,7 +164,8 @@ async def test_query_only_row_and_reason(provider: str) -> None:
     assert [x.verdict.relevant for x in rows] == [expected_verdict(t) for t in ITEMS[:5]]
     row_body = r.server.stats.bodies[1]
     assert row_body["max_tokens"] == 5 * JudgeSettings().max_output_tokens
-    assert reason and "{" not in reason
+    assert reason
+    assert "{" not in reason
     assert r.stats.requests == 3
     # The row call's usage is split evenly over its items and adds up exactly.
     assert sum(x.input_tokens for x in rows) == after[0] - before[0]
@@ -178,7 +182,8 @@ async def test_one_session_serves_concurrent_calls() -> None:
         await asyncio.gather(*(r.judge.judge_item(req(t)) for t in ITEMS))
         assert transport.session is session
     assert r.server.stats.max_in_flight > 1
-    assert session is not None and session.closed
+    assert session is not None
+    assert session.closed
 
 
 # ---------------------------------------------------------------- retries
@@ -224,7 +229,8 @@ async def test_429_waits_what_the_server_says(
     assert reply.verdict.relevant == expected_verdict(ITEMS[2])
     approx = pytest.approx(wait, abs=0.5 if outcome == "429_date" else 1e-9)
     assert retry_clock.waits == [approx]
-    assert r.stats.rate_limited == 1 and r.stats.retries == 1
+    assert r.stats.rate_limited == 1
+    assert r.stats.retries == 1
     assert r.gate.rate_limited_calls == [None if outcome == "429_none" else approx]
 
 
@@ -240,10 +246,13 @@ async def test_retries_stop_at_max_retries() -> None:
     async with rig("openai", FakeJudgeConfig(p_500=1.0), max_retries=2) as r:
         with pytest.raises(JudgeRetryableError) as caught:
             await r.judge.judge_item(req(ITEMS[0]))
-    assert r.server.stats.total == 3 and r.stats.retries == 2
-    assert "3 attempt(s)" in str(caught.value) and "HTTP 500" in str(caught.value)
+    assert r.server.stats.total == 3
+    assert r.stats.retries == 2
+    assert "3 attempt(s)" in str(caught.value)
+    assert "HTTP 500" in str(caught.value)
     assert caught.value.cause == "http_500"
-    assert r.stats.errors_by_cause["http_500"] == 3 and r.stats.failures == Counter(http_500=1)
+    assert r.stats.errors_by_cause["http_500"] == 3
+    assert r.stats.failures == Counter(http_500=1)
 
 
 async def test_retry_budget_stops_long_waits(retry_clock: RetryClock) -> None:
@@ -252,7 +261,8 @@ async def test_retry_budget_stops_long_waits(retry_clock: RetryClock) -> None:
         with pytest.raises(JudgeRetryableError) as caught:
             await r.judge.judge_item(req(ITEMS[0]))
     assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
-    assert r.server.stats.total == 3 and caught.value.cause == "rate_limited"
+    assert r.server.stats.total == 3
+    assert caught.value.cause == "rate_limited"
 
 
 async def test_server_rpm_limit_answers_429_with_retry_after(retry_clock: RetryClock) -> None:
@@ -261,7 +271,8 @@ async def test_server_rpm_limit_answers_429_with_retry_after(retry_clock: RetryC
         with pytest.raises(JudgeRetryableError, match="HTTP 429"):
             await r.judge.judge_item(req(ITEMS[2]))
     assert r.server.stats.by_outcome == Counter(ok=2, rpm_429=2)
-    assert retry_clock.waits == [60.0] and r.gate.rate_limited_calls == [60.0, 60.0]
+    assert retry_clock.waits == [60.0]
+    assert r.gate.rate_limited_calls == [60.0, 60.0]
 
 
 @pytest.mark.parametrize(
@@ -273,8 +284,10 @@ async def test_fatal_answers_are_not_retried(provider: str, outcome: str, cause:
     async with rig(provider, FakeJudgeConfig(script=[outcome])) as r:
         with pytest.raises(JudgeFatalError) as caught:
             await r.judge.judge_item(req(ITEMS[0]))
-    assert r.server.stats.total == 1 and r.stats.retries == 0
-    assert caught.value.cause == cause and r.stats.failures == Counter({cause: 1})
+    assert r.server.stats.total == 1
+    assert r.stats.retries == 0
+    assert caught.value.cause == cause
+    assert r.stats.failures == Counter({cause: 1})
     assert "1 attempt(s)" in str(caught.value)
 
 
@@ -286,9 +299,11 @@ async def test_unreadable_reply_is_reasked_once(provider: str) -> None:
     async with rig(provider, FakeJudgeConfig(script=["garbage_content"])) as r:
         reply = await r.judge.judge_item(req(ITEMS[4]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[4])
-    assert r.stats.reasks == 1 and r.server.stats.total == 2
+    assert r.stats.reasks == 1
+    assert r.server.stats.total == 2
     messages = r.server.stats.bodies[1]["messages"]
-    assert messages[-2]["role"] == "assistant" and "hard to say" in messages[-2]["content"]
+    assert messages[-2]["role"] == "assistant"
+    assert "hard to say" in messages[-2]["content"]
     assert messages[-1]["content"].startswith("Reply with JSON only")
     assert reply.input_tokens == r.stats.input_tokens  # usage summed over both calls
 
@@ -300,9 +315,12 @@ async def test_unreadable_conversations_fail_never_not_relevant(provider: str) -
     async with rig(provider, config) as r:
         with pytest.raises(JudgeParseError) as caught:
             await r.judge.judge_item(req(ITEMS[4]))
-    assert caught.value.cause == "unparseable" and "re-ask" in str(caught.value)
-    assert r.stats.failures == Counter(unparseable=1) and r.server.stats.total == 4
-    assert r.stats.reasks == 2 and r.stats.retries == 1
+    assert caught.value.cause == "unparseable"
+    assert "re-ask" in str(caught.value)
+    assert r.stats.failures == Counter(unparseable=1)
+    assert r.server.stats.total == 4
+    assert r.stats.reasks == 2
+    assert r.stats.retries == 1
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -311,14 +329,16 @@ async def test_unreadable_twice_then_a_fresh_conversation_succeeds(provider: str
     async with rig(provider, config) as r:
         reply = await r.judge.judge_item(req(ITEMS[4]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[4])
-    assert r.server.stats.total == 3 and not r.stats.failures
+    assert r.server.stats.total == 3
+    assert not r.stats.failures
 
 
 async def test_row_count_mismatch_fails_after_one_reask_per_conversation() -> None:
     async with rig("openai", FakeJudgeConfig(script=["row_mismatch"] * 4)) as r:
         with pytest.raises(JudgeParseError):
             await r.judge.judge_row("q", "e", ITEMS[:3])
-    assert r.stats.reasks == 2 and r.server.stats.total == 4
+    assert r.stats.reasks == 2
+    assert r.server.stats.total == 4
 
 
 @pytest.mark.parametrize(
@@ -333,7 +353,8 @@ async def test_hostile_items_get_the_servers_verdict(provider: str, style: str) 
     async with rig(provider, config) as r:
         replies = await asyncio.gather(*(r.judge.judge_item(req(t)) for t in items))
     assert [x.verdict.relevant for x in replies] == [expected_verdict(t, config) for t in items]
-    assert r.stats.reasks == 0 and r.server.stats.items == Counter(items)
+    assert r.stats.reasks == 0
+    assert r.server.stats.items == Counter(items)
 
 
 async def test_rejected_response_format_falls_back_once() -> None:
@@ -342,8 +363,10 @@ async def test_rejected_response_format_falls_back_once() -> None:
         second = await r.judge.judge_item(req(ITEMS[6]))
     assert first.verdict.relevant == expected_verdict(ITEMS[5])
     assert second.verdict.relevant == expected_verdict(ITEMS[6])
-    assert r.server.stats.total == 3 and r.server.stats.response_format_seen == 1
-    assert r.stats.errors_by_cause == Counter(http_400=1) and not r.stats.failures
+    assert r.server.stats.total == 3
+    assert r.server.stats.response_format_seen == 1
+    assert r.stats.errors_by_cause == Counter(http_400=1)
+    assert not r.stats.failures
     assert r.judge.identity()["structured_output"] is True  # memo keys do not move
 
 
@@ -363,7 +386,8 @@ async def test_key_never_reaches_logs_or_errors(
     assert "Incorrect API key provided: " in str(caught.value)
     assert any("POST" in m for m in caplog.messages)
     for text in (caplog.text, str(caught.value), str(caught.value.__cause__), repr(r.judge)):
-        assert KEY not in text and "SECRET0123" not in text
+        assert KEY not in text
+        assert "SECRET0123" not in text
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -406,11 +430,13 @@ def test_server_as_a_separate_process() -> None:
         try:
             assert proc.stdout is not None
             url = proc.stdout.readline().strip()
-            assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+            assert url.startswith("http://127.0.0.1:")
+            assert url.endswith("/v1")
             reply = asyncio.run(_judge_once(JudgeSettings(model="openai/m", base_url=url)))
             with urllib.request.urlopen(url.removesuffix("/v1") + "/_fake/stats") as response:
                 stats = json.load(response)
         finally:
             proc.terminate()
     assert reply == expected_verdict(ITEMS[0])
-    assert stats["total"] == 1 and stats["items_judged"] == 1
+    assert stats["total"] == 1
+    assert stats["items_judged"] == 1

@@ -65,7 +65,8 @@ def test_passthrough_of_a_partition_key_is_the_folder_value(tmp_path: Path) -> N
     args = ["score", str(folder), "-o", str(out), "--passthrough", "dt,retriever"]
     assert main([*args, "--partition-by", "dt", "--progress", "off"]) == 0
     written = pl.read_parquet(out / "dt=2026-11-28" / "*.parquet")
-    assert written.height == 12 and "retriever" in written.columns
+    assert written.height == 12
+    assert "retriever" in written.columns
 
 
 # ---------------------------------------------------------------- the README's commands
@@ -124,13 +125,15 @@ def test_readme_nightly_recipe_runs_as_written(tmp_path: Path, fake: FakeJudgeSe
     _day(root, today)
     (root / "data" / "ctxprec").mkdir(parents=True)
     command = _relocate(_nightly_command(), root)
-    assert '"logs/dt=$(date +%F)"' in command and "--partition-by dt" in command
+    assert '"logs/dt=$(date +%F)"' in command
+    assert "--partition-by dt" in command
     done = _run(command, root, env)
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.strip().splitlines()) == 1  # --quiet: one JSON line
     scores = root / "data" / "ctxprec" / "scores"
     folder = pl.read_parquet(scores / f"dt={today}" / "*.parquet")
-    assert folder.height == 12 and folder.get_column("id").is_unique().all()
+    assert folder.height == 12
+    assert folder.get_column("id").is_unique().all()
     assert fake.stats.total > 0
     delta = pl.from_arrow(
         DeltaTable(str(root / "data" / "lake" / "ctxprec_scores")).to_pyarrow_table()
@@ -155,9 +158,11 @@ def test_readme_airflow_command_runs_as_written(tmp_path: Path, fake: FakeJudgeS
     scores = pl.read_parquet(
         root / "data" / "ctxprec" / "scores" / "**" / "*.parquet", hive_partitioning=True
     )
-    assert scores.height == 12 and scores.get_column("id").is_unique().all()
+    assert scores.height == 12
+    assert scores.get_column("id").is_unique().all()
     assert set(scores.get_column("dt").cast(pl.String)) == set(nights)
     delta = pl.from_arrow(
         DeltaTable(str(root / "data" / "lake" / "ctxprec_scores")).to_pyarrow_table()
     )
-    assert isinstance(delta, pl.DataFrame) and delta.height == 12
+    assert isinstance(delta, pl.DataFrame)
+    assert delta.height == 12

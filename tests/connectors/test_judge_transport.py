@@ -90,8 +90,11 @@ async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryC
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert retry_clock.waits == [2.0]
-    assert stats.retries == 1 and stats.rate_limited == 1 and stats.requests == 2
-    assert gate.rate_limited_calls == [2.0] and gate.slots == 2
+    assert stats.retries == 1
+    assert stats.rate_limited == 1
+    assert stats.requests == 2
+    assert gate.rate_limited_calls == [2.0]
+    assert gate.slots == 2
     assert dict(stats.errors_by_cause) == {"rate_limited": 1}
     assert transport.requests[0].url == "https://api.openai.com/v1/chat/completions"
     assert transport.requests[0].headers["Authorization"] == f"Bearer {KEY}"
@@ -103,7 +106,8 @@ async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
     with pytest.raises(JudgeRetryableError) as caught:
         await judge.judge_item(REQUEST)
     assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
-    assert len(transport.requests) == 3 and caught.value.cause == "rate_limited"
+    assert len(transport.requests) == 3
+    assert caught.value.cause == "rate_limited"
     assert "retry_budget_s=10" in str(caught.value)
     assert stats.failures["rate_limited"] == 1
 
@@ -113,7 +117,8 @@ async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:
     judge, stats, _ = openai_judge(MockTransport(script))
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is False
-    assert dict(stats.errors_by_cause) == {"connection": 1} and stats.retries == 1
+    assert dict(stats.errors_by_cause) == {"connection": 1}
+    assert stats.retries == 1
     assert retry_clock.waits == [0.0]  # plain backoff, jitter draw 0
 
 
@@ -125,7 +130,8 @@ async def test_anthropic_overloaded_529_is_retried(retry_clock: RetryClock) -> N
     transport = MockTransport(script)
     judge, stats = anthropic_judge(transport)
     reply = await judge.judge_item(REQUEST)
-    assert reply.verdict.relevant is True and stats.retries == 1
+    assert reply.verdict.relevant is True
+    assert stats.retries == 1
     assert dict(stats.errors_by_cause) == {"http_529": 1}
     assert transport.requests[0].headers["x-api-key"] == KEY
 
@@ -149,11 +155,15 @@ async def test_401_and_404_refuse_the_run_without_retrying(
     judge, stats, _ = openai_judge(transport)
     with pytest.raises(JudgeRefusedRunError) as caught:
         await judge.judge_item(REQUEST)
-    assert words in str(caught.value) and KEY not in str(caught.value)
-    assert len(transport.requests) == 1 and stats.retries == 0 and retry_clock.waits == []
+    assert words in str(caught.value)
+    assert KEY not in str(caught.value)
+    assert len(transport.requests) == 1
+    assert stats.retries == 0
+    assert retry_clock.waits == []
     with pytest.raises(JudgeRefusedRunError) as again:  # every later call: no request at all
         await judge.judge_item(REQUEST)
-    assert again.value is caught.value and len(transport.requests) == 1
+    assert again.value is caught.value
+    assert len(transport.requests) == 1
 
 
 async def test_a_fatal_400_is_not_retried() -> None:
@@ -162,7 +172,8 @@ async def test_a_fatal_400_is_not_retried() -> None:
     judge, stats, _ = openai_judge(transport)
     with pytest.raises(JudgeFatalError) as caught:
         await judge.judge_item(REQUEST)
-    assert caught.value.cause == "context_length" and len(transport.requests) == 1
+    assert caught.value.cause == "context_length"
+    assert len(transport.requests) == 1
     assert stats.retries == 0
 
 
@@ -176,10 +187,12 @@ async def test_an_unreadable_reply_is_reasked_once_showing_the_model_its_reply()
     judge, stats, _ = openai_judge(transport)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
-    assert stats.reasks == 1 and len(transport.requests) == 2
+    assert stats.reasks == 1
+    assert len(transport.requests) == 2
     messages = transport.bodies[1]["messages"]
     assert messages[-2] == {"role": "assistant", "content": "hard to say, it depends"}
-    assert messages[-1]["role"] == "user" and messages[-1]["content"].startswith("Reply with JSON")
+    assert messages[-1]["role"] == "user"
+    assert messages[-1]["content"].startswith("Reply with JSON")
     assert reply.input_tokens == stats.input_tokens == 80  # usage summed over both calls
 
 
@@ -188,7 +201,8 @@ async def test_a_refusal_is_not_a_verdict() -> None:
     judge, stats, _ = openai_judge(transport)
     with pytest.raises(JudgeFatalError) as caught:
         await judge.judge_item(REQUEST)
-    assert caught.value.cause == "refused" and stats.reasks == 0
+    assert caught.value.cause == "refused"
+    assert stats.reasks == 0
 
 
 async def test_a_rejected_parameter_is_learned_for_the_rest_of_the_run() -> None:
@@ -213,9 +227,8 @@ async def test_a_rejected_parameter_is_learned_for_the_rest_of_the_run() -> None
     sent = ["max_tokens" in b for b in transport.bodies]
     assert sent == [True, False, False]
     assert all(b.get("max_completion_tokens") for b in transport.bodies[1:])
-    assert stats.retries == 0 and stats.adaptations == {
-        "max_completion_tokens sent instead of max_tokens": 1
-    }
+    assert stats.retries == 0
+    assert stats.adaptations == {"max_completion_tokens sent instead of max_tokens": 1}
     assert judge.sent_shape()["tokens_field"] == "max_completion_tokens"
 
 

@@ -60,7 +60,8 @@ def test_parquet_and_jsonl_in_a_bucket_score_like_local_files(
     flags = ("--batch-rows", "10")
     want = scored(local, tmp_path / "from-disk", *flags)
     got = scored(f"s3://{bucket}/in/", tmp_path / "from-s3", *flags)
-    assert got.height == 40 and got.get_column("id").is_unique().all()
+    assert got.height == 40
+    assert got.get_column("id").is_unique().all()
     assert_frame_equal(got, want)
     parts = sorted(p.name for p in (tmp_path / "from-s3").glob("*.parquet"))
     assert parts == sorted(p.name for p in (tmp_path / "from-disk").glob("*.parquet"))
@@ -74,7 +75,8 @@ def test_parquet_and_jsonl_in_a_bucket_score_like_local_files(
     again = ["score", f"s3://{bucket}/in/", "-o", str(tmp_path / "from-s3"), *HOTPOT_MAP, *flags]
     assert main([*again, "--progress", "off", "--quiet"]) == 0
     quiet = json.loads(capsys.readouterr().out)
-    assert quiet["rows_this_run"] == 0 and quiet["judge_calls"] == 0
+    assert quiet["rows_this_run"] == 0
+    assert quiet["judge_calls"] == 0
 
 
 def test_hive_prefix_and_the_days_own_folder_in_a_bucket(
@@ -86,7 +88,8 @@ def test_hive_prefix_and_the_days_own_folder_in_a_bucket(
         path.write_text(frame.slice(i * 15, 15).write_ndjson())
         s3_server.upload(path, f"{bucket}/logs/dt={day}/region=eu/part-0.jsonl")
     info = inspect_source(f"s3://{bucket}/logs", HOTPOT_COLUMNS, use_extractor=False)
-    assert info.partition_columns == ("dt", "region") and info.total_rows == 30
+    assert info.partition_columns == ("dt", "region")
+    assert info.total_rows == 30
     days = pl.concat([b.frame for b in iter_batches(info, HOTPOT_COLUMNS, batch_rows=100)])
     assert days.get_column("dt").value_counts().sort("dt").rows() == [
         ("2026-11-27", 15),
@@ -105,10 +108,12 @@ def test_missing_prefix_and_no_bucket_are_input_errors(
 ) -> None:
     code = main(["score", f"s3://{bucket}/nothing/here/", "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert code == 2 and f"input s3://{bucket}/nothing/here does not exist" in err
+    assert code == 2
+    assert f"input s3://{bucket}/nothing/here does not exist" in err
     assert not (tmp_path / "o").exists()
     code = main(["score", "s3://", "-o", str(tmp_path / "o")])
-    assert code == 2 and "names no bucket" in capsys.readouterr().err
+    assert code == 2
+    assert "names no bucket" in capsys.readouterr().err
 
 
 def test_storage_options_from_the_toml(
@@ -133,17 +138,24 @@ def test_storage_options_from_the_toml(
 
 def test_uri_resolution_keeps_buckets_and_keys() -> None:
     filesystem, path = fs.resolve("s3://b/logs/dt=2026-11-28/", env={"AWS_REGION": "x"})
-    assert path == "b/logs/dt=2026-11-28" and filesystem.type_name == "s3"
+    assert path == "b/logs/dt=2026-11-28"
+    assert filesystem.type_name == "s3"
     local, path = fs.resolve("file:///tmp/x.parquet")
-    assert local.type_name == "local" and path == "/tmp/x.parquet"
-    assert fs.is_uri("gs://b/k") and fs.is_uri("az://c/k") and not fs.is_uri("logs/dt=1")
+    assert local.type_name == "local"
+    assert path == "/tmp/x.parquet"
+    assert fs.is_uri("gs://b/k")
+    assert fs.is_uri("az://c/k")
+    assert not fs.is_uri("logs/dt=1")
     gcs, path = fs.resolve("gs://b/k.jsonl", fs.StorageSettings(endpoint_url="http://127.0.0.1:9"))
-    assert gcs.type_name == "gcs" and path == "b/k.jsonl"
+    assert gcs.type_name == "gcs"
+    assert path == "b/k.jsonl"
     azure_env = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "a2V5"}
     azure, path = fs.resolve("az://logs/day/k.jsonl", env=azure_env)
-    assert azure.type_name == "abfs" and path == "logs/day/k.jsonl"
+    assert azure.type_name == "abfs"
+    assert path == "logs/day/k.jsonl"
     abfs, path = fs.resolve("abfs://logs@acct.dfs.core.windows.net/k.jsonl", env=azure_env)
-    assert abfs.type_name == "abfs" and path == "logs/k.jsonl"
+    assert abfs.type_name == "abfs"
+    assert path == "logs/k.jsonl"
     with pytest.raises(InputError, match="needs the storage account"):
         fs.resolve("az://logs/k.jsonl", env={})
 
@@ -164,7 +176,8 @@ def test_dask_engine_reads_the_bucket(
     got = scored(f"s3://{bucket}/in", tmp_path / "dask", *flags, *dask)
     assert_frame_equal(got, want)
     run = json.loads((tmp_path / "dask" / "_ctxprec" / "run.json").read_text())
-    assert run["engine"]["name"] == "dask" and run["engine"]["tasks"] == 2
+    assert run["engine"]["name"] == "dask"
+    assert run["engine"]["tasks"] == 2
 
 
 def test_bucket_listing_rules_match_local_folders(
@@ -219,7 +232,8 @@ def test_readme_bucket_commands_run_as_written(
     day = pl.read_parquet(tmp_path / "scores" / "dt=2026-11-28" / "*.parquet")
     assert day.height == 12
     exports = pl.read_parquet(tmp_path / "exports-scores" / "*.parquet")
-    assert exports.height == 12 and exports.get_column("id").is_unique().all()
+    assert exports.height == 12
+    assert exports.get_column("id").is_unique().all()
     # the third: input and output in the bucket
     fs = s3_server.filesystem()
     found = fs.get_file_info(pafs.FileSelector("my-bucket/scores", recursive=True))

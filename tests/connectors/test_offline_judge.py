@@ -45,8 +45,10 @@ def make(variant: str = "") -> OfflineJudge:
 
 async def verdict(query: str, expected: str | None, item: str, variant: str = "") -> bool:
     reply = await make(variant).judge_item(ItemRequest(query, expected, item))
-    assert reply.input_tokens == 0 and reply.output_tokens == 0
-    assert reply.verdict.reason and "\n" not in reply.verdict.reason
+    assert reply.input_tokens == 0
+    assert reply.output_tokens == 0
+    assert reply.verdict.reason
+    assert "\n" not in reply.verdict.reason
     return reply.verdict.relevant
 
 
@@ -55,7 +57,8 @@ def test_satisfies_protocol_and_registry() -> None:
     assert isinstance(judge, Judge)
     assert judge.model == "offline"
     created = create_judge(JudgeSettings(model="offline"))
-    assert isinstance(created, OfflineJudge) and created.model == "offline"
+    assert isinstance(created, OfflineJudge)
+    assert created.model == "offline"
     assert create_judge(JudgeSettings(model="offline/strict")).model == "offline/strict"
     with pytest.raises(ConfigError, match="variant"):
         make("gpt-4o")

@@ -437,6 +437,8 @@ def test_invalid_utf8_is_a_row_problem_not_a_crash(tmp_path: Path) -> None:
     info = inspect(write(tmp_path / "x.parquet", query=raw))
     (batch,) = batches(info)
     problems = batch.frame.get_column(INPUT_ERROR).to_list()
-    assert problems[0] is not None and "column `query`" in problems[0] and "UTF-8" in problems[0]
+    assert problems[0] is not None
+    assert "column `query`" in problems[0]
+    assert "UTF-8" in problems[0]
     assert problems[1:] == [None, None]
     assert batch.frame.get_column("query").to_list() == ["\ufffd\ufffd", "ok", "fine"]

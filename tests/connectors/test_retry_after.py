@@ -137,7 +137,8 @@ def test_error_detail_falls_back_to_the_text() -> None:
 def test_classify_exception(exc: BaseException, kind: type, cause: str) -> None:
     err = classify_exception(exc)
     assert isinstance(err, kind)
-    assert err is not None and err.cause == cause
+    assert err is not None
+    assert err.cause == cause
 
 
 def test_classify_exception_leaves_bugs_alone() -> None:

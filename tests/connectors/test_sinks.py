@@ -224,7 +224,8 @@ def test_delta_table_types_and_partitioning(partition_by: tuple[str, ...], tmp_p
     assert stored.names == SCHEMA.names
     for field in SCHEMA:  # pyarrow list types compare without the child field's name
         assert stored.field(field.name).type == field.type, field.name
-    assert not stored.field("id").nullable and stored.field("error").nullable
+    assert not stored.field("id").nullable
+    assert stored.field("error").nullable
     assert table.metadata().partition_columns == list(partition_by)
     assert sorted(table.to_pyarrow_table(columns=["dt"])["dt"].to_pylist(), key=str) == sorted(
         DAYS * 3, key=str
@@ -246,9 +247,12 @@ def test_duckdb_table_types(tmp_path: Path) -> None:
     types = {name: kind for name, kind, *_ in described}
     nullable = {name: null for name, _, null, *_ in described}
     assert [name for name, *_ in described] == SCHEMA.names
-    assert types["id"] == "VARCHAR" and nullable["id"] == "NO"
-    assert types["verdicts"] == "BOOLEAN[]" and types["verdict_reasons"] == "VARCHAR[]"
-    assert types["scored_at"] == "TIMESTAMP WITH TIME ZONE" and nullable["scored_at"] == "NO"
+    assert types["id"] == "VARCHAR"
+    assert nullable["id"] == "NO"
+    assert types["verdicts"] == "BOOLEAN[]"
+    assert types["verdict_reasons"] == "VARCHAR[]"
+    assert types["scored_at"] == "TIMESTAMP WITH TIME ZONE"
+    assert nullable["scored_at"] == "NO"
     assert (types["score"], types["context_count"], types["hit_at_1"]) == (
         "DOUBLE",
         "BIGINT",
@@ -297,8 +301,10 @@ def test_failed_append_leaves_the_table_as_it_was(
     with pytest.raises(OutputError, match="vanished mid-load") as info:
         sink.append(tmp_path / "run2", files, SCHEMA, ["dt"])
 
-    assert pulled and pulled[0] > 0  # the engine had started loading
-    assert "as it was" in str(info.value) and "Traceback" not in str(info.value)
+    assert pulled
+    assert pulled[0] > 0
+    assert "as it was" in str(info.value)
+    assert "Traceback" not in str(info.value)
     if existing:
         after = (delta_version(tmp_path) if kind == "delta" else None, row_count(kind, tmp_path))
         assert after == before
@@ -331,8 +337,10 @@ def test_existing_table_with_other_columns_is_refused(kind: str, tmp_path: Path)
         sink.check(SCHEMA)
 
     message = str(info.value)
-    assert "missing: dt, status, error" in message and "unexpected: note" in message
-    assert "score (table" in message and "new table" in message
+    assert "missing: dt, status, error" in message
+    assert "unexpected: note" in message
+    assert "score (table" in message
+    assert "new table" in message
     files = write_run(tmp_path / "run", scored(range(5), 0.5), ())
     with pytest.raises(OutputError, match="unexpected: note"):
         sink.append(tmp_path / "run", files, SCHEMA, [])

@@ -78,9 +78,11 @@ async def test_reasoning_models_are_right_the_first_time(model: str, effort: str
     async with strict(f"openai/{model}") as (judge, server, stats):
         replies = await asyncio.gather(*(judge.judge_item(req(t)) for t in ITEMS[:6]))
     assert [r.verdict.relevant for r in replies] == [expected_verdict(t) for t in ITEMS[:6]]
-    assert server.stats.total == 6 and server.stats.by_status == {200: 6}
+    assert server.stats.total == 6
+    assert server.stats.by_status == {200: 6}
     body = server.stats.bodies[0]
-    assert "temperature" not in body and "max_tokens" not in body
+    assert "temperature" not in body
+    assert "max_tokens" not in body
     assert body["max_completion_tokens"] > StrictConfig().reasoning_cap
     assert body["reasoning_effort"] == effort
     assert body["response_format"]["type"] == "json_schema"
@@ -101,7 +103,8 @@ async def test_reasoning_effort_setting_wins_and_a_rejected_value_adapts_once(
     )
     assert len(second) == 4
     rejected = server.stats.by_status[400]
-    assert 1 <= rejected <= 8 and server.stats.total == 12 + rejected  # the wave, then never
+    assert 1 <= rejected <= 8
+    assert server.stats.total == 12 + rejected
     assert server.stats.bodies[-1]["reasoning_effort"] == "minimal"
     assert list(stats.adaptations) == ["reasoning_effort: minimal (the lowest the model accepts)"]
     assert sum("adapting" in m for m in caplog.messages) == 1  # one log line for the run
@@ -115,7 +118,8 @@ async def test_a_cut_off_reply_raises_the_budget_for_the_run_not_a_reask() -> No
         second = await judge.judge_item(req(ITEMS[1]))
     assert first.verdict.relevant == expected_verdict(ITEMS[0])
     assert second.verdict.relevant == expected_verdict(ITEMS[1])
-    assert server.stats.by_outcome == {"cut_off": 1, "ok": 2} and stats.reasks == 0
+    assert server.stats.by_outcome == {"cut_off": 1, "ok": 2}
+    assert stats.reasks == 0
     cut, again = server.stats.bodies[0], server.stats.bodies[1]
     assert again["max_completion_tokens"] == 4 * cut["max_completion_tokens"]
     assert again["messages"] == cut["messages"]  # the same question, not a re-ask
@@ -128,8 +132,10 @@ async def test_a_reply_cut_off_at_the_cap_fails_as_truncated() -> None:
     async with strict("openai/o3", config) as (judge, server, stats):
         with pytest.raises(JudgeParseError) as caught:
             await judge.judge_item(req(ITEMS[0]))
-    assert caught.value.cause == "truncated" and stats.failures == {"truncated": 1}
-    assert server.stats.total <= 4 and stats.reasks == 0
+    assert caught.value.cause == "truncated"
+    assert stats.failures == {"truncated": 1}
+    assert server.stats.total <= 4
+    assert stats.reasks == 0
 
 
 @pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-opus-4-7-20260415", "claude-opus-5"])
@@ -137,7 +143,8 @@ async def test_newest_anthropic_models_get_no_temperature(model: str) -> None:
     async with strict(f"anthropic/{model}", root=True) as (judge, server, _):
         reply = await judge.judge_item(req(ITEMS[2]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[2])
-    assert server.stats.total == 1 and "temperature" not in server.stats.bodies[0]
+    assert server.stats.total == 1
+    assert "temperature" not in server.stats.bodies[0]
     assert server.stats.paths == ["/v1/messages"]  # ANTHROPIC_BASE_URL without /v1, as the SDK
 
 
@@ -149,7 +156,8 @@ async def test_older_anthropic_models_keep_temperature_and_a_rejection_adapts() 
     async with strict("anthropic/claude-opus-4-7") as (judge, server, stats):
         judge.shape.send_temperature = True
         replies = [await judge.judge_item(req(t)) for t in ITEMS[:3]]
-    assert len(replies) == 3 and server.stats.by_status == {400: 1, 200: 3}
+    assert len(replies) == 3
+    assert server.stats.by_status == {400: 1, 200: 3}
     assert list(stats.adaptations) == ["temperature: not sent (the model rejects it)"]
 
 
@@ -180,7 +188,8 @@ async def test_llama_cpp_500_on_json_schema_steps_down_to_json_object_with_schem
     async with strict("openai/smollm2", StrictConfig(flavor="llamacpp")) as (judge, server, stats):
         replies = await asyncio.gather(*(judge.judge_item(req(t)) for t in ITEMS))
     assert [r.verdict.relevant for r in replies] == [expected_verdict(t) for t in ITEMS]
-    assert 1 <= server.stats.by_status[500] <= len(ITEMS) and stats.retries == 0
+    assert 1 <= server.stats.by_status[500] <= len(ITEMS)
+    assert stats.retries == 0
     assert server.stats.bodies[-1]["response_format"]["type"] == "json_object"
     assert "schema" in server.stats.bodies[-1]["response_format"]
     assert list(stats.adaptations) == [
@@ -232,7 +241,8 @@ def test_openai_rejections_step_down_the_ladder() -> None:
 def test_parameter_rejections_change_the_shape(body: str, check: Any) -> None:
     shape = openai_shape("qwen2.5", True, None)
     payload = {"model": "m", "temperature": 0, "max_tokens": 10, "seed": 1}
-    assert learn_openai(shape, 400, body, payload) is not None and check(shape)
+    assert learn_openai(shape, 400, body, payload) is not None
+    assert check(shape)
 
 
 async def test_ollama_prose_is_never_read_as_not_relevant() -> None:
@@ -240,7 +250,8 @@ async def test_ollama_prose_is_never_read_as_not_relevant() -> None:
     async with strict("openai/llama3.2", config, structured_output=False) as (judge, _, stats):
         with pytest.raises(JudgeParseError) as caught:
             await judge.judge_item(req(ITEMS[0]))
-    assert caught.value.cause == "unparseable" and stats.failures == {"unparseable": 1}
+    assert caught.value.cause == "unparseable"
+    assert stats.failures == {"unparseable": 1}
 
 
 # ---------------------------------------------------------------- refusals of the whole run
@@ -270,8 +281,11 @@ async def test_run_wide_refusals_stop_every_call(
         with pytest.raises(JudgeRefusedRunError):
             await judge.judge_item(req("one more"))
     assert all(isinstance(r, JudgeRefusedRunError) for r in results)
-    assert after <= len(ITEMS) * 3 and server.stats.total == after  # nothing sent once refused
-    assert words in str(results[0]) and "Fix:" in str(results[0]) and KEY not in str(results[0])
+    assert after <= len(ITEMS) * 3
+    assert server.stats.total == after
+    assert words in str(results[0])
+    assert "Fix:" in str(results[0])
+    assert KEY not in str(results[0])
 
 
 async def test_the_same_unadaptable_400_to_the_first_calls_refuses_the_run() -> None:
@@ -286,7 +300,8 @@ async def test_the_same_unadaptable_400_to_the_first_calls_refuses_the_run() -> 
         ]
     kinds = [type(r[0]) for r in results]
     assert kinds[:2] == [JudgeFatalError, JudgeFatalError]
-    assert kinds[2:] == [JudgeRefusedRunError] * 3 and server.stats.total == 3
+    assert kinds[2:] == [JudgeRefusedRunError] * 3
+    assert server.stats.total == 3
 
 
 # ---------------------------------------------------------------- kinds of 429 and 5xx
@@ -301,8 +316,10 @@ async def test_rate_limit_honours_the_hint_and_request_too_large_is_never_retrie
         with pytest.raises(JudgeFatalError) as caught:
             await judge.judge_item(req(ITEMS[1]))
     assert ok.verdict.relevant == expected_verdict(ITEMS[0])
-    assert retry_clock.waits == [0.644] and stats.rate_limited == 1
-    assert caught.value.cause == "request_too_large" and server.stats.total == 3
+    assert retry_clock.waits == [0.644]
+    assert stats.rate_limited == 1
+    assert caught.value.cause == "request_too_large"
+    assert server.stats.total == 3
     assert "request id req_" in str(caught.value)
 
 
@@ -313,7 +330,9 @@ async def test_a_long_retry_after_pauses_the_run_with_a_line_saying_until_when(
     async with strict("openai/gpt-4o", StrictConfig(script=["long_retry"])) as (judge, _, stats):
         reply = await judge.judge_item(req(ITEMS[0]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[0])
-    assert stats.pauses == 1 and retry_clock.waits and retry_clock.waits[0] >= 120
+    assert stats.pauses == 1
+    assert retry_clock.waits
+    assert retry_clock.waits[0] >= 120
     assert any("pausing all judge calls until" in m and "UTC" in m for m in caplog.messages)
 
 
@@ -329,7 +348,8 @@ async def test_transient_failures_of_every_shape_are_retried(outcome: str) -> No
     ):
         reply = await judge.judge_item(req(ITEMS[3]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[3])
-    assert server.stats.total == 3 and stats.retries == 2
+    assert server.stats.total == 3
+    assert stats.retries == 2
 
 
 async def test_anthropic_529_and_rfc3339_rate_limits_are_retried(retry_clock: RetryClock) -> None:
@@ -337,7 +357,9 @@ async def test_anthropic_529_and_rfc3339_rate_limits_are_retried(retry_clock: Re
     async with strict("anthropic/claude-sonnet-4-5", config) as (judge, server, stats):
         reply = await judge.judge_item(req(ITEMS[3]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[3])
-    assert server.stats.total == 3 and stats.retries == 2 and retry_clock.waits[1] == 7.0
+    assert server.stats.total == 3
+    assert stats.retries == 2
+    assert retry_clock.waits[1] == 7.0
 
 
 async def test_x_should_retry_false_and_context_length_fail_the_item_once() -> None:
@@ -384,7 +406,9 @@ async def test_refusals_and_filters_are_their_own_failures(
     async with strict(model, StrictConfig(script=[outcome])) as (judge, server, stats):
         with pytest.raises(JudgeFatalError) as caught:
             await judge.judge_item(req(ITEMS[0]))
-    assert caught.value.cause == cause and server.stats.total == 1 and stats.reasks == 0
+    assert caught.value.cause == cause
+    assert server.stats.total == 1
+    assert stats.reasks == 0
 
 
 @pytest.mark.parametrize("model", ["openai/gpt-4o", "anthropic/claude-sonnet-4-5"])
@@ -401,7 +425,8 @@ async def test_cached_prompt_tokens_are_counted_once(model: str) -> None:
 async def test_absent_or_partial_usage_is_tolerated(outcome: str) -> None:
     async with strict("openai/gpt-4o", StrictConfig(script=[outcome])) as (judge, _, stats):
         reply = await judge.judge_item(req(ITEMS[0]))
-    assert reply.verdict.relevant == expected_verdict(ITEMS[0]) and reply.output_tokens == 0
+    assert reply.verdict.relevant == expected_verdict(ITEMS[0])
+    assert reply.output_tokens == 0
     assert stats.failures == {}
 
 
@@ -424,7 +449,8 @@ async def test_batch_paths_build_and_read_the_same_bodies() -> None:
         assert judge.read_response(data)[0].verdict.relevant is True
         with pytest.raises(JudgeFatalError):
             judge.read_response(refused)
-    assert "temperature" not in body and body["reasoning_effort"] == "minimal"
+    assert "temperature" not in body
+    assert body["reasoning_effort"] == "minimal"
     assert row["response_format"]["json_schema"]["name"] == "verdicts"
 
 

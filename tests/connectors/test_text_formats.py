@@ -83,7 +83,8 @@ def test_same_rows_score_exactly_as_parquet(hotpot: Path, tmp_path: Path, name: 
 def test_text_batches_have_parquets_keys_and_skip_done_parts(hotpot: Path, tmp_path: Path) -> None:
     path = write_jsonl(rows(hotpot, 23), tmp_path / "a.jsonl")
     info = inspect_source(str(path), HOTPOT_COLUMNS, use_extractor=False)
-    assert info.total_rows == 23 and info.rows == (23,)
+    assert info.total_rows == 23
+    assert info.rows == (23,)
     keys = [
         (b.key, b.first_row, b.frame.height)
         for b in iter_batches(info, HOTPOT_COLUMNS, batch_rows=5)
@@ -145,7 +146,8 @@ def test_a_mixed_folder_reads_every_format_and_names_what_it_skips(
     capsys.readouterr()
     got = scored(src, tmp_path / "mixed")
     err = capsys.readouterr().err
-    assert got.height == 60 and got.get_column("id").is_unique().all()
+    assert got.height == 60
+    assert got.get_column("id").is_unique().all()
     # one file vs three: other batches, so ndcg may differ in the last bit (float sums)
     assert_frame_equal(got, want)
     skipped = [line for line in err.splitlines() if "skipped" in line]
@@ -170,8 +172,10 @@ def test_csv_context_that_is_not_a_json_array_says_what_to_do(tmp_path: Path) ->
     with pytest.raises(InputError) as err:
         inspect_source(str(path), ColumnMap(), use_extractor=False)
     text = str(err.value)
-    assert "column `contexts` in" in text and "row 0 is text, not a JSON array" in text
-    assert "CSV has no list type" in text and "--extractor" in text
+    assert "column `contexts` in" in text
+    assert "row 0 is text, not a JSON array" in text
+    assert "CSV has no list type" in text
+    assert "--extractor" in text
 
 
 def test_csv_with_an_extractor_needs_no_list_column(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 
 __all__ = ["FakeClock", "window_max"]
 
@@ -52,7 +53,7 @@ class FakeClock:
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             return
         me = _Sleeper(self._now + seconds, next(self._seq))
         heapq.heappush(self._heap, me)
@@ -90,11 +91,11 @@ class FakeClock:
 async def _settle() -> None:
     """Yield until no other task is runnable (the loop's ready queue is empty)."""
     ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
     for _ in range(_MAX_SPINS):
         if ready is not None and not ready:
             return
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
 
 def window_max(times: list[float], weights: list[int] | None = None, width: float = 60.0) -> int:

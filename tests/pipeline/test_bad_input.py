@@ -780,7 +780,8 @@ def test_one_megabyte_item_fails_only_that_row(
         "200,000 ([run] max_item_chars); trim it or raise the limit"
     )
     scored_ok(rows, "r0", "r2")
-    assert big not in fake.stats.items and "short" not in fake.stats.items
+    assert big not in fake.stats.items
+    assert "short" not in fake.stats.items
 
 
 def test_non_utf8_text_fails_only_that_row(
@@ -790,7 +791,8 @@ def test_non_utf8_text_fails_only_that_row(
     rows = row_level(capsys, write(tmp_path / "in.parquet", query=queries), tmp_path / "o", 1)
     status, error = rows["r1"]
     assert status == "failed"
-    assert error is not None and error.startswith("invalid_input: column `query`")
+    assert error is not None
+    assert error.startswith("invalid_input: column `query`")
     assert "UTF-8" in error
     scored_ok(rows, "r0", "r2")
 
@@ -803,7 +805,8 @@ def test_non_utf8_context_item_fails_only_that_row(
     rows = row_level(capsys, write(tmp_path / "in.parquet", contexts=contexts), tmp_path / "o", 1)
     status, error = rows["r1"]
     assert status == "failed"
-    assert error is not None and error.startswith("invalid_input: column `contexts`")
+    assert error is not None
+    assert error.startswith("invalid_input: column `contexts`")
     scored_ok(rows, "r0", "r2")
 
 
@@ -890,7 +893,8 @@ def test_unreachable_base_url_fails_rows_not_the_run(
     assert "re-run the same command to retry only them" in captured.out
     for status, error in statuses(out).values():
         assert status == "failed"
-        assert error is not None and error.startswith("connection: ")
+        assert error is not None
+        assert error.startswith("connection: ")
         assert "127.0.0.1" in error
 
 
@@ -1042,7 +1046,8 @@ def test_sink_without_its_extra_in_a_fresh_interpreter(
     )
     assert done.returncode == 2, done.stderr
     assert f"needs the `{module}` package, which is not installed" in done.stderr
-    assert fake.stats.total == 0 and not (tmp_path / "out").exists()
+    assert fake.stats.total == 0
+    assert not (tmp_path / "out").exists()
 
 
 def test_summary_and_estimate_mistakes_about_folders(

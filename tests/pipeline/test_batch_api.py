@@ -107,13 +107,16 @@ def test_round_trip_equals_map_of_server_verdicts_without_online_calls(
     assert max(fake.stats.pairs.values()) == 1
     summary = json.loads((out / "summary.json").read_text())
     batch = summary["batch_api"]
-    assert batch["provider"] == provider and len(batch["batch_ids"]) == 1
-    assert batch["lines_sent"] == fake.stats.lines and batch["input_tokens"] > 0
+    assert batch["provider"] == provider
+    assert len(batch["batch_ids"]) == 1
+    assert batch["lines_sent"] == fake.stats.lines
+    assert batch["input_tokens"] > 0
     assert "Provider batch API" in (out / "summary.md").read_text()
     assert summary["tokens"]["this_run_input"] == batch["input_tokens"]
     # a second run finds every verdict in the memo: no batch, no call
     assert score(rows, tmp_path / "again", provider) == 0
-    assert fake.stats.batches_created == 1 and fake.online_calls == 0
+    assert fake.stats.batches_created == 1
+    assert fake.online_calls == 0
 
 
 def test_results_come_back_shuffled_and_land_on_their_items(
@@ -124,7 +127,8 @@ def test_results_come_back_shuffled_and_land_on_their_items(
     sent = [line.custom_id for line in batch.lines]
     content = fake._files[str(batch.output_file_id)]
     returned = [json.loads(x)["custom_id"] for x in content.splitlines()]
-    assert sorted(returned) == sorted(sent) and returned != sent
+    assert sorted(returned) == sorted(sent)
+    assert returned != sent
     check_rows(tmp_path / "out", rows)
 
 
@@ -159,7 +163,8 @@ def test_a_rejected_line_fails_its_item_with_the_providers_cause(
     cause = "http_400" if provider == "openai" else "invalid_request_error"
     for row in failed.iter_rows(named=True):
         assert bad in row["contexts"]
-        assert row["error"].startswith(cause) and "bad item" in row["error"]
+        assert row["error"].startswith(cause)
+        assert "bad item" in row["error"]
         assert row["verdicts"][row["contexts"].index(bad)] is None  # not "not relevant"
     assert fake.stats.items[bad] == 1  # a 4xx is not retried
     assert fake.online_calls == 0
@@ -201,16 +206,19 @@ def test_batch_wait_exits_6_and_the_same_command_collects_later(
     out = tmp_path / "out"
     assert score(rows, out, provider, "--batch-wait", "0") == 6
     err = capsys.readouterr().err
-    assert "1 batch pending" in err and "run the same command later" in err
+    assert "1 batch pending" in err
+    assert "run the same command later" in err
     assert not (out / "_SUCCESS").exists()
     assert main(["batches", str(out)]) == 0
     listing = capsys.readouterr().out
-    assert ("in_progress" in listing or "validating" in listing) and "/250" in listing
+    assert "in_progress" in listing or "validating" in listing
+    assert "/250" in listing
     assert score(rows, out, provider, "--batch-wait", "0.05") == 6  # still running
     fake.release()
     assert score(rows, out, provider, "--batch-wait", "1h") == 0
     check_rows(out, rows)
-    assert fake.stats.batches_created == 1 and fake.online_calls == 0
+    assert fake.stats.batches_created == 1
+    assert fake.online_calls == 0
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
@@ -250,7 +258,8 @@ def test_a_crash_between_create_and_record_does_not_create_a_second_batch(
     fake.release()
     assert score(rows, out, provider) == 0
     check_rows(out, rows)
-    assert fake.stats.batches_created == 1 and fake.stats.list_calls >= 1
+    assert fake.stats.batches_created == 1
+    assert fake.stats.list_calls >= 1
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(p_expire=0.3, seed=3)], indirect=True)
@@ -262,14 +271,16 @@ def test_fallback_online_sends_expired_lines_online(
     check_rows(out, rows)
     assert fake.stats.batches_created == 1
     expired = sum(1 for line in next(iter(fake._batches.values())).lines if line.fate == "expire")
-    assert expired > 0 and fake.online_calls == expired
+    assert expired > 0
+    assert fake.online_calls == expired
 
 
 def test_per_row_mode_through_batches(rows: Path, tmp_path: Path, fake: BatchFakeServer) -> None:
     out = tmp_path / "out"
     assert score(rows, out, "anthropic", "--mode", "row") == 0
     check_rows(out, rows)
-    assert fake.stats.lines == pl.read_parquet(rows).height and fake.online_calls == 0
+    assert fake.stats.lines == pl.read_parquet(rows).height
+    assert fake.online_calls == 0
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -280,20 +291,23 @@ def test_reason_llm_asks_the_judge_for_each_rows_reason(
     out = tmp_path / "out"
     assert score(rows, out, provider, "--reason", "llm") == 0
     got = check_rows(out, rows)
-    assert fake.stats.batches_created == 1 and fake.stats.lines == distinct_items(rows)
+    assert fake.stats.batches_created == 1
+    assert fake.stats.lines == distinct_items(rows)
     reason_bodies = [
         b
         for b in fake.online.stats.bodies
         if "Write a concise explanation" in json.dumps(b["messages"])
     ]
-    assert reason_bodies and fake.online_calls == len(reason_bodies)  # no verdict went online
+    assert reason_bodies
+    assert fake.online_calls == len(reason_bodies)
     assert not any(r.startswith("Score ") for r in got["reason"].to_list())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["judge"]["reason_calls"] == len(reason_bodies)
     # a second run takes verdicts and reasons from the memo: no batch, no call
     calls = fake.online_calls
     assert score(rows, tmp_path / "again", provider, "--reason", "llm") == 0
-    assert fake.stats.batches_created == 1 and fake.online_calls == calls
+    assert fake.stats.batches_created == 1
+    assert fake.online_calls == calls
 
 
 def test_anthropic_base_url_with_trailing_v1_is_tolerated(
@@ -309,7 +323,8 @@ def test_batch_api_needs_a_provider_with_one(
 ) -> None:
     out = tmp_path / "out"
     assert main(["score", str(rows), "-o", str(out), *HOTPOT_MAP, "--batch-api"]) == 2
-    assert "batch API" in capsys.readouterr().err and not out.exists()
+    assert "batch API" in capsys.readouterr().err
+    assert not out.exists()
     args = ["score", str(rows), "-o", str(out), *HOTPOT_MAP, "--batch-wait", "1h"]
     assert main(args) == 2
     assert "--batch-api" in capsys.readouterr().err
@@ -338,14 +353,17 @@ def test_estimate_at_batch_prices(
     )
     assert main([*base[:-1], "--batch-api"]) == 0
     text = capsys.readouterr().out
-    assert "batch API: $" in text and "saving" in text and "24 h" in text
+    assert "batch API: $" in text
+    assert "saving" in text
+    assert "24 h" in text
 
 
 def test_custom_ids_fit_the_providers_pattern(fake: BatchFakeServer) -> None:
     key = "v1-" + "ab" * 32
     for keys in ([key], [key, key.replace("a", "c")]):
         cid = custom_id_for(keys)
-        assert CUSTOM_ID.match(cid) and len(cid) <= 64
+        assert CUSTOM_ID.match(cid)
+        assert len(cid) <= 64
     body = json.dumps(
         {
             "requests": [
@@ -439,10 +457,12 @@ def test_readme_batch_commands_run_as_written(
                 thread.server.release()
             codes.append(main(argv))
         assert codes == [0, 6, 0, 0, 0]
-        assert thread.server.stats.batches_created == 1 and thread.server.online_calls == 0
+        assert thread.server.stats.batches_created == 1
+        assert thread.server.online_calls == 0
         assert (tmp_path / "batch" / "_SUCCESS").exists()
         out = capsys.readouterr().out
-        assert "batch API: $" in out and "batch API: 34 lines in 1 batches" in out
+        assert "batch API: $" in out
+        assert "batch API: 34 lines in 1 batches" in out
     finally:
         thread.__exit__(None, None, None)
 
@@ -511,9 +531,11 @@ def test_summary_prices_the_run_at_batch_prices(
     assert batch["online_cost_usd"] == pytest.approx(2 * batch["cost_usd"], abs=1e-6)
     assert batch["saving_usd"] == pytest.approx(batch["cost_usd"], abs=1e-6)
     assert summary["cost_usd"]["this_run"] == pytest.approx(batch["cost_usd"], abs=1e-6)
-    assert batch["took_s"] is not None and batch["batch_ids"]
+    assert batch["took_s"] is not None
+    assert batch["batch_ids"]
     md = (out / "summary.md").read_text()
-    assert "saving usd" in md and batch["batch_ids"][0] in md
+    assert "saving usd" in md
+    assert batch["batch_ids"][0] in md
     # the estimate made before the run is at batch prices too: the ratio is about 1, not 0.5
     ratio = summary["estimate_vs_actual"]["cost_usd"]["ratio"]
     assert 0.7 < ratio < 1.5
@@ -527,7 +549,8 @@ def test_a_briefly_unwell_provider_is_waited_out(
     out = tmp_path / "out"
     assert score(rows, out, provider) == 0
     check_rows(out, rows)
-    assert fake.config.poll_errors == 0 and fake.stats.batches_created == 1
+    assert fake.config.poll_errors == 0
+    assert fake.stats.batches_created == 1
     if provider == "anthropic":
         assert fake.config.results_url_lag == 0  # ended without results_url: polled again
 
@@ -580,7 +603,8 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
             await client.aclose()
 
     error = anyio.run(run)
-    assert error is not None and error.startswith("duplicate_custom_id")
+    assert error is not None
+    assert error.startswith("duplicate_custom_id")
     request = urllib.request.Request(
         f"{fake.url}/batches",
         data=json.dumps(
@@ -591,7 +615,8 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
     )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
-    assert caught.value.code == 400 and fake.stats.rejected["completion_window"] == 1
+    assert caught.value.code == 400
+    assert fake.stats.rejected["completion_window"] == 1
     with pytest.raises(JudgeFatalError):
         anyio.run(_upload_without_purpose, fake.url)
 
@@ -623,7 +648,9 @@ def test_python_entry_point_honours_batch_api(
     flags = {"judge.model": "openai/judge-1", "judge.batch_api": True, "columns.query": "question",
              "columns.expected": "ground_truth"}  # fmt: skip
     result = score_api(rows, tmp_path / "out", load_config(None, flags), progress="off")
-    assert result.exit_code == 0 and fake.stats.batches_created == 1 and fake.online_calls == 0
+    assert result.exit_code == 0
+    assert fake.stats.batches_created == 1
+    assert fake.online_calls == 0
     check_rows(tmp_path / "out", rows)
 
 
@@ -635,4 +662,5 @@ def test_results_that_cannot_be_downloaded_are_asked_again(
     out = tmp_path / "out"
     assert score(rows, out, provider) == 0
     check_rows(out, rows)
-    assert fake.stats.batches_created == 2 and fake.online_calls == 0
+    assert fake.stats.batches_created == 2
+    assert fake.online_calls == 0

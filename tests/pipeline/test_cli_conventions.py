@@ -167,7 +167,8 @@ def test_group_chart_labels_carry_n() -> None:
     with contextlib.suppress(Exception):  # the fake axes draw nothing; the labels matter
         _scores_by_group(ax, summary)  # type: ignore[arg-type]
     boxes = [a[0] for name, a, _ in ax.seen if name == "bxp"]
-    assert boxes and boxes[0][0]["label"] == "bm25 (n=1,234)"
+    assert boxes
+    assert boxes[0][0]["label"] == "bm25 (n=1,234)"
 
 
 def test_cache_info_and_clear(
@@ -186,7 +187,8 @@ def test_cache_info_and_clear(
     monkeypatch.setenv("CTXPREC_CACHE_DIR", str(folder))
     assert main(["cache", "info"]) == 0
     info = capsys.readouterr().out
-    assert str(folder) in info and "2 verdicts" in info
+    assert str(folder) in info
+    assert "2 verdicts" in info
     assert main(["cache", "clear", "--older-than", "30d"]) == 0
     assert "removed 1 verdicts" in capsys.readouterr().out
     assert main(["cache", "clear", "--older-than", "soon"]) == 2
@@ -254,4 +256,5 @@ def test_readme_defaults_match_the_help() -> None:
     assert len(pairs) >= 8
     for flag, value in pairs:
         got = re.search(r"\(default: ([^)]*)\)", helps[flag])
-        assert got and got.group(1) == value, (flag, helps[flag], value)
+        assert got, (flag, helps[flag], value)
+        assert got.group(1) == value, (flag, helps[flag], value)

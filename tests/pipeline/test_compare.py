@@ -114,12 +114,14 @@ def test_compare_equals_label_map_by_hand(
     assert report["mean_a"] == pytest.approx(sum(a_ap) / ROWS, abs=0.005)
     assert report["mean_delta"] < -0.05  # sinking relevant items loses precision
     lo, hi = report["ci95"]
-    assert lo <= report["mean_delta"] <= hi and hi < 0
+    assert lo <= report["mean_delta"] <= hi
+    assert hi < 0
     deltas = [round2(b) - round2(a) for a, b in zip(a_ap, b_ap, strict=True)]
     assert report["wins"] == sum(d > 1e-9 for d in deltas)
     assert report["losses"] == sum(d < -1e-9 for d in deltas)
     assert report["ties"] == ROWS - report["wins"] - report["losses"]
-    assert report["left_out"]["total"] == 0 and report["judge_config"]["same"]
+    assert report["left_out"]["total"] == 0
+    assert report["judge_config"]["same"]
     first_rel = [next((i for i, x in enumerate(lab) if x), None) for lab in a_labels]
     rr_a = sum(0.0 if i is None else 1 / (i + 1) for i in first_rel) / ROWS
     assert report["metrics"]["reciprocal_rank"]["mean_a"] == pytest.approx(rr_a, abs=1e-12)
@@ -127,7 +129,8 @@ def test_compare_equals_label_map_by_hand(
     assert report["metrics"]["precision_at_1"]["mean_b"] == pytest.approx(p1_b, abs=1e-12)
     top = report["changed_most"][0]
     assert abs(top["delta"]) == max(abs(d) for d in deltas)
-    assert top["a"]["reason"] and top["b"]["verdicts"]
+    assert top["a"]["reason"]
+    assert top["b"]["verdicts"]
 
     # the gate: B is worse by |delta| with the whole CI below zero
     drop = -report["mean_delta"]
@@ -139,9 +142,12 @@ def test_compare_equals_label_map_by_hand(
     out = tmp_path / "report"
     assert main(["compare", a_out, b_out, "-o", str(out), "--top", "3"]) == 0
     saved = json.loads((out / "compare.json").read_text())
-    assert saved["mean_delta"] == report["mean_delta"] and len(saved["changed_most"]) == 3
+    assert saved["mean_delta"] == report["mean_delta"]
+    assert len(saved["changed_most"]) == 3
     md = (out / "compare.md").read_text()
-    assert "compare.png" in md and "None" not in md and (out / "compare.png").stat().st_size > 0
+    assert "compare.png" in md
+    assert "None" not in md
+    assert (out / "compare.png").stat().st_size > 0
 
 
 @pytest.mark.slow
@@ -163,7 +169,8 @@ def test_fail_under_gate_on_this_runs_rows(
     assert score(night1, out, "--incremental", "--fail-under", "0") == 0
     assert score(night2, out, "--incremental", "--fail-under", f"{mean2 + 0.001}") == 5
     err = capsys.readouterr().err
-    assert "--fail-under" in err and "40 scored rows" in err
+    assert "--fail-under" in err
+    assert "40 scored rows" in err
     full = tmp_path / "full"
     assert score(night2, full, "--fail-under", f"{mean2 - 0.001}") == 0
     assert score(night2, full, "--fail-under", repr(mean2)) == 0  # equal passes

@@ -65,10 +65,14 @@ def test_left_out_counts_each_reason(tmp_path: Path, capsys: pytest.CaptureFixtu
     b = write_output(tmp_path / "b", ["1", "2", "3", "4", "5", "7"], [0.6, 0.5, 0.1, None, None, 1])
     code, r = run_json(capsys, str(a), str(b))
     assert code == 0
-    assert r["n_pairs"] == 2 and r["mean_a"] == 0.5 and r["mean_b"] == pytest.approx(0.55)
+    assert r["n_pairs"] == 2
+    assert r["mean_a"] == 0.5
+    assert r["mean_b"] == pytest.approx(0.55)
     assert r["left_out"] == {"only_in_a": 1, "only_in_b": 1, "failed_in_a": 1,
                              "failed_in_b": 1, "failed_in_both": 1, "total": 5}  # fmt: skip
-    assert r["wins"] == 1 and r["ties"] == 1 and r["changed_most"][0]["key"] == "1"
+    assert r["wins"] == 1
+    assert r["ties"] == 1
+    assert r["changed_most"][0]["key"] == "1"
 
 
 def test_no_pairs_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,7 +80,8 @@ def test_no_pairs_and_urls_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     b = write_output(tmp_path / "b", ["3", "4"], [0.5, 0.5])
     assert main(["compare", str(a), str(b)]) == 2
     err = capsys.readouterr().err
-    assert "nothing to compare" in err and "only in a 2" in err
+    assert "nothing to compare" in err
+    assert "only in a 2" in err
     assert main(["compare", "https://host/scores", str(b)]) == 2
     assert "compare reads local folders and s3://" in capsys.readouterr().err
     assert main(["compare", str(a)]) == 2  # one output needs --a and --b
@@ -120,10 +125,12 @@ def test_slices_of_one_output_paired_on_a_column(
     assert main(["compare", *args]) == 2  # ids differ across slices: no pairs on `id`
     capsys.readouterr()
     code, r = run_json(capsys, *args, "--on", "query_id", "--group-by", "topic")
-    assert code == 0 and r["n_pairs"] == 3
+    assert code == 0
+    assert r["n_pairs"] == 3
     assert r["mean_delta"] == pytest.approx(0.4 / 3)
     groups = {g["group"]: g for g in r["by_group"]["groups"]}
-    assert groups["x"]["n_pairs"] == 2 and groups["x"]["mean_delta"] == pytest.approx(0.05)
+    assert groups["x"]["n_pairs"] == 2
+    assert groups["x"]["mean_delta"] == pytest.approx(0.05)
     assert groups["y"]["mean_delta"] == pytest.approx(0.3)
     assert main(["compare", str(out), "--a", "retriever=bm25", "--b", "retriever=sparse"]) == 2
     assert "matches" in capsys.readouterr().err
@@ -136,7 +143,8 @@ def test_judge_difference_is_loud_and_strict_refuses(
     b = write_output(tmp_path / "b", ["1", "2"], [0.5, 0.7], prompt="cp-item-v3",
                      judge={"provider": "openai", "model": "k"})  # fmt: skip
     code, r = run_json(capsys, str(a), str(b))
-    assert code == 0 and not r["judge_config"]["same"]
+    assert code == 0
+    assert not r["judge_config"]["same"]
     assert any("prompt_version" in d for d in r["judge_config"]["differences"])
     assert any("judge model" in d for d in r["judge_config"]["differences"])
     assert main(["compare", str(a), str(b)]) == 0
@@ -152,10 +160,14 @@ def test_identical_sides_and_drop_gate_at_threshold(
     a = write_output(tmp_path / "a", ids, [0.5] * 20)
     same = write_output(tmp_path / "same", ids, [0.5] * 20)
     code, r = run_json(capsys, str(a), str(same))
-    assert code == 0 and r["ci95"] == [0.0, 0.0] and r["mean_delta"] == 0.0
+    assert code == 0
+    assert r["ci95"] == [0.0, 0.0]
+    assert r["mean_delta"] == 0.0
     b = write_output(tmp_path / "b", ids, [0.47] * 20)  # worse by 0.03 on every id
     assert run_json(capsys, str(a), str(b), "--fail-drop", "0.02")[0] == 5
     assert run_json(capsys, str(a), str(b), "--fail-drop", "0.03")[0] == 0  # not *more* than
     assert run_json(capsys, str(a), str(b), "--fail-drop", "0.04")[0] == 0
     code, r = run_json(capsys, str(a), str(b), "--fail-drop", "0.02")
-    assert code == 5 and r["gate"]["failed"] and "0.0100 more than allowed" in r["gate"]["message"]
+    assert code == 5
+    assert r["gate"]["failed"]
+    assert "0.0100 more than allowed" in r["gate"]["message"]

@@ -29,7 +29,8 @@ def test_defaults_come_from_one_table() -> None:
     cfg = load_config(None, {}, env={})
     assert cfg.judge.model == DEFAULTS["judge.model"] == "offline"
     assert cfg.limits.concurrency == DEFAULTS["limits.concurrency"]
-    assert cfg.column_map.context == "contexts" and cfg.column_map.expected == "expected_output"
+    assert cfg.column_map.context == "contexts"
+    assert cfg.column_map.expected == "expected_output"
     assert cfg.scoring.ks == (1, 3, 5)
 
 
@@ -38,7 +39,8 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     cfg = load_config(path, {}, env={})
     assert (cfg.limits.concurrency, cfg.limits.rpm, cfg.judge.model) == (5, 100.0, "openai/x")
     cfg = load_config(path, {}, env={"CTXPREC_CONCURRENCY": "7"})
-    assert cfg.limits.concurrency == 7 and cfg.limits.rpm == 100.0
+    assert cfg.limits.concurrency == 7
+    assert cfg.limits.rpm == 100.0
     cfg = load_config(path, {"limits.concurrency": 9}, env={"CTXPREC_CONCURRENCY": "7"})
     assert cfg.limits.concurrency == 9
 
@@ -46,7 +48,8 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
 def test_prices_table(tmp_path: Path) -> None:
     path = _toml(tmp_path, '[prices."openai/m"]\ninput_per_mtok = 1.5\noutput_per_mtok = 6\n')
     price = load_config(path, {}, env={}).price_for("openai/m")
-    assert price is not None and price.output_per_mtok == 6.0
+    assert price is not None
+    assert price.output_per_mtok == 6.0
 
 
 @pytest.mark.parametrize(
@@ -84,7 +87,8 @@ def test_expected_explicit_flag() -> None:
 
 def test_extractor_replaces_context() -> None:
     cfg = load_config(None, {"columns.extractor": "mod:fn"}, env={})
-    assert cfg.column_map.context is None and cfg.columns.extractor == "mod:fn"
+    assert cfg.column_map.context is None
+    assert cfg.columns.extractor == "mod:fn"
 
 
 def test_the_api_and_the_cli_have_the_same_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,7 +104,8 @@ def test_the_api_and_the_cli_have_the_same_defaults(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(scorer_module, "RateGate", gate)
     scorer = create_context_precision_scorer(options={"context": ["a"]})
     assert scorer.judge.model == from_cli.judge.model
-    assert scorer.scale == from_cli.scoring.scale and scorer.reason_mode == from_cli.scoring.reason
+    assert scorer.scale == from_cli.scoring.scale
+    assert scorer.reason_mode == from_cli.scoring.reason
     limits = from_cli.limits
     assert gates == [(limits.concurrency, limits.rpm, limits.tpm, limits.adaptive)]
     assert limits.concurrency == 32
@@ -188,12 +193,15 @@ def test_gate_storage_batch_api_effort_and_batch_prices(tmp_path: Path) -> None:
         "batch_input_per_mtok = 0.4\n",
     )
     cfg = load_config(path, {}, env={})
-    assert cfg.gate.fail_under == 0.5 and cfg.storage.anonymous
+    assert cfg.gate.fail_under == 0.5
+    assert cfg.storage.anonymous
     assert cfg.storage.endpoint_url == "http://h:9"
-    assert cfg.judge.batch_api and cfg.judge.reasoning_effort == "low"
+    assert cfg.judge.batch_api
+    assert cfg.judge.reasoning_effort == "low"
     assert cfg.judge.extra_headers == (("X-Org", "a"),)
     price = cfg.price_for("openai/m")
-    assert price is not None and price.batch_input_per_mtok == 0.4
+    assert price is not None
+    assert price.batch_input_per_mtok == 0.4
     assert price.batch_output_per_mtok is None
     bad = _toml(tmp_path, '[judge]\nreasoning_effort = "huge"\n')
     with pytest.raises(ConfigError, match=r"reasoning_effort in .* must be none, minimal"):

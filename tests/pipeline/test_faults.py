@@ -86,13 +86,16 @@ def test_every_row_ok_with_the_right_score_under_faults(
         source = pl.read_parquet(src).select("id", "contexts")
         for row in df.join(source, on="id").iter_rows(named=True):
             verdicts = [expected_verdict(item, config) for item in row["contexts"]]
-            assert row["status"] == "ok" and row["verdicts"] == verdicts
+            assert row["status"] == "ok"
+            assert row["verdicts"] == verdicts
             assert row["score"] == map_score(verdicts)
         summary = json.loads((out / "summary.json").read_text())
         judge = summary["judge"]
-        assert judge["retries"] > 0 and judge["rate_limited"] > 0
+        assert judge["retries"] > 0
+        assert judge["rate_limited"] > 0
         causes = set(judge["errors_by_cause"])
-        assert {"rate_limited", "http_500"} <= causes and len(causes) >= 4
+        assert {"rate_limited", "http_500"} <= causes
+        assert len(causes) >= 4
         assert server.stats.by_outcome["ok"] >= df.get_column("context_count").sum() * 0.9
 
 
@@ -107,8 +110,10 @@ def test_calls_failing_past_the_budget_fail_rows_never_count_as_not_relevant(
         failed = df.filter(pl.col("status") == "failed")
         assert failed.height > 0
         for row in failed.iter_rows(named=True):
-            assert row["score"] is None and row["relevant_count"] is None
-            assert row["error"].startswith("http_503") and "item #" in row["error"]
+            assert row["score"] is None
+            assert row["relevant_count"] is None
+            assert row["error"].startswith("http_503")
+            assert "item #" in row["error"]
             assert None in row["verdicts"]  # the missing verdict stays missing
         summary = json.loads((out / "summary.json").read_text())
         assert summary["failures"] == {"http_503": failed.height}
@@ -130,13 +135,16 @@ def test_key_never_reaches_outputs_logs_or_memo(
         assert run(src, tmp_path / "ok", server.url) == 0
     logging.getLogger("ctxprec").handlers.clear()
     printed = capfd.readouterr()
-    assert KEY not in printed.out and KEY not in printed.err
+    assert KEY not in printed.out
+    assert KEY not in printed.err
     assert "DEBUG" in printed.err  # the logs were really on
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".parquet" for p in written) and any(p.parent == cache for p in written)
+    assert any(p.suffix == ".parquet" for p in written)
+    assert any(p.parent == cache for p in written)
     for path in written:
         assert KEY.encode() not in path.read_bytes(), path
-    assert "the judge refused the run" in printed.err and "API key was refused" in printed.err
+    assert "the judge refused the run" in printed.err
+    assert "API key was refused" in printed.err
     assert not list((tmp_path / "rejected").glob("*.parquet"))  # a refused run writes no rows
 
 

@@ -87,7 +87,8 @@ def test_second_run_makes_zero_calls(subset: Path, tmp_path: Path, fake: FakeJud
     assert score(subset, "-o", tmp_path / "b", "--model", "openai/judge-1", *HOTPOT_MAP) == 0
     assert fake.stats.total == first
     run = json.loads((tmp_path / "b" / "_ctxprec" / "run.json").read_text())
-    assert run["judge_calls"] == 0 and run["memo_hits"] == run["items_this_run"] > 0
+    assert run["judge_calls"] == 0
+    assert run["memo_hits"] == run["items_this_run"] > 0
     cols = ["id", "score", "status", "verdicts", "verdict_reasons", "input_tokens"]
     assert read(tmp_path / "a").select(cols).equals(read(tmp_path / "b").select(cols))
 

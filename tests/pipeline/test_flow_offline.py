@@ -28,14 +28,16 @@ def test_sample_scores_and_writes_everything(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert _run(SAMPLE, "-o", out, "--map", "labels=labels", "--passthrough", "retriever") == 0
     df = _read(out)
-    assert df.height == 12 and df.get_column("id").n_unique() == 12
+    assert df.height == 12
+    assert df.get_column("id").n_unique() == 12
     for row in df.iter_rows(named=True):
         if row["status"] == "ok":
             assert row["score"] == map_score(row["verdicts"])
             assert len(row["verdicts"]) == len(row["verdict_reasons"]) == row["context_count"]
             assert row["relevant_count"] == sum(row["verdicts"])
         else:
-            assert row["status"] == "empty_context" and row["score"] == 0.0
+            assert row["status"] == "empty_context"
+            assert row["score"] == 0.0
     assert (out / "_SUCCESS").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rows"]["total"] == 12
@@ -58,7 +60,8 @@ def test_second_run_makes_no_judge_calls_and_same_output(tmp_path: Path) -> None
     assert _run(SAMPLE, "-o", out1) == 0
     assert _run(SAMPLE, "-o", out2) == 0
     run2 = json.loads((out2 / "_ctxprec" / "run.json").read_text())
-    assert run2["judge_calls"] == 0 and run2["memo_hits"] > 0
+    assert run2["judge_calls"] == 0
+    assert run2["memo_hits"] > 0
     cols = ["id", "score", "status", "verdicts"]
     assert _read(out1).select(cols).equals(_read(out2).select(cols))
 
@@ -69,7 +72,8 @@ def test_same_command_again_on_a_finished_folder_is_a_no_op(tmp_path: Path) -> N
     before = _read(out).select("id", "score")
     assert _run(SAMPLE, "-o", out) == 0
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
-    assert run["rows_this_run"] == 0 and run["judge_calls"] == 0
+    assert run["rows_this_run"] == 0
+    assert run["judge_calls"] == 0
     assert _read(out).select("id", "score").equals(before)
 
 
@@ -92,7 +96,8 @@ def test_partitioned_output_reads_as_one_table(tmp_path: Path) -> None:
         "retriever=dense",
     ]
     df = _read(out)
-    assert df.height == 12 and set(df.get_column("retriever")) == {"bm25", "dense"}
+    assert df.height == 12
+    assert set(df.get_column("retriever")) == {"bm25", "dense"}
 
 
 def test_query_only_rows_use_their_own_prompt(tmp_path: Path) -> None:
@@ -100,4 +105,5 @@ def test_query_only_rows_use_their_own_prompt(tmp_path: Path) -> None:
     assert _run(SAMPLE, "-o", out) == 0
     df = _read(out)
     versions = dict(zip(df.get_column("id"), df.get_column("prompt_version"), strict=True))
-    assert versions["q010"] == "cp-item-query-v3" and versions["q001"] == "cp-item-v3"
+    assert versions["q010"] == "cp-item-query-v3"
+    assert versions["q001"] == "cp-item-v3"

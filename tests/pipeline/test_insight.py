@@ -58,7 +58,8 @@ def test_estimate_vs_actual_calls_exact_tokens_close(
     capsys.readouterr()
     assert main(["estimate", str(src), "--model", "openai/j", *HOTPOT_MAP, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert again["calls"] == 0 and again["memo_hits"] == est["calls"]
+    assert again["calls"] == 0
+    assert again["memo_hits"] == est["calls"]
 
 
 def _independent_metrics(verdicts: list[bool], k: int) -> tuple[float, float, float, bool]:
@@ -132,7 +133,8 @@ def test_label_agreement_by_hand_and_summary_rebuild(src: Path, tmp_path: Path) 
     assert labels["cohen_kappa"] == pytest.approx((po - pe) / (1 - pe), abs=1e-4)
     assert labels["label_map_mean"] == pytest.approx(df["label_score"].mean(), abs=1e-4)
     md = (out / "summary.md").read_text()
-    assert "charts/scores_by_group.png" in md and (out / "charts" / "scores_by_group.png").exists()
+    assert "charts/scores_by_group.png" in md
+    assert (out / "charts" / "scores_by_group.png").exists()
     (out / "summary.json").unlink()
     assert main(["summary", str(out), "--group-by", "retriever"]) == 0
     rebuilt = json.loads((out / "summary.json").read_text())

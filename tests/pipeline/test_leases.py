@@ -30,7 +30,8 @@ async def test_coordinator_spaces_starts_across_leases() -> None:
     second = await coordinator.lease([1] * 3)
     assert first.offsets == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
     assert second.offsets == pytest.approx([0.5, 0.6, 0.7])
-    assert coordinator.leases == 2 and coordinator.permits == 8
+    assert coordinator.leases == 2
+    assert coordinator.permits == 8
 
 
 async def test_starts_are_granted_up_to_the_horizon() -> None:
@@ -40,7 +41,8 @@ async def test_starts_are_granted_up_to_the_horizon() -> None:
     assert grant.offsets == pytest.approx([i / 10 for i in range(11)])  # up to 1 s ahead
     assert grant.ahead == pytest.approx(1.0)
     full = await coordinator.lease([1] * 5)
-    assert full.offsets == () and full.ahead == pytest.approx(1.0)  # ask again in a while
+    assert full.offsets == ()
+    assert full.ahead == pytest.approx(1.0)
     await clock.sleep(0.55)
     assert len((await coordinator.lease([1] * 30)).offsets) == 6
 

@@ -222,7 +222,8 @@ async def test_adaptive_429_multiplies_rate_by_0_7_once_per_epoch() -> None:
             gate.rate_limited(0.0)
     stats = gate.stats()
     rate = stats.current_rpm
-    assert rate is not None and stats.pauses == 10
+    assert rate is not None
+    assert stats.pauses == 10
     assert 1.0 <= rate <= 0.7 * 60
     gate.rate_limited(0.0)  # the same attempt's epoch again: stale, no further cut
     stats = gate.stats()
@@ -267,7 +268,8 @@ async def test_adaptive_converges_to_unknown_server_limit(retry_after: bool) -> 
     assert gate.stats().ceiling_rpm is not None
     # it really slowed down: the rate was cut near the limit
     current = gate.stats().current_rpm
-    assert current is not None and current <= 1.2 * limit
+    assert current is not None
+    assert current <= 1.2 * limit
     late = sorted(t for t in server.accepted if t >= 60.0)
     assert max(b - a for a, b in itertools.pairwise(late)) < 60.0  # at most one window idle
 

@@ -80,7 +80,8 @@ def test_stage_agrees_with_per_row_function(lists: list[list[bool]], scale: floa
 def test_rank_metrics_by_hand() -> None:
     m = rank_metrics([False, True, False, True], (1, 3))
     assert m["reciprocal_rank"] == 0.5
-    assert m["precision_at_1"] == 0.0 and m["hit_at_1"] == 0.0
+    assert m["precision_at_1"] == 0.0
+    assert m["hit_at_1"] == 0.0
     assert m["precision_at_3"] == pytest.approx(1 / 3)
     # DCG@3 = 1/log2(3); ideal over min(3, 2) = 2 items: 1 + 1/log2(3)
     assert m["ndcg_at_3"] == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))

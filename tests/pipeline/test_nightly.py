@@ -52,7 +52,8 @@ def test_two_overlapping_nights_into_folder_delta_and_duckdb(
         lines.append(capsys.readouterr().out.strip().splitlines())
     assert all(len(printed) == 1 for printed in lines)  # --quiet: one JSON line per run
     second = json.loads(lines[1][0])
-    assert second["rows_this_run"] == 30 and second["rows"]["total"] == 90
+    assert second["rows_this_run"] == 30
+    assert second["rows"]["total"] == 90
 
     full = tmp_path / "full"
     assert main(["score", str(nights[2]), "-o", str(full), *HOTPOT_MAP, "--progress", "off"]) == 0
@@ -72,11 +73,13 @@ def test_two_overlapping_nights_into_folder_delta_and_duckdb(
     assert arrow.num_rows == 90
     for table in (folder, delta, duck):
         assert isinstance(table, pl.DataFrame)
-        assert table.height == 90 and table.get_column("id").is_unique().all()
+        assert table.height == 90
+        assert table.get_column("id").is_unique().all()
         assert table.select("id", "score").sort("id").equals(expected)
     assert set(folder.get_column("dt").cast(pl.String)) == {"2026-11-29", "2026-11-30"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["rows"]["total"] == 90 and summary["run"]["rows_this_run"] == 30
+    assert summary["rows"]["total"] == 90
+    assert summary["run"]["rows_this_run"] == 30
 
 
 def test_incremental_refuses_another_judge_configuration(

@@ -224,7 +224,8 @@ def test_dask_engine_reads_and_writes_the_bucket(
     assert main([*base, "-o", f"s3://{bucket}/dask", "--engine", "dask", "--workers", "2"]) == 0
     want = from_bucket(s3_server, f"{bucket}/local").drop("scored_at").sort("id")
     got = from_bucket(s3_server, f"{bucket}/dask").drop("scored_at").sort("id")
-    assert got.height == 30 and got.equals(want)
+    assert got.height == 30
+    assert got.equals(want)
     run = s3_server.filesystem().open_input_stream(f"{bucket}/dask/_ctxprec/run.json").read()
     assert b'"name": "dask"' in run
     assert f"{bucket}/dask/_SUCCESS" in keys(s3_server, f"{bucket}/dask")
@@ -232,7 +233,8 @@ def test_dask_engine_reads_and_writes_the_bucket(
     capsys.readouterr()
     assert main(["compare", f"s3://{bucket}/local", f"s3://{bucket}/dask", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["n_pairs"] == 30 and report["mean_a"] == report["mean_b"]
+    assert report["n_pairs"] == 30
+    assert report["mean_a"] == report["mean_b"]
 
 
 def test_lease_lock_in_a_bucket(
@@ -255,7 +257,8 @@ def test_lease_lock_in_a_bucket(
     taken: list[str] = []
     second = OutdirLock(out, log=taken.append)
     second.acquire()
-    assert "taking over" in taken[0] and "is no longer running" in taken[0]
+    assert "taking over" in taken[0]
+    assert "is no longer running" in taken[0]
     assert (
         second.holder.token.encode()
         in s3_server.filesystem().open_input_stream(f"{bucket}/scores/_ctxprec/lock").read()
@@ -311,10 +314,13 @@ def test_gcs_and_azure_outdirs_resolve_to_object_paths(monkeypatch: pytest.Monke
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "acct")
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "a2V5")
     gcs = out_path("gs://bkt/scores/")
-    assert isinstance(gcs, ObjPath) and gcs.fs.type_name == "gcs" and gcs.path == "bkt/scores"
+    assert isinstance(gcs, ObjPath)
+    assert gcs.fs.type_name == "gcs"
+    assert gcs.path == "bkt/scores"
     assert str(gcs / "_SUCCESS") == "gs://bkt/scores/_SUCCESS"
     abfs = out_path("abfs://logs@acct.dfs.core.windows.net/scores")
-    assert isinstance(abfs, ObjPath) and abfs.fs.type_name == "abfs"
+    assert isinstance(abfs, ObjPath)
+    assert abfs.fs.type_name == "abfs"
     assert abfs.path == "logs/scores"
     assert str(abfs / "part.parquet") == "abfs://logs@acct.dfs.core.windows.net/scores/part.parquet"
     assert out_path("file:///data/out") == Path("/data/out")

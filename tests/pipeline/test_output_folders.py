@@ -64,7 +64,8 @@ def test_folder_written_by_another_tool_is_refused(
     err = capsys.readouterr().err
     assert f"output folder {out} holds files ctxprec did not write (" in err
     assert any(name in err for name in FOREIGN_LAYOUTS[layout]), err
-    assert "choose a new or empty folder" in err and "Traceback" not in err
+    assert "choose a new or empty folder" in err
+    assert "Traceback" not in err
     assert fake.stats.total == 0
     assert checksums(out) == before  # nothing changed, nothing added (no lock, no state)
 
@@ -162,7 +163,8 @@ def test_incremental_with_a_foreign_parquet_ignores_it(
     more = write_input(tmp_path / "more.parquet", range(2, 7))
     assert score(more, "-o", out, *HTTP, "--incremental") == 0
     err = capsys.readouterr().err
-    assert err.count("warning") == 1 and "ColumnNotFound" not in err, err
+    assert err.count("warning") == 1, err
+    assert "ColumnNotFound" not in err, err
     assert_untouched(out, before)
     assert rows_in_summary(out) == 7
 
@@ -191,7 +193,8 @@ def test_summary_of_an_interrupted_run_says_how_to_resume(
     assert f"{out} holds an interrupted ctxprec run" in err
     assert "5 rows in 3 committed parts" in err
     assert "run the same `ctxprec score` command again" in err
-    assert "holds no ctxprec run" not in err and "Traceback" not in err
+    assert "holds no ctxprec run" not in err
+    assert "Traceback" not in err
     assert score(source, "-o", out, *HTTP, "--batch-rows", "2") == 0
     assert fake.stats.total == calls  # the resumed run judged nothing again
     assert main(["summary", str(out)]) == 0
@@ -246,7 +249,8 @@ def test_sink_without_its_extra_is_refused_before_any_judge_call(
     assert score(source, "-o", out, *HTTP, "--sink", sink.format(tmp=tmp_path)) == 2
     err = capsys.readouterr().err
     assert f"needs the `{module}` package, which is not installed" in err
-    assert "pip install 'ctxprec[warehouse]'" in err and "internal error" not in err
+    assert "pip install 'ctxprec[warehouse]'" in err
+    assert "internal error" not in err
     assert fake.stats.total == 0
     assert not out.exists()
 

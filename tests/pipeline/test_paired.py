@@ -30,8 +30,11 @@ def test_bootstrap_ci_covers_true_delta_at_95_percent() -> None:
 def test_identical_sides_give_zero_interval_and_p_one() -> None:
     scores = [0.1, 0.5, 0.83, 1.0, 0.0]
     got = paired_figures(scores, scores, resamples=500, seed=1)
-    assert got["mean_delta"] == 0.0 and got["ci95"] == [0.0, 0.0]
-    assert got["p_value"] == 1.0 and got["ties"] == 5 and got["wins"] == got["losses"] == 0
+    assert got["mean_delta"] == 0.0
+    assert got["ci95"] == [0.0, 0.0]
+    assert got["p_value"] == 1.0
+    assert got["ties"] == 5
+    assert got["wins"] == got["losses"] == 0
 
 
 def test_constant_shift_interval_contains_the_mean_exactly() -> None:
@@ -40,15 +43,18 @@ def test_constant_shift_interval_contains_the_mean_exactly() -> None:
     got = paired_figures(a, b, resamples=200, seed=0)
     lo, hi = got["ci95"]
     assert lo <= got["mean_delta"] <= hi
-    assert hi - lo < 1e-12 and got["wins"] == 7
+    assert hi - lo < 1e-12
+    assert got["wins"] == 7
 
 
 def test_exact_sign_flip_p_value() -> None:
     # three positive differences: only the all-positive and all-negative flips are as extreme
     p, how = sign_flip_p(np.array([0.1, 0.1, 0.1]), resamples=100, seed=0)
-    assert how == "exact" and p == pytest.approx(2 / 8)
+    assert how == "exact"
+    assert p == pytest.approx(2 / 8)
     p_big, how_big = sign_flip_p(np.full(40, 0.05), resamples=2000, seed=0)
-    assert how_big.startswith("2,000") and p_big == pytest.approx(1 / 2001 * 1, abs=2e-3)
+    assert how_big.startswith("2,000")
+    assert p_big == pytest.approx(1 / 2001 * 1, abs=2e-3)
 
 
 def test_bootstrap_is_seeded() -> None:

@@ -33,9 +33,11 @@ async def test_offline_run_gives_score_reason_and_verdicts() -> None:
         input="What is the capital of Australia?", output="Canberra is the capital of Australia."
     )
     relevant = [v.relevant for v in result.verdicts]
-    assert len(relevant) == 3 and all(v.reason for v in result.verdicts)
+    assert len(relevant) == 3
+    assert all(v.reason for v in result.verdicts)
     assert result.score == map_score(relevant)
-    assert "relevant" in result.reason and "Criterion" in result.reason
+    assert "relevant" in result.reason
+    assert "Criterion" in result.reason
     assert "MAP" in result.reason or "No item is relevant" in result.reason
 
 
@@ -67,7 +69,8 @@ async def test_extractor_wins_over_context_and_scale_applies(fake: FakeJudgeServ
     )
     result = await scorer.run(input="q?", output="a.")
     verdicts = [expected_verdict(c, fake.config) for c in ITEMS[::-1]]
-    assert seen == [("q?", "a.")] and result.score == map_score(verdicts, 10)
+    assert seen == [("q?", "a.")]
+    assert result.score == map_score(verdicts, 10)
     assert "ignored" not in fake.stats.items
 
 
@@ -90,7 +93,8 @@ async def test_failed_item_raises_with_partial_verdicts(fake: FakeJudgeServer) -
     with pytest.raises(ScoreFailedError) as caught:
         await scorer.run(input="q", output="a")
     partial = caught.value.verdicts
-    assert partial.count(None) == 1 and len(partial) == 3
+    assert partial.count(None) == 1
+    assert len(partial) == 3
 
 
 async def test_llm_written_reason(fake: FakeJudgeServer) -> None:
@@ -98,7 +102,8 @@ async def test_llm_written_reason(fake: FakeJudgeServer) -> None:
         model="openai/x", options={"context": ITEMS, "reason": "llm"}
     )
     result = await scorer.run(input="q", output="a")
-    assert result.reason and fake.stats.total == 4  # three verdicts and one reason call
+    assert result.reason
+    assert fake.stats.total == 4
 
 
 async def test_run_evals_reports_a_failing_item_and_keeps_the_others() -> None:

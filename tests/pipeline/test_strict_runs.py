@@ -68,13 +68,17 @@ def test_only_model_given_every_row_is_the_map_of_the_servers_verdicts(
         assert score(src, tmp_path / "out", model, monkeypatch, url) == 0  # re-run: memo
         assert server.stats.total == sent
     df = pl.read_parquet(tmp_path / "out" / "*.parquet").join(pl.read_parquet(src), on="id")
-    assert df.height == 60 and df.get_column("status").unique().to_list() == ["ok"]
+    assert df.height == 60
+    assert df.get_column("status").unique().to_list() == ["ok"]
     for row in df.iter_rows(named=True):
         verdicts = [expected_verdict(item) for item in row["contexts"]]
-        assert row["verdicts"] == verdicts and row["score"] == map_score(verdicts)
+        assert row["verdicts"] == verdicts
+        assert row["score"] == map_score(verdicts)
     distinct = len({item for items in df.get_column("contexts") for item in items})
-    assert sent <= 1.25 * distinct and server.stats.by_status.keys() == {200}
-    assert run["judge"]["output_tokens"] > 0 and run["judge"]["adaptations"] == {}
+    assert sent <= 1.25 * distinct
+    assert server.stats.by_status.keys() == {200}
+    assert run["judge"]["output_tokens"] > 0
+    assert run["judge"]["adaptations"] == {}
 
 
 def test_llama_cpp_flavour_steps_down_once_and_records_it(
@@ -111,12 +115,16 @@ def test_out_of_quota_stops_the_run_with_exit_4_and_the_same_command_resumes(
         err = capsys.readouterr().err
         assert code == 4, err
         assert refused <= 48  # the calls in flight when the first refusal came back, no more
-        assert words in err and "Fix:" in err and "run the same command again" in err
-        assert "rows failed" not in err and KEY not in err
+        assert words in err
+        assert "Fix:" in err
+        assert "run the same command again" in err
+        assert "rows failed" not in err
+        assert KEY not in err
         server.config.account = "ok"
         assert score(src, out, model, monkeypatch, url, "--concurrency", "32") == 0
     df = pl.read_parquet(out / "*.parquet")
-    assert df.height == 300 and df.get_column("status").unique().to_list() == ["ok"]
+    assert df.height == 300
+    assert df.get_column("status").unique().to_list() == ["ok"]
 
 
 def test_cached_prompt_tokens_are_priced_at_the_cached_price() -> None:

@@ -141,7 +141,8 @@ def test_summary_keeps_group_by_and_tells_the_incremental_truth(
     capsys.readouterr()
     assert main(["summary", str(out), "--group-by", "nosuchcol"]) == 2
     err = capsys.readouterr().err
-    assert "--group-by nosuchcol" in err and "retriever" in err
+    assert "--group-by nosuchcol" in err
+    assert "retriever" in err
 
 
 def test_no_expected_output_is_said_loudly(
@@ -182,7 +183,8 @@ def test_skipped_files_and_empty_input_get_one_line(
     assert score(folder, "-o", tmp_path / "out") == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if "not read" in x]
     assert len(lines) == 1
-    assert "2 file(s)" in lines[0] and "notes.txt" in lines[0]
+    assert "2 file(s)" in lines[0]
+    assert "notes.txt" in lines[0]
     empty = tmp_path / "empty.parquet"
     pl.read_parquet(folder / "a.parquet").head(0).write_parquet(empty)
     assert score(empty, "-o", tmp_path / "out2") == 0
@@ -209,7 +211,8 @@ def test_the_input_folder_is_walked_once(
     assert score(folder, "-o", tmp_path / "out") == 0
     captured = capsys.readouterr()
     assert "skipped 1 file(s) in no input format" in captured.err
-    assert "1 file(s) in" in captured.out and "were not read" in captured.out
+    assert "1 file(s) in" in captured.out
+    assert "were not read" in captured.out
     assert walks == ["*"]
 
 
@@ -243,7 +246,8 @@ def test_a_hostile_item_cannot_forge_item_boundaries(tmp_path: Path, fake: FakeJ
     out = tmp_path / "out"
     assert score(src, "-o", out, "--model", "openai/j", "--mode", "row") == 0
     row = pl.read_parquet(out / "*.parquet").row(0, named=True)
-    assert row["status"] == "ok" and len(row["verdicts"]) == 3
+    assert row["status"] == "ok"
+    assert len(row["verdicts"]) == 3
     assert row["prompt_version"] == "cp-row-v3"
 
 

@@ -79,8 +79,10 @@ def test_a_failed_write_stops_cleanly_and_the_same_command_finishes(
         assert score(source, "-o", out, *HTTP) == 2
     err = capsys.readouterr().err
     reason = "no space left on the device" if code == errno.ENOSPC else "read-only"
-    assert err.startswith("ctxprec: error: cannot write ") and reason in err, err
-    assert "run the same command again" in err and "Traceback" not in err
+    assert err.startswith("ctxprec: error: cannot write "), err
+    assert reason in err, err
+    assert "run the same command again" in err
+    assert "Traceback" not in err
     assert err.count("\n") == 1
     assert temp_files(out) == []
     assert not (out / "_SUCCESS").exists()
@@ -88,7 +90,8 @@ def test_a_failed_write_stops_cleanly_and_the_same_command_finishes(
         assert pq.read_table(out / rel).num_rows > 0
     paid = set(fake.stats.items)
     assert score(source, "-o", out, *HTTP) == 0
-    assert rows_of(out) == ROWS and (out / "_SUCCESS").exists()
+    assert rows_of(out) == ROWS
+    assert (out / "_SUCCESS").exists()
     assert all(fake.stats.items[item] == 1 for item in paid)  # no finished call paid twice
 
 
@@ -149,8 +152,10 @@ def test_output_on_a_full_file_system(
     filler = fill(small_fs, leave=24 * 1024)
     assert score(source, "-o", out, *HTTP) == 2
     err = capsys.readouterr().err
-    assert "no space left on the device" in err and "Traceback" not in err, err
-    assert temp_files(out) == [] and not (out / "_SUCCESS").exists()
+    assert "no space left on the device" in err, err
+    assert "Traceback" not in err, err
+    assert temp_files(out) == []
+    assert not (out / "_SUCCESS").exists()
     filler.unlink()
     assert score(source, "-o", out, *HTTP) == 0
     assert rows_of(out) == 40
@@ -168,7 +173,8 @@ def test_output_on_a_read_only_file_system(
     finally:
         remount(small_fs, "rw")
     err = capsys.readouterr().err
-    assert "read-only" in err and "Traceback" not in err, err
+    assert "read-only" in err, err
+    assert "Traceback" not in err, err
     assert fake.stats.total == 8 * 2  # refused before the first judge call of the second run
     assert score(more, "-o", out, *HTTP, "--incremental") == 0
     assert rows_of(out) == 12
@@ -185,7 +191,8 @@ def test_memo_on_a_full_file_system(
     code = score(source, "-o", out, *HTTP, "--cache-dir", cache)
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "cannot write the memo in" in err and "Traceback" not in err, err
+    assert "cannot write the memo in" in err, err
+    assert "Traceback" not in err, err
     filler.unlink()
     assert score(source, "-o", out, *HTTP, "--cache-dir", cache) == 0
     assert rows_of(out) == 60
@@ -199,7 +206,8 @@ def test_duckdb_sink_on_a_full_file_system(
     filler = fill(small_fs, leave=4 * 1024)
     assert score(source, "-o", out, *HTTP, "--sink", f"duckdb:{wh}:scores") == 1
     err = capsys.readouterr().err
-    assert "ctxprec: sink failed: duckdb:" in err and "Traceback" not in err, err
+    assert "ctxprec: sink failed: duckdb:" in err, err
+    assert "Traceback" not in err, err
     assert rows_of(out) == ROWS  # the Parquet output is complete
     filler.unlink()
     wh.unlink(missing_ok=True)

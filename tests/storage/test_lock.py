@@ -28,8 +28,10 @@ def test_the_lock_file_names_its_holder(tmp_path: Path) -> None:
     lock.acquire()
     try:
         raw = json.loads((tmp_path / "_ctxprec" / "lock").read_text(encoding="utf-8"))
-        assert raw["host"] == socket.gethostname() and raw["pid"] == os.getpid()
-        assert raw["started_at"] and raw["command"]
+        assert raw["host"] == socket.gethostname()
+        assert raw["pid"] == os.getpid()
+        assert raw["started_at"]
+        assert raw["command"]
         assert live_holder(tmp_path) == lock.holder
     finally:
         lock.release()
@@ -45,7 +47,8 @@ def test_a_second_holder_is_refused_with_who_and_since(tmp_path: Path) -> None:
             make(tmp_path).acquire()
         text = str(info.value)
         assert f"output folder {tmp_path} is being written by pid {os.getpid()}" in text
-        assert f"since {first.holder.started_at}" in text and "--wait-lock" in text
+        assert f"since {first.holder.started_at}" in text
+        assert "--wait-lock" in text
     finally:
         first.release()
 
@@ -69,7 +72,8 @@ def test_only_one_of_many_simultaneous_starts_wins(tmp_path: Path) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert len(won) == 1 and len(lost) == 7
+    assert len(won) == 1
+    assert len(lost) == 7
     won[0].release()
 
 
@@ -97,10 +101,12 @@ def test_a_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path: Path) -> 
     lock = make(tmp_path, log)
     lock.acquire()
     try:
-        assert len(log) == 1 and f"process {dead} is no longer running" in log[0]
+        assert len(log) == 1
+        assert f"process {dead} is no longer running" in log[0]
         assert "taking over the lock" in log[0]
         found = read_holder(tmp_path / "_ctxprec" / "lock")
-        assert found is not None and found[0] == lock.holder
+        assert found is not None
+        assert found[0] == lock.holder
     finally:
         lock.release()
 
@@ -111,7 +117,8 @@ def test_a_lock_not_refreshed_for_long_is_taken_over(tmp_path: Path) -> None:
     lock = make(tmp_path, log)
     lock.acquire()
     lock.release()
-    assert len(log) == 1 and "not refreshed for 600 s" in log[0]
+    assert len(log) == 1
+    assert "not refreshed for 600 s" in log[0]
 
 
 def test_a_fresh_lock_of_another_host_is_respected(tmp_path: Path) -> None:
@@ -147,7 +154,8 @@ def test_wait_lock_takes_it_once_the_holder_is_done(tmp_path: Path) -> None:
         if log:
             break
         time.sleep(0.01)
-    assert log and "waiting up to 60 s" in log[0]
+    assert log
+    assert "waiting up to 60 s" in log[0]
     first.release()
     waiter.join(30)
     assert second.held

@@ -32,7 +32,8 @@ def test_key_changes_with_everything_that_changes_a_verdict() -> None:
         memo_key(p, "v1", "q", "e", "item2"),
         memo_key(p, "v1", "qe", "", "item"),  # field boundaries cannot be shifted
     }
-    assert base not in others and len(others) == 7
+    assert base not in others
+    assert len(others) == 7
     assert base.startswith("v1-")
 
 

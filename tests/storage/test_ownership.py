@@ -81,7 +81,9 @@ def test_unknown_urls_are_refused(url: str) -> None:
 @pytest.mark.parametrize("url", ["s3://bkt/k/out", "s3:/bkt/k/out"])
 def test_object_store_urls_are_object_paths(url: str) -> None:
     got = ownership.local_outdir(url)
-    assert isinstance(got, ObjPath) and got.path == "bkt/k/out" and str(got) == "s3://bkt/k/out"
+    assert isinstance(got, ObjPath)
+    assert got.path == "bkt/k/out"
+    assert str(got) == "s3://bkt/k/out"
     assert str(got / "_ctxprec" / "manifest.json") == "s3://bkt/k/out/_ctxprec/manifest.json"
 
 

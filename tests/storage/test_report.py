@@ -187,7 +187,8 @@ def test_rank_metrics_failures_tokens_cost_and_throughput(outdir: Path) -> None:
         "this_run_output": 20_000,
     }
     assert s["cost_usd"] == {"this_run": 0.4, "all_rows": 0.00068}  # 0.2 + 0.2; 340e-6 + 340e-6
-    assert s["judge"]["calls"] == 15 and s["judge"]["rate_limited"] == 2
+    assert s["judge"]["calls"] == 15
+    assert s["judge"]["rate_limited"] == 2
     assert s["throughput"] == {"rows_per_s": 4.0, "calls_per_s": 7.5}
     assert s["estimate_vs_actual"]["calls"] == {"estimate": 12, "actual": 15, "ratio": 1.25}
     assert s["estimate_vs_actual"]["cost_usd"]["ratio"] == 0.8
@@ -198,7 +199,8 @@ def test_rank_metrics_failures_tokens_cost_and_throughput(outdir: Path) -> None:
 
 def test_no_price_no_cost_no_estimate(outdir: Path) -> None:
     s = build_summary(outdir, {"wall_s": 0})
-    assert s["cost_usd"] is None and s["estimate_vs_actual"] is None
+    assert s["cost_usd"] is None
+    assert s["estimate_vs_actual"] is None
     assert s["throughput"] == {"rows_per_s": None, "calls_per_s": None}
 
 
@@ -215,7 +217,8 @@ def test_agreement_matches_a_hand_computation() -> None:
     }
     assert agreement(0, 0, 0, 0)["cohen_kappa"] is None
     one_class = agreement(3, 0, 0, 0)  # chance agreement is 1: kappa is undefined
-    assert one_class["accuracy"] == 1.0 and one_class["cohen_kappa"] is None
+    assert one_class["accuracy"] == 1.0
+    assert one_class["cohen_kappa"] is None
 
 
 def test_label_agreement_from_parquet(tmp_path: Path) -> None:
@@ -277,23 +280,29 @@ def test_write_summary_writes_json_markdown_and_charts(outdir: Path) -> None:
 
 def test_group_by(outdir: Path) -> None:
     by_group = build_summary(outdir, RUN, group_by="source")["by_group"]
-    assert by_group["column"] == "source" and by_group["groups_total"] == 2
+    assert by_group["column"] == "source"
+    assert by_group["groups_total"] == 2
     got = {g["group"]: (g["rows"], g["failed"], g["mean_score"]) for g in by_group["groups"]}
     # kb: d 0, e 0, g 0.33, h failed; web: a 0.83, b 1.0, c 0.5, f failed
     assert got == {"kb": (4, 1, 0.11), "web": (4, 1, round(2.33 / 3, 4))}
     missing = build_summary(outdir, RUN, group_by="tenant")["by_group"]
-    assert missing["groups"] == [] and "`tenant` is not in the scored parts" in missing["note"]
+    assert missing["groups"] == []
+    assert "`tenant` is not in the scored parts" in missing["note"]
 
 
 def test_empty_outdir(tmp_path: Path) -> None:
     s = build_summary(tmp_path / "never-written", RUN)
     assert s["rows"] == {"total": 0, "ok": 0, "empty_context": 0, "failed": 0}
-    assert s["coverage"] is None and s["score"]["mean"] is None
+    assert s["coverage"] is None
+    assert s["score"]["mean"] is None
     assert all(b["rows"] == 0 and b["share"] is None for b in s["bands"])
-    assert s["relevance_by_position"] == [] and s["failures"] == {}
+    assert s["relevance_by_position"] == []
+    assert s["failures"] == {}
     write_summary(tmp_path, s)
     md = (tmp_path / "summary.md").read_text()
-    assert "**0** rows" in md and "![" not in md and "failed —" not in md
+    assert "**0** rows" in md
+    assert "![" not in md
+    assert "failed —" not in md
     assert not (tmp_path / "charts").exists()
 
 
@@ -304,7 +313,8 @@ def test_hive_layout_and_state_folder(tmp_path: Path) -> None:
     write_part(tmp_path / "dt=2026-01-03" / "mine.parquet", ROWS)  # a user's file, not data
     commit(tmp_path, *(tmp_path / f"dt=2026-01-0{d}" / "part.parquet" for d in (1, 2)))
     s = build_summary(tmp_path, RUN, group_by="dt")
-    assert s["rows"]["total"] == 8 and s["parts"] == 2
+    assert s["rows"]["total"] == 8
+    assert s["parts"] == 2
     assert s["score"]["median"] == 0.415
     got = {g["group"]: g["rows"] for g in s["by_group"]["groups"]}
     assert got == {"2026-01-01": 4, "2026-01-02": 4}

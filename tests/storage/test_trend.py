@@ -49,7 +49,8 @@ def nights(tmp_path: Path) -> Path:
 def test_per_night_figures_and_moves(nights: Path) -> None:
     price = {"input_per_mtok": 1.0, "output_per_mtok": 10.0}
     trend = night_trend(nights, {"price": price})
-    assert trend is not None and trend["column"] == "dt"
+    assert trend is not None
+    assert trend["column"] == "dt"
     rows = trend["nights"]
     assert [r["night"] for r in rows] == ["2026-11-27", "2026-11-28", "2026-11-29"]
     first = rows[0]
@@ -59,12 +60,16 @@ def test_per_night_figures_and_moves(nights: Path) -> None:
     assert first["mean_score"] == pytest.approx(mean)
     assert first["ci95"] == pytest.approx([mean - 1.959964 * sd / math.sqrt(6),
                                            mean + 1.959964 * sd / math.sqrt(6)])  # fmt: skip
-    assert first["p_at_1"] == pytest.approx(4 / 6) and first["items"] == 24
-    assert rows[1]["coverage"] == pytest.approx(5 / 6) and rows[1]["failed"] == 1
+    assert first["p_at_1"] == pytest.approx(4 / 6)
+    assert first["items"] == 24
+    assert rows[1]["coverage"] == pytest.approx(5 / 6)
+    assert rows[1]["failed"] == 1
     assert first["cost_usd"] == pytest.approx((600 * 1.0 + 60 * 10.0) / 1e6)
     assert [r["moved"] for r in rows] == [None, None, "down"]
     md = "\n".join(trend_markdown(trend))
-    assert "▼ down" in md and "n/a" in md and "None" not in md
+    assert "▼ down" in md
+    assert "n/a" in md
+    assert "None" not in md
     assert "2026-11-29" in trend_text(trend)
 
 
@@ -84,7 +89,9 @@ def test_summary_command_shows_the_nights(
     capsys.readouterr()
     assert main(["summary", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "nights by dt" in printed and "2026-11-29" in printed and "None" not in printed
+    assert "nights by dt" in printed
+    assert "2026-11-29" in printed
+    assert "None" not in printed
     assert "## Nights by dt" in (out / "summary.md").read_text()
     assert (out / "charts" / "trend.png").stat().st_size > 0
     nights = json.loads((out / "summary.json").read_text())["trend"]["nights"]
