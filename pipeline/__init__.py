@@ -9,7 +9,8 @@ loader this module once had bought nothing but start-up time for `import pipelin
 from __future__ import annotations
 
 from pipeline.config import Config, load_config
-from pipeline.flow import RunResult, run_score, score
+from pipeline.driver import RunResult
+from pipeline.flow import run_score, score
 from pipeline.scorer import (
     ContextPrecisionScorer,
     EvalItem,

@@ -32,17 +32,12 @@ import anyio
 import polars as pl
 
 from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
-from connectors.judges.base import Gate, JudgeSettings
-from connectors.judges.batch_api import (
-    BATCH_PROVIDERS,
-    BatchClient,
-    RemoteBatch,
-    create_batch_client,
-    custom_id_for,
-)
+from connectors.judges.base import Gate
+from connectors.judges.batch_api import BATCH_PROVIDERS, create_batch_client
+from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_for
 from connectors.judges.registry import split_model
 from connectors.sources import iter_batches
-from pipeline.config import Config, Price
+from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunPlan, RunResult
 from pipeline.extractor import load_extractor
@@ -59,6 +54,7 @@ from storage.core.errors import (
     JudgeParseError,
     JudgeRetryableError,
 )
+from storage.core.settings import JudgeSettings, Price
 from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
 from storage.objpath import ObjPath, OutPath, out_path
 

@@ -39,10 +39,12 @@ from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.config import FLAGS, Config, flag_type, load_config
+from pipeline.driver import RunResult
 from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
-from pipeline.flow import RunResult, score
+from pipeline.flow import score
 from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import STATE_DIR, STATUS_FAILED
 from storage.core.errors import BatchesPendingError, JudgeError, JudgeRefusedRunError, UserError
@@ -51,7 +53,6 @@ from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
 from storage.ownership import check_claimable
 from storage.report import build_summary, seconds, write_summary
-from storage.runlog import atomic_write_text
 from storage.status import unfinished
 from storage.trend import trend_text
 

@@ -16,9 +16,9 @@ import polars as pl
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
-from storage.dataset import part_files
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
+from storage.ownership import part_files
 
 __all__ = [
     "CompareOptions",

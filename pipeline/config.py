@@ -38,7 +38,6 @@ __all__ = [
     "ENV_VARS",
     "FLAGS",
     "Config",
-    "Price",
     "flag_type",
     "load_config",
     "where",

@@ -18,7 +18,7 @@ from pipeline.run_frame import local_run, run_blocking
 from pipeline.stage import run_stage, shared_memo
 from storage.objpath import ObjPath, OutPath, out_path
 
-__all__ = ["RunResult", "run_score", "score"]
+__all__ = ["run_score", "score"]
 
 
 def score(

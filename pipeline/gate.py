@@ -11,8 +11,8 @@ import polars as pl
 
 from pipeline.paired import TIE_EPS
 from storage.core.constants import STATUS_EMPTY, STATUS_OK
-from storage.dataset import part_files
 from storage.objpath import OutPath, local_copies
+from storage.ownership import part_files
 
 __all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
 

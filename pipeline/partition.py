@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from storage.core.constants import HIVE_NULL
 
-__all__ = ["HIVE_NULL", "partition_tables"]
+__all__ = ["partition_tables"]
 
 
 def _segment(column: str, value: object) -> str:

@@ -34,7 +34,6 @@ __all__ = [
     "ContextPrecisionScorer",
     "EvalItem",
     "EvalResult",
-    "ScoreFailedError",
     "ScoreResult",
     "create_context_precision_scorer",
     "run_evals",

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from storage.atomic import atomic_write_text
 from storage.core.constants import STATE_DIR
-from storage.runlog import atomic_write_text
 
 __all__ = ["BATCH_DIR", "BatchStore", "ChunkWriter"]
 

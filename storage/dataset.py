@@ -18,7 +18,7 @@ from storage.atomic import atomic_write
 from storage.objpath import ObjPath, OutPath, readable
 from storage.ownership import part_files
 
-__all__ = ["drop_ids", "part_files", "scored_ids"]
+__all__ = ["drop_ids", "scored_ids"]
 
 
 def scored_ids(outdir: OutPath) -> pl.DataFrame:

@@ -25,7 +25,6 @@ from storage.core.settings import StorageSettings  # the [storage] section
 
 __all__ = [
     "SCHEMES",
-    "StorageSettings",
     "entries",
     "file_info",
     "is_uri",

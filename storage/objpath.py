@@ -25,6 +25,7 @@ import pyarrow.fs as pafs
 
 from storage import fs as storage_fs
 from storage.core.errors import OutputError
+from storage.core.settings import StorageSettings
 
 __all__ = [
     "ObjPath",
@@ -58,7 +59,7 @@ class ObjPath:
         self.root_uri = root_uri.rstrip("/")
 
     @classmethod
-    def from_uri(cls, uri: str, options: storage_fs.StorageSettings | None = None) -> ObjPath:
+    def from_uri(cls, uri: str, options: StorageSettings | None = None) -> ObjPath:
         fs, path = storage_fs.resolve(uri, options)
         return cls(fs, path, path, uri)
 
@@ -236,7 +237,7 @@ class ObjPath:
 OutPath = Path | ObjPath
 
 
-def out_path(spec: str | OutPath, options: storage_fs.StorageSettings | None = None) -> OutPath:
+def out_path(spec: str | OutPath, options: StorageSettings | None = None) -> OutPath:
     """The output folder named on the command line: an `ObjPath` for s3://, gs://, az://,
     abfs[s]:// URIs, a local `Path` for a path or a file:// URI; any other URL is refused before
     anything is created (`Path` folds `s3://b` to `s3:/b`: both spellings are read)."""
@@ -263,9 +264,9 @@ def out_path(spec: str | OutPath, options: storage_fs.StorageSettings | None = N
     )
 
 
-def with_options(path: OutPath, options: storage_fs.StorageSettings) -> OutPath:
+def with_options(path: OutPath, options: StorageSettings) -> OutPath:
     """`path` resolved again with the `[storage]` options of the configuration."""
-    if isinstance(path, ObjPath) and options != storage_fs.StorageSettings():
+    if isinstance(path, ObjPath) and options != StorageSettings():
         return ObjPath.from_uri(path.root_uri, options) / str(path.relative_to_root())
     return path
 

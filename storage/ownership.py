@@ -20,7 +20,6 @@ from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
     "MANIFEST",
-    "STATE_DIR",
     "SUCCESS",
     "check_claimable",
     "foreign_files",

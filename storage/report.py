@@ -13,14 +13,14 @@ from typing import Any
 import polars as pl
 
 from storage.atomic import atomic_write_bytes
-from storage.charts import CHART_FILES, planned_charts, render_charts
+from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 from storage.schema import SCHEMA_VERSION
-from storage.trend import TREND_CHART, night_trend, trend_chart, trend_markdown
+from storage.trend import night_trend, trend_chart, trend_markdown
 
 __all__ = [
     "BANDS",

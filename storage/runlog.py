@@ -20,7 +20,7 @@ from storage.mismatch import describe_differences
 from storage.objpath import OutPath
 from storage.ownership import PARTS, SUCCESS
 
-__all__ = ["STATE_DIR", "RunLog", "atomic_write_text", "fingerprint_of"]
+__all__ = ["RunLog", "fingerprint_of"]
 
 
 def fingerprint_of(parts: Mapping[str, Any]) -> str:

@@ -16,10 +16,10 @@ import polars as pl
 
 from storage.charts import TREND_CHART
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.dataset import part_files
 from storage.objpath import OutPath, local_copies, out_path
+from storage.ownership import part_files
 
-__all__ = ["TREND_CHART", "night_trend", "trend_chart", "trend_markdown", "trend_text"]
+__all__ = ["night_trend", "trend_chart", "trend_markdown", "trend_text"]
 
 _Z95 = 1.959964
 _DATE_NAMES = ("dt", "date", "day", "ds", "night")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.fakes.inputs import REPO
 
 BENCH = REPO / "bench"
 

@@ -1,15 +1,8 @@
 """Relevance judges: the protocol, the provider registry and the versioned prompts."""
 
-from connectors.judges.base import (
-    Gate,
-    ItemRequest,
-    Judge,
-    JudgeSettings,
-    JudgeStats,
-    NullGate,
-    estimate_tokens,
-)
+from connectors.judges.base import Gate, ItemRequest, Judge, JudgeStats, NullGate, estimate_tokens
 from connectors.judges.registry import create_judge, provider_names, register_provider, split_model
+from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [

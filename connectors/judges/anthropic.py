@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from connectors.judges.base import Gate, JudgeSettings, JudgeStats
+from connectors.judges.base import Gate, JudgeStats
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
 from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import anthropic_shape, learn_anthropic
 from connectors.judges.transport import Transport, normalize_base_url
+from storage.core.settings import JudgeSettings
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 

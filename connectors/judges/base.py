@@ -12,19 +12,15 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from storage.core.settings import JudgeSettings  # the [judge] section: what a provider needs
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "Gate",
     "ItemRequest",
     "Judge",
-    "JudgeReply",
-    "JudgeSettings",
     "JudgeStats",
     "NullGate",
     "SyncDecider",
-    "Verdict",
     "estimate_tokens",
 ]
 

@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.base import JudgeSettings
 from connectors.judges.batch_client import (
     BatchLimits,
     LineResult,
@@ -25,6 +24,7 @@ from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.transport import normalize_base_url
 from storage.core.errors import JudgeFatalError, JudgeRetryableError
+from storage.core.settings import JudgeSettings
 
 __all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
 

@@ -11,30 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.judges.base import JudgeSettings
 from connectors.judges.batch_anthropic import AnthropicBatches
 from connectors.judges.batch_client import (
-    CUSTOM_ID,
     BatchClient,
-    BatchLimits,
-    LineResult,
-    RemoteBatch,
-    custom_id_for,
 )
 from connectors.judges.batch_openai import OpenAIBatches
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.registry import create_judge, split_model
 from storage.core.errors import ConfigError
+from storage.core.settings import JudgeSettings
 
 __all__ = [
     "BATCH_PROVIDERS",
-    "CUSTOM_ID",
-    "BatchClient",
-    "BatchLimits",
-    "LineResult",
-    "RemoteBatch",
     "create_batch_client",
-    "custom_id_for",
 ]
 
 BATCH_PROVIDERS = ("openai", "anthropic")

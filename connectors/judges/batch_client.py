@@ -23,11 +23,11 @@ from typing import Any, Protocol
 import aiohttp
 import anyio
 
-from connectors.judges.base import JudgeSettings
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import backoff, classify, classify_exception
 from connectors.judges.secrets import redact
 from storage.core.errors import ConfigError, JudgeError, JudgeFatalError, JudgeRetryableError
+from storage.core.settings import JudgeSettings
 
 __all__ = [
     "CUSTOM_ID",

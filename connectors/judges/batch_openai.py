@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 
-from connectors.judges.base import JudgeSettings
 from connectors.judges.batch_client import (
     BatchLimits,
     LineResult,
@@ -28,6 +27,7 @@ from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.openai import DEFAULT_BASE_URL
 from connectors.judges.transport import normalize_base_url
 from storage.core.errors import JudgeRetryableError
+from storage.core.settings import JudgeSettings
 
 __all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.judges.base import Gate, JudgeSettings, JudgeStats
+from connectors.judges.base import Gate, JudgeStats
 from connectors.judges.retry import (
     RetryPolicy,
     classify,
@@ -28,6 +28,7 @@ from connectors.judges.secrets import redact, redacted_headers, register_secret
 from connectors.judges.shapes import RequestShape
 from connectors.judges.transport import AiohttpTransport, HttpRequest, Transport
 from storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+from storage.core.settings import JudgeSettings
 
 __all__ = ["HttpClient", "json_int"]
 

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from connectors.judges.base import Gate, ItemRequest, JudgeSettings, JudgeStats
+from connectors.judges.base import Gate, ItemRequest, JudgeStats
 from storage.core.errors import ConfigError
+from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [

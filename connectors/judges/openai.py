@@ -9,12 +9,13 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from connectors.judges.base import Gate, JudgeSettings, JudgeStats
+from connectors.judges.base import Gate, JudgeStats
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
 from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import learn_openai, openai_shape
 from connectors.judges.transport import Transport, normalize_base_url
+from storage.core.settings import JudgeSettings
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 from typing import Protocol
 
-from connectors.judges.base import Gate, Judge, JudgeSettings, JudgeStats, NullGate
+from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
 from storage.core.errors import ConfigError
+from storage.core.settings import JudgeSettings
 
 __all__ = ["JudgeFactory", "create_judge", "provider_names", "register_provider", "split_model"]
 

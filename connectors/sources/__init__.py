@@ -2,9 +2,6 @@
 datasets, local or in an object store)."""
 
 from connectors.sources.parquet import (
-    DEFAULT_EXPECTED,
-    INPUT_ERROR,
-    ColumnMap,
     SourceBatch,
     SourceInfo,
     inspect_source,
@@ -12,6 +9,8 @@ from connectors.sources.parquet import (
     read_ids,
     resolve_inputs,
 )
+from connectors.sources.validate import INPUT_ERROR
+from storage.core.settings import DEFAULT_EXPECTED, ColumnMap
 
 __all__ = [
     "DEFAULT_EXPECTED",

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from storage import fs
 from storage.core.constants import STATE_DIR
 from storage.core.errors import InputError
+from storage.core.settings import StorageSettings
 
 __all__ = [
     "FORMATS",
@@ -133,7 +134,7 @@ def _rel_parts(path: str, root: str) -> tuple[str, ...]:
 class _Lister:
     """Finds input files below one root, local or remote, with the same rules."""
 
-    def __init__(self, options: fs.StorageSettings | None) -> None:
+    def __init__(self, options: StorageSettings | None) -> None:
         self.options = options
         self.skipped: list[str] = []
         self._outputs: dict[str, bool] = {}
@@ -253,7 +254,7 @@ def _skipped(lister: _Lister) -> tuple[str, ...]:
     return tuple(sorted(set(lister.skipped)))
 
 
-def find_inputs(spec: str | Path, options: fs.StorageSettings | None = None) -> InputFiles:
+def find_inputs(spec: str | Path, options: StorageSettings | None = None) -> InputFiles:
     """A file, a folder or prefix (recursive, skipping `_*` and `.*`), a glob, or a Hive
     dataset; an InputError that says what to do when it names no input file."""
     text = _normalize(spec)

@@ -24,6 +24,7 @@ from connectors.sources.files import InputFile
 from connectors.sources.validate import canonical_type, detail
 from storage import fs
 from storage.core.errors import InputError
+from storage.core.settings import StorageSettings
 
 __all__ = [
     "TextScan",
@@ -45,7 +46,7 @@ _ENCODED = b"ctxprec.encoded"
 
 
 @contextlib.contextmanager
-def open_parquet(file: InputFile, options: fs.StorageSettings | None) -> Iterator[pq.ParquetFile]:
+def open_parquet(file: InputFile, options: StorageSettings | None) -> Iterator[pq.ParquetFile]:
     """The Parquet file (footer only), closed on exit; unreadable files are an InputError."""
     if file.size == 0:
         raise InputError(f"{file} is empty (0 bytes), not a Parquet file; re-export or remove it")
@@ -98,7 +99,7 @@ def parquet_batches(
 # ---------------------------------------------------------------- text formats: bytes
 
 
-def _stream(file: InputFile, options: fs.StorageSettings | None) -> pa.NativeFile:
+def _stream(file: InputFile, options: StorageSettings | None) -> pa.NativeFile:
     filesystem, path = fs.resolve(file.path, options)
     try:
         stream = filesystem.open_input_stream(path, compression=file.compression)
@@ -164,7 +165,7 @@ def _parse_json(
         ) from exc
 
 
-def _csv_names(file: InputFile, options: fs.StorageSettings | None) -> list[str]:
+def _csv_names(file: InputFile, options: StorageSettings | None) -> list[str]:
     with _stream(file, options) as stream:
         try:
             reader = pacsv.open_csv(stream, read_options=pacsv.ReadOptions(block_size=_BLOCK))
@@ -216,7 +217,7 @@ def _rebatch(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Record
 
 
 def _csv_batches(
-    file: InputFile, options: fs.StorageSettings | None, rows: int
+    file: InputFile, options: StorageSettings | None, rows: int
 ) -> Iterator[pa.RecordBatch]:
     names = _csv_names(file, options)
     if not names:
@@ -281,7 +282,7 @@ class TextScan:
 
 
 def scan_text(
-    file: InputFile, options: fs.StorageSettings | None, lists: dict[str, pa.DataType]
+    file: InputFile, options: StorageSettings | None, lists: dict[str, pa.DataType]
 ) -> TextScan:
     """Read a JSON Lines or CSV file once: unified schema, row count, and that every mapped
     list column (`lists`: name -> list type) holds lists, or text that decodes as JSON arrays."""
@@ -361,7 +362,7 @@ def decode_lists(batch: pa.RecordBatch, lists: dict[str, pa.DataType]) -> pa.Rec
 
 
 def _raw_text(
-    file: InputFile, options: fs.StorageSettings | None, schema: pa.Schema | None, rows: int
+    file: InputFile, options: StorageSettings | None, schema: pa.Schema | None, rows: int
 ) -> Iterator[pa.RecordBatch]:
     if file.format == "csv":
         yield from _csv_batches(file, options, rows)
@@ -382,7 +383,7 @@ def _as_one_batch(table: pa.Table) -> Iterator[pa.RecordBatch]:
 
 def text_batches(
     file: InputFile,
-    options: fs.StorageSettings | None,
+    options: StorageSettings | None,
     schema: pa.Schema,
     rows: int,
     wanted: Sequence[int] | None = None,

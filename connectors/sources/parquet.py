@@ -40,14 +40,13 @@ from connectors.sources.validate import (
 )
 from storage.core.constants import HIVE_NULL
 from storage.core.errors import ConfigError, InputError
-from storage.core.settings import DEFAULT_EXPECTED, ColumnMap  # roles derived from [columns]
-from storage.fs import StorageSettings
+from storage.core.settings import (  # roles derived from [columns]
+    DEFAULT_EXPECTED,
+    ColumnMap,
+    StorageSettings,
+)
 
 __all__ = [
-    "DEFAULT_EXPECTED",
-    "INPUT_ERROR",
-    "ColumnMap",
-    "InputFile",
     "SourceBatch",
     "SourceInfo",
     "inspect_source",

@@ -25,6 +25,7 @@ from connectors.sources.files import find_inputs
 from pipeline.cli import main
 from storage import fs
 from storage.core.errors import InputError
+from storage.core.settings import StorageSettings
 from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server
 
@@ -146,7 +147,7 @@ def test_uri_resolution_keeps_buckets_and_keys() -> None:
     assert fs.is_uri("gs://b/k")
     assert fs.is_uri("az://c/k")
     assert not fs.is_uri("logs/dt=1")
-    gcs, path = fs.resolve("gs://b/k.jsonl", fs.StorageSettings(endpoint_url="http://127.0.0.1:9"))
+    gcs, path = fs.resolve("gs://b/k.jsonl", StorageSettings(endpoint_url="http://127.0.0.1:9"))
     assert gcs.type_name == "gcs"
     assert path == "b/k.jsonl"
     azure_env = {"AZURE_STORAGE_ACCOUNT_NAME": "acct", "AZURE_STORAGE_ACCOUNT_KEY": "a2V5"}

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.base import ItemRequest, Judge, JudgeSettings, JudgeStats, NullGate
+from connectors.judges.base import ItemRequest, Judge, JudgeStats, NullGate
 from connectors.judges.offline import OfflineJudge
 from connectors.judges.registry import create_judge
 from storage.core.errors import ConfigError
 from storage.core.metric import map_score
+from storage.core.settings import JudgeSettings
 
 DATASET = (
     Path(__file__).resolve().parents[2].parent

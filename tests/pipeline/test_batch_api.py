@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.batch_api import CUSTOM_ID, custom_id_for
+from connectors.judges.batch_client import CUSTOM_ID, custom_id_for
 from pipeline.cli import main
 from storage.batches import BatchStore
 from storage.core.metric import map_score
@@ -580,9 +580,9 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
     without purpose=batch are refused."""
     import anyio
 
-    from connectors.judges.base import JudgeSettings
     from connectors.judges.batch_api import create_batch_client
     from storage.core.errors import JudgeFatalError
+    from storage.core.settings import JudgeSettings
 
     body = {"model": "judge-1", "messages": [{"role": "user", "content": "hi"}]}
     client = create_batch_client(JudgeSettings(model="openai/judge-1"))
