@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from connectors.judges.retry import RetryClock, set_testing
 from tests.fakes.inputs import HOTPOT, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import judge_process
@@ -67,3 +68,20 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
     name = f"bucket-{next(_BUCKETS)}"
     s3_server.create_bucket(name)
     return name
+
+
+@pytest.fixture
+def retry_clock() -> Iterator[RetryClock]:
+    """Instant, recorded retry waits; jitter draws 0 so waits are exact."""
+    clock = set_testing(instant=True, rand=lambda: 0.0)
+    yield clock
+    set_testing(False)
+
+
+@pytest.fixture
+def judge_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both providers' API keys set to KEY; their base-URL variables unset."""
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(name, KEY)
+    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)

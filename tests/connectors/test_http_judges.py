@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ from tests.fakes.judge_server import (
     expected_verdict,
     running_fake_judge,
 )
+
+pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
 
 PROVIDERS = ["openai", "anthropic"]
 ITEMS = [f"Fact number {i}: the Eiffel tower is {300 + i} metres tall." for i in range(8)]
@@ -97,22 +99,6 @@ async def rig(
             yield Rig(judge, server, stats, gate)
         finally:
             await judge.aclose()
-
-
-@pytest.fixture(autouse=True)
-def retry_clock() -> Iterator[RetryClock]:
-    """Instant, recorded retry waits; jitter draws 0 so waits are exact."""
-    clock = set_testing(instant=True, rand=lambda: 0.0)
-    yield clock
-    set_testing(False)
-
-
-@pytest.fixture(autouse=True)
-def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        monkeypatch.setenv(name, KEY)
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def req(item: str, expected: str | None = "The Eiffel tower is 330 m tall.") -> ItemRequest:

@@ -6,7 +6,7 @@ is learned for the rest of the run. The real aiohttp path is tested in test_http
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ import pytest
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
 from connectors.judges.anthropic import AnthropicJudge
 from connectors.judges.openai import OpenAIJudge
-from connectors.judges.retry import RetryClock, set_testing
+from connectors.judges.retry import RetryClock
 from connectors.judges.transport import HttpRequest, HttpResponse
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
 from tests.fakes.inputs import KEY
@@ -28,6 +28,8 @@ from tests.fakes.transport import (
     replies,
     verdict_json,
 )
+
+pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
 
 REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
 
@@ -49,20 +51,6 @@ class RecordingGate:
 
     def used_tokens(self, estimated: int, actual: int) -> None:
         pass
-
-
-@pytest.fixture(autouse=True)
-def retry_clock() -> Iterator[RetryClock]:
-    """Instant, recorded retry waits; jitter draws 0 so waits are exact."""
-    clock = set_testing(instant=True, rand=lambda: 0.0)
-    yield clock
-    set_testing(False)
-
-
-@pytest.fixture(autouse=True)
-def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
 
 
 def openai_judge(

@@ -8,36 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryClock, classify, set_testing
+from connectors.judges.retry import RetryClock, classify
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
 from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictServer, running_strict
 
+pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
+
 ITEMS = [f"Fact {i}: the Eiffel tower is {300 + i} metres tall." for i in range(12)]
-
-
-@pytest.fixture(autouse=True)
-def retry_clock() -> Iterator[RetryClock]:
-    clock = set_testing(instant=True, rand=lambda: 0.0)
-    yield clock
-    set_testing(False)
-
-
-@pytest.fixture(autouse=True)
-def api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        monkeypatch.setenv(name, KEY)
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def req(item: str) -> ItemRequest:
