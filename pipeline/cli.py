@@ -47,7 +47,13 @@ from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import STATE_DIR, STATUS_FAILED
-from storage.core.errors import BatchesPendingError, JudgeError, JudgeRefusedRunError, UserError
+from storage.core.errors import (
+    BatchesPendingError,
+    CtxprecError,
+    JudgeError,
+    JudgeRefusedRunError,
+    UserError,
+)
 from storage.core.settings import DEFAULT_KS, settings
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -525,17 +531,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ctxprec: {exc}", file=sys.stderr)
         if getattr(args, "quiet", False):  # cron logs get their one JSON line
             print(json.dumps({"outdir": str(args.output), "batches_pending": str(exc)}))
-        return 6
+        return exc.exit_code
     except JudgeRefusedRunError as exc:
         print(
             f"ctxprec: the judge refused the run: {exc}. Finished parts are kept; run the same "
             "command again once this is fixed",
             file=sys.stderr,
         )
-        return 4
+        return exc.exit_code
     except UserError as exc:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print(
             "ctxprec: interrupted; finished parts are kept; run the same command again to resume",
@@ -544,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except Exception as exc:  # the last line of defence: a message, not a traceback
         if os.environ.get("CTXPREC_DEBUG"):
             traceback.print_exc()
@@ -553,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(set CTXPREC_DEBUG=1 for the traceback; please report it)",
             file=sys.stderr,
         )
-        return 3
+        return CtxprecError.exit_code  # not one of ours, or a bug: 3
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import build_parser, main
+from storage.core import errors
 from storage.memo import Memo
 from tests.fakes.inputs import REPO
 
@@ -258,3 +259,19 @@ def test_readme_defaults_match_the_help() -> None:
         got = re.search(r"\(default: ([^)]*)\)", helps[flag])
         assert got, (flag, helps[flag], value)
         assert got.group(1) == value, (flag, helps[flag], value)
+
+
+def test_each_error_class_carries_its_exit_code() -> None:
+    """The CLI returns `exc.exit_code`: the exit-code table lives on the exception classes."""
+    codes = {
+        errors.CtxprecError: 3,
+        errors.UserError: 2,
+        errors.ConfigError: 2,
+        errors.InputError: 2,
+        errors.OutputError: 2,
+        errors.JudgeRefusedRunError: 4,
+        errors.BatchesPendingError: 6,
+        errors.JudgeError: 1,
+        errors.ScoreFailedError: 1,
+    }
+    assert {cls: cls.exit_code for cls in codes} == codes
