@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ from storage.core.constants import STATE_DIR
 __all__ = ["BATCH_DIR", "BatchStore", "ChunkWriter"]
 
 BATCH_DIR = "batches"
+# a chunk's request lines and id map, as `new_name` (and `_open`'s "x" suffixes) names them
+_CHUNK_FILE = re.compile(r"(?P<stem>c\d{8}T\d{6}-\d{5}-r\d+-\d{4}x*)\.(?:jsonl|ids)")
 _LIVE = ("written", "intent", "uploaded", "created")
 
 
@@ -135,10 +138,10 @@ class BatchStore:
             return
         known = set(self.chunks)
         for path in self.dir.iterdir():
-            if path.name == "state.json" or not path.is_file():
-                continue
-            stem = path.name.split(".", 1)[0]
-            if stem not in known:
+            chunk = _CHUNK_FILE.fullmatch(path.name)
+            if chunk is None or not path.is_file():
+                continue  # state.json, or not a file ctxprec names: left alone
+            if chunk["stem"] not in known:
                 path.unlink(missing_ok=True)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from storage.atomic import TMP_PREFIX, is_temp
@@ -90,9 +90,20 @@ def records(
     return found
 
 
+def named_files(record: dict[str, Any]) -> list[str]:
+    """The files one record names, as paths relative to OUTDIR. An entry that is absolute or
+    climbs out of OUTDIR (`..`) was not written by ctxprec and is never taken as ours."""
+    out = []
+    for entry in record["files"]:
+        rel = PurePosixPath(str(entry))
+        if not rel.is_absolute() and ".." not in rel.parts and rel.parts:
+            out.append(rel.as_posix())
+    return out
+
+
 def recorded_files(outdir: OutPath, suffix: str = COMMITTED) -> set[str]:
     """Relative paths of the part files the records name."""
-    return {str(f) for raw in records(outdir, suffix=suffix).values() for f in raw["files"]}
+    return {f for raw in records(outdir, suffix=suffix).values() for f in named_files(raw)}
 
 
 def part_files(outdir: OutPath) -> list[OutPath]:
@@ -168,7 +179,7 @@ def remove_torn(outdir: OutPath) -> None:
     records themselves and ctxprec's temp files: left by a killed run, removed before the next."""
     committed = recorded_files(outdir)
     for key, raw in records(outdir, suffix=PENDING).items():
-        for rel in raw["files"]:
+        for rel in named_files(raw):
             if rel not in committed:
                 _unlink(outdir / rel)
         _unlink(outdir / STATE_DIR / PARTS / f"{key}{PENDING}")

@@ -91,3 +91,23 @@ def test_local_paths_pass() -> None:
     assert ownership.local_outdir("out/x") == Path("out/x")
     assert ownership.local_outdir("file:///data/out") == Path("/data/out")
     assert ownership.local_outdir(Path("file:///data/out")) == Path("/data/out")
+
+
+def test_a_record_naming_a_path_outside_outdir_touches_nothing_there(tmp_path: Path) -> None:
+    """A hand-edited or corrupt record cannot make ctxprec delete or claim a file outside OUTDIR
+    (or an absolute path): such entries are not ctxprec's."""
+    out = tmp_path / "out"
+    ctxprec_folder(out)
+    victim = plant(tmp_path, {"victim.parquet": b"user"})
+    absolute = tmp_path / "abs.parquet"
+    absolute.write_bytes(b"user")
+    bad = {"key": "d", "files": ["../victim.parquet", str(absolute)]}
+    (out / "_ctxprec" / "parts" / "d.pending").write_text(json.dumps(bad))
+    (out / "_ctxprec" / "parts" / "e.json").write_text(
+        json.dumps({**bad, "key": "e", "rows": 1, "failed": 0})
+    )
+    assert ownership.named_files(bad) == []
+    ownership.remove_torn(out)
+    ownership.remove_owned(out)
+    assert_untouched(tmp_path, victim)
+    assert absolute.read_bytes() == b"user"
