@@ -28,7 +28,6 @@ import json
 import random
 import re
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -47,6 +46,7 @@ from tests.fakes.judge_server import (
     _styled,
     expected_verdict,
     items_from_messages,
+    start_loopback,
 )
 
 __all__ = ["BatchFakeConfig", "BatchFakeServer", "BatchFakeThread", "running_batch_fake"]
@@ -184,13 +184,7 @@ class BatchFakeServer:
         r.add_post("/v1/messages", self.online._handle)
         r.add_get("/_fake/stats", self._stats_view)
         r.add_post("/_fake/release", self._release)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        await web.SockSite(self._runner, sock).start()
-        self.root = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self._runner, self.root = await start_loopback(app, port, handler_cancellation=False)
         self.url = f"{self.root}/v1"
 
     async def stop(self) -> None:

@@ -47,6 +47,22 @@ _FIXED_ERRORS = {
 }
 
 
+async def start_loopback(
+    app: web.Application, port: int, *, handler_cancellation: bool = True
+) -> tuple[web.AppRunner, str]:
+    """Serve `app` on 127.0.0.1:`port` (0: any free port): its runner and `http://127.0.0.1:PORT`.
+    Every fake server starts this way; `runner.cleanup()` stops it."""
+    runner = web.AppRunner(
+        app, handler_cancellation=handler_cancellation, shutdown_timeout=0.5, access_log=None
+    )
+    await runner.setup()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    await web.SockSite(runner, sock).start()
+    return runner, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 @dataclass
 class FakeJudgeConfig:
     """How the server behaves: `script` outcomes first, in order, then seeded random faults.
@@ -153,15 +169,8 @@ class FakeJudgeServer:
         app.router.add_post("/v1/chat/completions", self._handle)
         app.router.add_post("/v1/messages", self._handle)
         app.router.add_get("/_fake/stats", self._stats_view)
-        self._runner = web.AppRunner(
-            app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None
-        )
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        await web.SockSite(self._runner, sock).start()
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._runner, root = await start_loopback(app, port)
+        self.url = f"{root}/v1"
 
     async def stop(self) -> None:
         if self._runner is not None:

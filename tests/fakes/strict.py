@@ -14,7 +14,6 @@ import dataclasses
 import json
 import re
 import secrets
-import socket
 import threading
 import time
 from collections import Counter
@@ -25,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.judge_server import expected_verdict, items_from_messages
+from tests.fakes.judge_server import expected_verdict, items_from_messages, start_loopback
 
 __all__ = ["StrictConfig", "StrictServer", "StrictStats", "StrictThread", "running_strict"]
 
@@ -185,15 +184,7 @@ class StrictServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
-        self._runner = web.AppRunner(
-            app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None
-        )
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        await web.SockSite(self._runner, sock).start()
-        self.root = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self._runner, self.root = await start_loopback(app, port)
         self.url = f"{self.root}/v1"
 
     async def stop(self) -> None:
