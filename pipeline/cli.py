@@ -44,6 +44,7 @@ from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
 from pipeline.flow import score
 from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from pipeline.version import __version__
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import STATE_DIR, STATUS_FAILED
@@ -160,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Context precision (MAP) of "
         "retrieved context, judged item by item, over Parquet.",
     )
-    parser.add_argument("--version", action="version", version=f"ctxprec {_version()}")
+    parser.add_argument("--version", action="version", version=f"ctxprec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("score", help="score a dataset into OUTDIR")
     _add_data_flags(sc)
@@ -217,15 +218,6 @@ def build_parser() -> argparse.ArgumentParser:
         if action.dest in _NOT_FOR_ESTIMATE:
             action.help = argparse.SUPPRESS
     return parser
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ctxprec")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class _RefusedOutdir:

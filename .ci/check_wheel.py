@@ -1,0 +1,51 @@
+"""Import every product module from an installed (non-editable) ctxprec, outside the checkout.
+
+Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
+Fails when a module is missing from the install, imports from the checkout instead of
+site-packages, or a package folder lacks its py.typed marker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    checkout = Path(sys.argv[1]).resolve()
+    sys.path = [p for p in sys.path if p and Path(p).resolve() != checkout]
+    expected = {
+        ".".join(p.relative_to(checkout).with_suffix("").parts).removesuffix(".__init__")
+        for top in ("pipeline", "connectors", "storage")
+        for p in (checkout / top).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    imported: set[str] = set()
+    problems: list[str] = []
+    for top in ("pipeline", "connectors", "storage"):
+        pkg = importlib.import_module(top)
+        where = Path(pkg.__file__ or "").resolve()
+        if checkout in where.parents:
+            problems.append(f"{top} imported from the checkout ({where}), not the install")
+        imported.add(top)
+        for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{top}."):
+            importlib.import_module(info.name)
+            imported.add(info.name)
+            if info.ispkg:
+                folder = Path(importlib.import_module(info.name).__path__[0])
+                if not (folder / "py.typed").exists():
+                    problems.append(f"{info.name}: no py.typed in the install")
+    missing = sorted(expected - imported)
+    if missing:
+        problems.append("modules not in the install: " + ", ".join(missing))
+    for line in problems:
+        print(f"check_wheel: {line}", file=sys.stderr)
+    print(f"check_wheel: {len(imported)} modules imported from {os.path.dirname(where)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
