@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import polars as pl
+
 from storage.core.metric import map_score, round_half_up
 
-__all__ = ["build_reason", "failed_reason"]
+__all__ = ["build_reason", "failed_reason", "item_texts"]
 
 _MAX_REASON_CHARS = 160
 _MAX_LISTED = 12
+# What str.split() splits on (str.isspace), for the vectorized `_short` of `item_texts`
+PY_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_SPACE_RUN = "[" + "".join(f"\\x{{{ord(c):X}}}" for c in PY_WHITESPACE) + "]+"
 
 
 def _short(text: str) -> str:
@@ -43,15 +51,60 @@ def _item_lines(relevant: Sequence[bool], reasons: Sequence[str]) -> list[str]:
     return lines
 
 
+def item_texts(
+    row: Sequence[int] | pl.Series, relevant: Sequence[bool], reasons: Sequence[str]
+) -> list[str]:
+    """The "#1 relevant: why; #2 ..." part of `build_reason` for many rows at once (flat items,
+    ordered by row then position; `row` numbers the rows 0, 1, ... as they come), in Polars
+    instead of one Python string operation per item. Equal to `"; ".join(_item_lines(...))`."""
+    why = pl.col("why").str.replace_all(_SPACE_RUN, " ").str.strip_chars(" ")
+    short = (
+        pl.when(why.str.len_chars() <= _MAX_REASON_CHARS)
+        .then(why)
+        .otherwise(why.str.slice(0, _MAX_REASON_CHARS - 1) + pl.lit("…"))
+    )
+    items = pl.DataFrame(
+        {"row": row, "rel": relevant, "why": reasons},
+        schema={"row": pl.Int64, "rel": pl.Boolean, "why": pl.String},
+    ).with_columns(pos=pl.int_range(pl.len()).over("row"))
+    line = pl.format(
+        "#{} {}: {}",
+        pl.col("pos") + 1,
+        pl.when(pl.col("rel")).then(pl.lit("relevant")).otherwise(pl.lit("not relevant")),
+        short,
+    )
+    grouped = (
+        items.lazy()
+        .group_by("row", maintain_order=True)
+        .agg(line.filter(pl.col("pos") < _MAX_LISTED).str.join("; ").alias("text"), pl.len())
+        .select(
+            pl.when(pl.col("len") > _MAX_LISTED)
+            .then(pl.format("{}; … and {} more items", "text", pl.col("len") - _MAX_LISTED))
+            .otherwise(pl.col("text"))
+        )
+        .collect()
+    )
+    return grouped.to_series().to_list()
+
+
 def build_reason(
-    relevant: Sequence[bool], reasons: Sequence[str], *, score: float, scale: float, criterion: str
+    relevant: Sequence[bool],
+    reasons: Sequence[str],
+    *,
+    score: float,
+    scale: float,
+    criterion: str,
+    items_text: str | None = None,
 ) -> str:
-    """Explain a scored row. Positions are given 1-based (#1 is the first retrieved item)."""
+    """Explain a scored row. Positions are given 1-based (#1 is the first retrieved item).
+    `items_text`: the row's `item_texts` entry when the caller built them for a whole batch."""
     n, r = len(relevant), sum(relevant)
     if n == 0:
         return f"Score {score:g}: the context list is empty, so no item could be judged."
     head = f"Score {score:g} (scale {scale:g}): {r} of {n} context items judged relevant."
-    items = "Items: " + "; ".join(_item_lines(relevant, reasons)) + "."
+    if items_text is None:
+        items_text = "; ".join(_item_lines(relevant, reasons))
+    items = f"Items: {items_text}."
     if r == 0:
         ranking = "No item is relevant, so the mean average precision is 0."
     else:
