@@ -5,6 +5,7 @@ were relevant, how their positions moved the MAP, the best achievable score, and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import polars as pl
 
@@ -105,28 +106,36 @@ def build_reason(
     if items_text is None:
         items_text = "; ".join(_item_lines(relevant, reasons))
     items = f"Items: {items_text}."
-    if r == 0:
-        ranking = "No item is relevant, so the mean average precision is 0."
-    else:
-        steps = _precision_steps(relevant)
-        shown = ", ".join(f"#{i + 1}: {h}/{i + 1} = {_fmt(p)}" for i, h, p in steps[:_MAX_LISTED])
-        terms = " + ".join(_fmt(p) for _, _, p in steps[:_MAX_LISTED])
-        if r > _MAX_LISTED:
-            shown, terms = shown + ", …", terms + " + …"
-        ranking = (
-            f"Precision at each relevant position: {shown}; "
-            f"MAP = ({terms}) / {r} = {_fmt(sum(p for _, _, p in steps) / r)}."
-        )
-        best = map_score([True] * r + [False] * (n - r), scale)
-        if best > score:
-            late = [f"#{i + 1}" for i, rel in enumerate(relevant) if rel and i >= r]
-            ranking += (
-                f" With the relevant items ranked first the score would be {best:g}; "
-                f"relevant item(s) {', '.join(late[:_MAX_LISTED])} rank below irrelevant ones."
-            )
-        else:
-            ranking += " The relevant items already come first: the ranking is ideal."
+    ranking = _ranking(tuple(map(bool, relevant)), score, scale)
     return f"{head} {items} {ranking} Criterion: {criterion}."
+
+
+@lru_cache(maxsize=8192)
+def _ranking(relevant: tuple[bool, ...], score: float, scale: float) -> str:
+    """How the positions of the relevant items made the score: a function of the verdict
+    pattern alone (10 items have 1,024 patterns), so it is built once per pattern."""
+    n, r = len(relevant), sum(relevant)
+    if r == 0:
+        return "No item is relevant, so the mean average precision is 0."
+    steps = _precision_steps(relevant)
+    shown = ", ".join(f"#{i + 1}: {h}/{i + 1} = {_fmt(p)}" for i, h, p in steps[:_MAX_LISTED])
+    terms = " + ".join(_fmt(p) for _, _, p in steps[:_MAX_LISTED])
+    if r > _MAX_LISTED:
+        shown, terms = shown + ", …", terms + " + …"
+    ranking = (
+        f"Precision at each relevant position: {shown}; "
+        f"MAP = ({terms}) / {r} = {_fmt(sum(p for _, _, p in steps) / r)}."
+    )
+    best = map_score([True] * r + [False] * (n - r), scale)
+    if best > score:
+        late = [f"#{i + 1}" for i, rel in enumerate(relevant) if rel and i >= r]
+        ranking += (
+            f" With the relevant items ranked first the score would be {best:g}; "
+            f"relevant item(s) {', '.join(late[:_MAX_LISTED])} rank below irrelevant ones."
+        )
+    else:
+        ranking += " The relevant items already come first: the ranking is ideal."
+    return ranking
 
 
 def failed_reason(n_items: int, failed_positions: Sequence[int], error: str) -> str:

@@ -71,7 +71,7 @@ def _row_columns(
     criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
     version = prompt_version_for(plan.expected, spec.per_row)
     entries = plan.entries
-    got = [e for e in entries if e is not None]
+    got = [e for e in entries if e is not None] if None in entries else entries
     base: dict[str, Any] = {
         "status": plan.status,
         "error": plan.error,
@@ -84,13 +84,11 @@ def _row_columns(
     base["input_tokens"], base["output_tokens"] = _paid_tokens(plan)
     if plan.status == STATUS_OK:
         assert metrics is not None
-        rel = [bool(e[0]) for e in got]
-        base.update({k: metrics[k] for k in rank_column_names(spec.ks)})
-        base["score"] = metrics["score"]
-        base["relevant_count"] = metrics["relevant_count"]
+        rel = [bool(e[0]) for e in got]  # type: ignore[index]
+        base.update(metrics)  # the rank columns, score and relevant_count (and "row": unused)
         base["reason"] = build_reason(
             rel,
-            [e[1] for e in got],
+            [e[1] for e in got] if items_text is None else (),  # type: ignore[index]
             score=metrics["score"],
             scale=spec.scale,
             criterion=criterion,
