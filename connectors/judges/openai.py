@@ -5,6 +5,7 @@ request and reply shapes only. Retries live in `judges.client`, parsing and re-a
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +21,12 @@ from storage.core.settings import JudgeSettings
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@functools.lru_cache(maxsize=16)
+def _is_azure(base_url: str) -> bool:
+    """Azure OpenAI (keys in `api-key`): asked for every call's headers, parsed once."""
+    return (urlsplit(base_url).hostname or "").endswith(".azure.com")
 
 
 class OpenAIJudge(HttpJudgeBase):
@@ -69,7 +76,7 @@ class OpenAIJudge(HttpJudgeBase):
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key is not None:
             # Azure OpenAI takes its keys in `api-key`; everyone else in a bearer token.
-            if (urlsplit(self._base).hostname or "").endswith(".azure.com"):
+            if _is_azure(self._base):
                 headers["api-key"] = self._api_key
             else:
                 headers["Authorization"] = f"Bearer {self._api_key}"
