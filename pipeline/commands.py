@@ -25,7 +25,7 @@ from pipeline.batch_run import (
     render_batches,
     score_batch,
 )
-from pipeline.cli import _NOT_FOR_ESTIMATE, OutdirArg, _config
+from pipeline.cli import _NOT_FOR_ESTIMATE, _config
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.driver import RunResult
 from pipeline.engines import score_dask
@@ -55,7 +55,9 @@ def _prepared(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     def command(args: argparse.Namespace) -> int:
         for name in ("output", "outdir"):
             value = getattr(args, name, None)
-            if isinstance(value, OutdirArg):
+            # an OutdirArg (a str); not isinstance(OutdirArg): under `python -m pipeline.cli`
+            # the parser's class is __main__'s, not this import's
+            if isinstance(value, str):
                 setattr(args, name, out_path(str(value)))
         return run(args)
 
