@@ -71,8 +71,11 @@ def test_batched_reads_and_writes_share_diskcache_format(tmp_path: Path) -> None
     assert memo.set_many([("old", (True, "replaced", 7, 8)), ("k5", (False, "again", 0, 0))]) == 2
     found = memo.get_many([*keys, "big", "old", "missing"])
     assert len(found) == 2_002
-    assert found["big"] == big and found["k7"] == (True, "k7", 1, 1)
-    assert found["old"] == (True, "replaced", 7, 8) and found["k5"] == (False, "again", 0, 0)
-    assert memo._cache.get("k9") == (True, "k9", 1, 1) and memo._cache.get("big") == big
+    assert found["big"] == big
+    assert found["k7"] == (True, "k7", 1, 1)
+    assert found["old"] == (True, "replaced", 7, 8)
+    assert found["k5"] == (False, "again", 0, 0)
+    assert memo._cache.get("k9") == (True, "k9", 1, 1)
+    assert memo._cache.get("big") == big
     assert len(memo) == 2_002  # diskcache's count (kept by its triggers) sees every insert
     memo.close()
