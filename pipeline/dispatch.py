@@ -4,6 +4,7 @@ of identical items, and a memo writer that group-commits verdicts as calls compl
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
 
-_MEMO_QUEUE = 64  # lists of verdicts (one call's, or a batch judged inline) waiting, at most
+_MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most (then senders wait)
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
@@ -84,7 +85,11 @@ class Dispatcher:
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
         # bounded: a judge faster than the memo's disk (the offline one) waits for the writer
-        msend, mrecv = anyio.create_memory_object_stream[_Verdicts](_MEMO_QUEUE)
+        # unbounded stream of lists (one call's verdicts, or a batch judged inline), bounded by
+        # the verdicts queued: a judge faster than the memo's disk waits for the writer
+        msend, mrecv = anyio.create_memory_object_stream[_Verdicts](math.inf)
+        self._queued = 0
+        self._drained = anyio.Event()
         self._memo_send: MemoryObjectSendStream[_Verdicts] = msend
         self._memo_recv: MemoryObjectReceiveStream[_Verdicts] = mrecv
 
@@ -187,8 +192,17 @@ class Dispatcher:
     async def to_memo(self, entries: list[tuple[str, MemoEntry]]) -> None:
         """Queue verdicts for the memo writer (one message however many: a batch judged inline
         costs one task switch, not one per item)."""
-        if self.memo is not None and entries:
-            await self._memo_send.send(entries)
+        if self.memo is None or not entries:
+            return
+        while self._queued >= _MEMO_QUEUE:
+            await self._drained.wait()
+        self._queued += len(entries)
+        self._memo_send.send_nowait(entries)
+
+    def _written(self, n: int) -> None:
+        self._queued -= n
+        self._drained.set()  # wake the senders waiting for room; they look again
+        self._drained = anyio.Event()
 
     def _fail(self, job: _Job, exc: JudgeError) -> None:
         self.counters.calls_failed += 1
@@ -225,8 +239,9 @@ class Dispatcher:
                             batch += recv.receive_nowait()
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
-                    if memo is not None:
+                    if memo is not None:  # (a failed write ends the run: nobody waits on)
                         await anyio.to_thread.run_sync(memo.set_many, batch)
+                    self._written(len(batch))
                     self.counters.memo_writes += len(batch)
         finally:
             await self._flush_left()
