@@ -2,7 +2,8 @@
 
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
-site-packages, or a package folder lacks its py.typed marker.
+site-packages, or a package folder lacks its py.typed marker or a data file it reads
+(DATA_FILES: the provider registry).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import os
 import pkgutil
 import sys
 from pathlib import Path
+
+# data files the product reads at run time, next to its modules
+DATA_FILES = (("connectors.judges", "providers.toml"),)
 
 
 def main() -> int:
@@ -38,6 +42,13 @@ def main() -> int:
                 folder = Path(importlib.import_module(info.name).__path__[0])
                 if not (folder / "py.typed").exists():
                     problems.append(f"{info.name}: no py.typed in the install")
+    for package, name in DATA_FILES:
+        folder = Path(importlib.import_module(package).__path__[0])
+        if not (folder / name).is_file():
+            problems.append(f"{package}: no {name} in the install (package data)")
+    registry = importlib.import_module("connectors.judges.catalog")
+    if "groq" not in registry.builtin_providers():
+        problems.append("connectors.judges.catalog: the provider registry did not load")
     missing = sorted(expected - imported)
     if missing:
         problems.append("modules not in the install: " + ", ".join(missing))

@@ -1,5 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches` and
-`cache`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache` and
+`providers`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -44,6 +44,7 @@ from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
 from pipeline.flow import score
 from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from pipeline.providers_cmd import add_providers_command, run_providers_command
 from pipeline.version import __version__
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
@@ -213,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("outdir", type=_outdir, help="an output folder of a `score --batch-api` run")
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
+    add_providers_command(sub)  # `ctxprec providers` (pipeline/providers_cmd.py)
     show_defaults(parser)
     for action in es._actions:  # accepted only to be refused with a reason (see below)
         if action.dest in _NOT_FOR_ESTIMATE:
@@ -513,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compare": _cmd_compare,
         "batches": _cmd_batches,
         "cache": run_cache_command,
+        "providers": run_providers_command,
     }
     try:
         for value in (getattr(args, "output", None), getattr(args, "outdir", None)):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connectors.judges.catalog import known_price, provider_table
 from storage.core.errors import ConfigError
 from storage.core.settings import (
     SECTIONS,
@@ -69,7 +70,8 @@ class Config:
         return self.columns.map
 
     def price_for(self, model: str) -> Price | None:
-        return self.prices.get(model)
+        """[prices."provider/model"] of the config, else the provider registry's known price."""
+        return self.prices.get(model) or known_price(model)
 
 
 # ---------------------------------------------------------------- field kinds
@@ -182,13 +184,16 @@ def where(key: str, origin: str) -> str:
 # ---------------------------------------------------------------- the layers
 
 
+_OWN_TABLES = ("prices", "providers")  # top-level tables read apart from the settings
+
+
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"limits": {"rpm": 60}} -> {"limits.rpm": 60}; a table inside a section stays one value
     (a table-valued setting such as [judge] extra_headers, or an unknown key)."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and prefix == "" and key != "prices":
+        if isinstance(value, Mapping) and prefix == "" and key not in _OWN_TABLES:
             flat.update(_flatten(value, dotted + "."))
         else:
             flat[dotted] = value
@@ -204,11 +209,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     flat = _flatten(data)
-    unknown = sorted(k for k in flat if k not in DEFAULTS and k != "prices")
+    unknown = sorted(k for k in flat if k not in DEFAULTS and k not in _OWN_TABLES)
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; known sections: "
-            + " ".join(f"[{s}]" for s in (*SECTIONS, "prices"))
+            + " ".join(f"[{s}]" for s in (*SECTIONS, *_OWN_TABLES))
         )
     return flat
 
@@ -247,6 +252,8 @@ def load_config(
     origins = dict.fromkeys(DEFAULTS, "defaults")
     file_values = _read_toml(path) if path is not None else {}
     prices = _prices(file_values.pop("prices", None), str(path))
+    if "providers" in file_values:  # [providers.NAME]: registry providers added or changed
+        merged["judge.providers"] = provider_table(file_values.pop("providers"), str(path))
     for layer, origin in (
         (file_values, str(path)),
         (_from_env(env), "environment"),

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
+from connectors.judges.catalog import prices_taken, providers
 from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
 from pipeline.config import Config
@@ -33,7 +34,7 @@ def _no_key_needed(cfg: Config) -> Iterator[None]:
     """An estimate makes no call, so it needs no key: lend a placeholder while the judge is built
     (its identity, hence the memo keys, never includes the key)."""
     names = [cfg.judge.api_key_env] if cfg.judge.api_key_env else []
-    names += ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+    names += [v for spec in providers(cfg.judge.providers).values() for v in spec.key_env[:1]]
     lent = [n for n in names if not os.environ.get(n)]
     for name in lent:
         os.environ[name] = "estimate-makes-no-calls"
@@ -187,6 +188,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         or (0 if provider == "offline" else DEFAULT_OUTPUT_TOKENS),
         "cost_usd": None if cost is None else round(cost, 6),
         "price_known": price is not None or provider == "offline",
+        "price_source": _price_source(cfg, model, price is not None),
         "latency_s_assumed": latency,
         "wall_s": round(bounds[limit], 3),
         "bound_by": limit,
@@ -196,15 +198,25 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     }
 
 
+def _price_source(cfg: Config, model: str, known: bool) -> str | None:
+    """Where the price came from: the config's [prices], or the provider registry (dated)."""
+    if not known:
+        return None
+    if model in cfg.prices:
+        return "[prices] of the config"
+    return f"provider registry, prices of {prices_taken()}"
+
+
 def _limit(value: float | None) -> str:
     return "no limit" if value is None else f"{value:,g}"
 
 
 def render_estimate(e: dict[str, Any]) -> str:
     cost = (
-        "unknown (add a [prices] entry for this model)"
+        f'no price known for {e["judge_model"]} (add a [prices."{e["judge_model"]}"] entry '
+        "with input_per_mtok and output_per_mtok to a config)"
         if e["cost_usd"] is None
-        else f"${e['cost_usd']:,.4f}"
+        else f"${e['cost_usd']:,.4f}" + (f" ({e['price_source']})" if e.get("price_source") else "")
     )
     return "\n".join(
         [

@@ -103,7 +103,8 @@ def _ctxprec_segments(line: str) -> list[str]:
 # Sections whose commands need a server of their own or a script's variables; each has a test
 # that runs every ctxprec command of the section as written.
 RUN_ELSEWHERE = {
-    "## Judges": "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)",
+    "## Judges": "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)"
+    " and tests/connectors/test_registry_providers.py (the registry examples)",
     "## Nightly quality gate": "tests/test_readme_gate.py (the script run whole)",
     "## Provider batch APIs": "tests/pipeline/test_batch_api.py (the loopback batch APIs)",
 }

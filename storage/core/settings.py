@@ -92,13 +92,13 @@ class JudgeSettings:
         "OpenAI-compatible or Anthropic base URL",
         env="CTXPREC_BASE_URL",
         flag="--base-url",
-        unset="the provider's (OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
+        unset="the provider's (`ctxprec providers`; OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
     )
     api_key_env: str | None = setting(
         None,
         "name of the env var holding the API key",
         flag="--api-key-env",
-        unset="OPENAI_API_KEY or ANTHROPIC_API_KEY by provider",
+        unset="the provider's (`ctxprec providers`), e.g. OPENAI_API_KEY, GROQ_API_KEY",
     )
     temperature: float = setting(0.0, "sampling temperature of the judge")
     max_output_tokens: int = setting(200, "tokens the judge may write per call")
@@ -137,6 +137,11 @@ class JudgeSettings:
         False,
         "send the judge's calls through the provider's batch API (half price, up to 24 h)",
         flag="--batch-api",
+    )
+    # [providers.NAME] tables of the config (added or overridden registry providers), as
+    # (name, ((field, value), ...)) pairs; read by connectors/judges/catalog.py
+    providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = setting(
+        (), "providers added or changed by [providers.NAME] tables", unset="none"
     )
 
 

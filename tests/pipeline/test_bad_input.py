@@ -342,7 +342,11 @@ def test_bad_input_stops_before_any_judge_call(
 BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "unknown_provider": (
         ["--model", "foo/bar"],
-        ["unknown judge provider 'foo' in model 'foo/bar'", "use one of: anthropic, offline"],
+        [
+            "unknown judge provider 'foo' in model 'foo/bar'",
+            "all known: anthropic, azure,",
+            "offline",
+        ],
     ),
     "model_without_name": (
         ["--model", "openai"],
