@@ -268,7 +268,7 @@ class IcebergSink:
                 properties={"write.parquet.compression-codec": "zstd"},
             )
         else:
-            transaction = table.transaction()
+            transaction = _without_own_retries(table).transaction()
             if set(schema.names) - {f.name for f in table.schema().fields}:  # a new column
                 with transaction.update_schema() as update:
                     update.union_by_name(schema)
@@ -290,6 +290,19 @@ class IcebergSink:
             column = batch.column("id")
             held.append(column.filter(pc.is_in(column, ids)))
         return pa.concat_arrays(held) if held else pa.array([], rows["id"].type)
+
+
+def _without_own_retries(table: Table) -> Table:
+    """The table, with pyiceberg's own commit retries off for this process's commits.
+
+    pyiceberg redoes a commit that lost a race by re-applying the same rows on top of the new
+    snapshot (appends commute), which would add ids the other writer added meanwhile; this sink
+    redoes it itself, after looking at the table again. Only the in-memory copy of the table's
+    properties changes: a commit sends its updates, never these properties.
+    """
+    properties = {**table.metadata.properties, "commit.retry.num-retries": "0"}
+    table.metadata = table.metadata.model_copy(update={"properties": properties})
+    return table
 
 
 def _partition_spec(schema: Schema, partition_by: Sequence[str]) -> PartitionSpec:
