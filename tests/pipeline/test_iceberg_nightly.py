@@ -18,6 +18,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from pipeline.cli import main
+from pipeline.config import load_config
+from storage.core.errors import ConfigError
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import FakeJudgeServer
 
@@ -56,12 +58,25 @@ def _table(catalog: SqlCatalog) -> Table:
     return catalog.load_table("ctxprec.scores")
 
 
-@pytest.mark.parametrize("passthrough", [["--passthrough", "dt"], []], ids=["dt", "folder-only"])
+@pytest.mark.parametrize(
+    ("passthrough", "toml"),
+    [(["--passthrough", "dt"], False), ([], False), ([], True)],
+    ids=["dt", "folder-only", "sinks-in-toml"],
+)
 def test_two_nights_and_a_rerun_keep_every_id_once(
-    catalog: tuple[str, SqlCatalog], logs: list[Path], tmp_path: Path, passthrough: list[str]
+    catalog: tuple[str, SqlCatalog],
+    logs: list[Path],
+    tmp_path: Path,
+    passthrough: list[str],
+    toml: bool,
 ) -> None:
     name, sql = catalog
     out = tmp_path / "scores"
+    sink = ["--sink", f"iceberg:{name}/ctxprec.scores"]
+    if toml:
+        config = tmp_path / "nightly.toml"
+        config.write_text(f'[[sinks]]\nkind = "iceberg"\ntable = "{name}/ctxprec.scores"\n')
+        sink = ["--config", str(config)]
     common = [
         "-o",
         str(out),
@@ -72,8 +87,7 @@ def test_two_nights_and_a_rerun_keep_every_id_once(
         "--partition-by",
         "dt",
         "--incremental",
-        "--sink",
-        f"iceberg:{name}/ctxprec.scores",
+        *sink,
         "--progress",
         "off",
     ]
@@ -133,3 +147,21 @@ def test_iceberg_mistakes_stop_before_any_judge_call(
         assert "Traceback" not in err
     assert fake.stats.total == 0
     assert not (tmp_path / "out").exists()
+
+
+def test_sinks_as_toml_tables(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[output]\nsinks = ["duckdb:w.duckdb:scores"]\n'
+        '[[sinks]]\nkind = "iceberg"\ntable = "lake/analytics.scores"\n'
+        '[[sinks]]\nkind = "delta"\ntable = "/data/lake/scores"\n'
+    )
+    sinks = load_config(config, {}, env={}).output.sinks
+    assert sinks == (
+        "duckdb:w.duckdb:scores",
+        "iceberg:lake/analytics.scores",
+        "delta:/data/lake/scores",
+    )
+    config.write_text('[[sinks]]\nkind = "iceberg"\ncatalog = "lake"\n')
+    with pytest.raises(ConfigError, match=r"sinks must be \[\[sinks\]\] tables of kind and table"):
+        load_config(config, {}, env={})
