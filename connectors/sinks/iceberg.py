@@ -7,7 +7,8 @@ variables); ctxprec names the catalog and holds none of its settings.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
@@ -197,7 +198,8 @@ class IcebergSink:
                 "variables"
             )
         try:
-            return load_catalog(self.catalog_name, **settings)  # type: ignore[arg-type]
+            given: dict[str, Any] = dict(settings)  # as pyiceberg read them
+            return load_catalog(self.catalog_name, **_aws_environment(given), **given)
         except (ImportError, NotInstalledError) as exc:
             raise ConfigError(
                 f"{self.name}: this catalog type needs a package that is not installed "
@@ -290,6 +292,21 @@ class IcebergSink:
             column = batch.column("id")
             held.append(column.filter(pc.is_in(column, ids)))
         return pa.concat_arrays(held) if held else pa.array([], rows["id"].type)
+
+
+def _aws_environment(settings: Mapping[str, object]) -> dict[str, str]:
+    """The S3 endpoint and region from the standard AWS_* variables, which AWS SDKs and the other
+    sinks honour and pyiceberg's S3 file IO does not (without a region it asks AWS where a bucket
+    is, which no endpoint of your own can answer); the catalog's own settings win. Keys come from
+    the same environment through pyarrow's S3 client."""
+    found: dict[str, str] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "s3.endpoint" not in settings:
+        found["s3.endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region and not {"s3.region", "client.region"} & set(settings):
+        found["s3.region"] = region
+    return found
 
 
 def _without_own_retries(table: Table) -> Table:

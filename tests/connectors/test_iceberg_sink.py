@@ -330,22 +330,35 @@ def test_a_new_column_evolves_the_table(lake: Lake, tmp_path: Path) -> None:
 
 
 # -- the warehouse in the object store -------------------------------------------------------
+@pytest.mark.parametrize("settings", ["catalog", "environment"])
 def test_warehouse_in_the_s3_bucket(
-    s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    s3_server: S3Server,
+    bucket: str,
+    settings: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The object store named by the catalog's s3.* properties, or by the AWS_* environment
+    alone (`bucket` points it at the loopback server; its region keeps pyiceberg from asking
+    AWS where the bucket is)."""
     env = s3_server.env()
+    s3 = {
+        "s3.endpoint": env["AWS_ENDPOINT_URL"],
+        "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
+        "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],
+        "s3.region": env["AWS_REGION"],
+    }
     lake = configure(
         monkeypatch,
         {
             "type": "sql",
             "uri": f"sqlite:///{tmp_path}/catalog.db",
             "warehouse": f"s3://{bucket}/warehouse",
-            "s3.endpoint": env["AWS_ENDPOINT_URL"],
-            "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
-            "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],
-            "s3.region": env["AWS_REGION"],
+            **(s3 if settings == "catalog" else {}),
         },
     )
+    lake.properties |= s3  # the test's own reader, as a pyiceberg user would configure it
     sink = parse_sink(lake.spec)
     first, second = scored(range(30), 0.25), scored(range(20, 50), 0.75)
     sink.check(SCHEMA)
@@ -358,6 +371,7 @@ def test_warehouse_in_the_s3_bucket(
     keys = list(_object_keys(s3_server, bucket))
     assert any(k.endswith(".parquet") and "/data/dt=" in k for k in keys)
     assert any(k.endswith(".metadata.json") for k in keys)
+    assert "resolve region" not in caplog.text  # nothing asked beyond the loopback server
 
 
 def _object_keys(s3_server: S3Server, bucket: str) -> Iterator[str]:
