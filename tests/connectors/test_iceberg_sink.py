@@ -327,6 +327,30 @@ def test_a_new_column_evolves_the_table(lake: Lake, tmp_path: Path) -> None:
     assert (types["label_verdicts"], types["label_score"]) == ("list<boolean>", "double")
     # and the older version still appends to the evolved table (the new columns stay null)
     sink.check(old_schema)
+    oldest = scored(range(10, 12), 0.5)
+    files = write_run(tmp_path / "older", oldest, ["dt"], parts=1)
+    assert sink.append(tmp_path / "older", files, old_schema, ["dt"]).rows_added == 2
+    assert lake.read_back(new_schema.names).slice(10)["label_score"].to_pylist() == [None] * 2
+
+
+def test_many_ids_are_matched_after_the_scan(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Past the limit of ids pushed into the scan, the run's partitions are scanned and the ids
+    matched in Arrow: the same result."""
+    monkeypatch.setattr("connectors.sinks.iceberg._ID_FILTER_LIMIT", 5)
+    sink = parse_sink(lake.spec)
+    sink.append(
+        tmp_path / "a", write_run(tmp_path / "a", scored(range(40), 0.25), ["dt"]), SCHEMA, ["dt"]
+    )
+    again = sink.append(
+        tmp_path / "b",
+        write_run(tmp_path / "b", scored(range(30, 70), 0.75), ["dt"]),
+        SCHEMA,
+        ["dt"],
+    )
+    assert (again.rows_added, again.rows_skipped) == (30, 10)
+    assert sorted(lake.ids()) == [f"q{i:04d}" for i in range(70)]
 
 
 # -- the warehouse in the object store -------------------------------------------------------

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -20,7 +22,7 @@ from pyiceberg.table import Table
 from pipeline.cli import main
 from pipeline.config import load_config
 from storage.core.errors import ConfigError
-from tests.fakes.inputs import HOTPOT_MAP
+from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeServer
 
 NIGHTS = ("2026-11-29", "2026-11-30")
@@ -165,3 +167,24 @@ def test_sinks_as_toml_tables(tmp_path: Path) -> None:
     config.write_text('[[sinks]]\nkind = "iceberg"\ncatalog = "lake"\n')
     with pytest.raises(ConfigError, match=r"sinks must be \[\[sinks\]\] tables of kind and table"):
         load_config(config, {}, env={})
+
+
+def test_without_pyiceberg_in_a_fresh_interpreter(
+    catalog: tuple[str, SqlCatalog], logs: list[Path], fake: FakeJudgeServer, tmp_path: Path
+) -> None:
+    """pyiceberg really missing from the interpreter: exit 2 naming the extra, no judge call."""
+    name, _ = catalog
+    code = (
+        "import sys; sys.modules['pyiceberg'] = None; from pipeline.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    argv = ["score", str(logs[0]), "-o", str(tmp_path / "out"), *HOTPOT_MAP]
+    argv += ["--model", "openai/judge-1", "--sink", f"iceberg:{name}/ctxprec.scores"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert "needs the `pyiceberg` package, which is not installed" in done.stderr
+    assert "ctxprec[warehouse]" in done.stderr
+    assert fake.stats.total == 0
+    assert not (tmp_path / "out").exists()
