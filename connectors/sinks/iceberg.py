@@ -37,7 +37,7 @@ __all__ = ["SNAPSHOT_PROPERTY", "IcebergSink"]
 # recorded in the summary of every snapshot ctxprec commits: which tool wrote it
 SNAPSHOT_PROPERTY = "ctxprec.sink"
 # up to this many ids, the id filter is pushed into the scan (pruning files by their id bounds);
-# more are matched in Arrow after a scan of the run's partitions
+# more are matched in Arrow only, after reading the whole id column
 _ID_FILTER_LIMIT = 10_000
 # a commit that lost a race with another writer is redone on the new table state this often
 _COMMIT_ATTEMPTS = 3
@@ -89,21 +89,6 @@ def _problems(table: Schema, wanted: Schema) -> list[str]:
     return problems
 
 
-def _partition_filter(rows: pa.Table, partition_by: Sequence[str]) -> BooleanExpression:
-    """Rows whose partition values are among those of `rows` (all rows when unpartitioned)."""
-    from pyiceberg.expressions import AlwaysTrue, And, Or
-
-    expression: BooleanExpression = AlwaysTrue()
-    for name in partition_by:
-        values = pc.unique(rows[name]).to_pylist()
-        present = [v for v in values if v is not None]
-        column = _predicate("In", name, present) if present else _predicate("IsNull", name)
-        if present and len(present) < len(values):
-            column = Or(column, _predicate("IsNull", name))
-        expression = And(expression, column)
-    return expression
-
-
 def _predicate(kind: str, name: str, *args: object) -> BooleanExpression:
     """`In(name, values)` or `IsNull(name)`: pyiceberg's predicates take a column name, which
     their pydantic-generated signatures (all mypy sees) do not say."""
@@ -130,8 +115,9 @@ class IcebergSink:
     """One table of a pyiceberg catalog.
 
     Dedup and atomicity: the run's pending rows are read whole (pyiceberg writes a partitioned
-    table from an Arrow table), the ids the table already holds in the rows' partitions are
-    dropped (insert-only: a row in the table is never updated), and what is left is written and
+    table from an Arrow table), the ids the table already holds (in any partition: its id column
+    is read, like Delta's MERGE and DuckDB's anti join do) are dropped (insert-only: a row in
+    the table is never updated), and what is left is written and
     committed as one snapshot, together with any schema evolution (a column a newer ctxprec
     adds). On first use the table is created in that same commit. The commit asserts the table's
     current snapshot: if another writer committed in between, the commit fails and is redone on
@@ -248,10 +234,12 @@ class IcebergSink:
         files: int,
     ) -> int:
         """Write the rows whose id the table lacks, in one snapshot; how many were written."""
+        if rows.num_rows == 0:
+            return 0
         table = self._open(catalog)
         if table is not None:
             self._raise_if_cannot_take(table, _iceberg_schema(schema))
-            held = self._held(table, rows, partition_by)
+            held = self._held(table, rows)
             rows = rows.filter(pc.invert(pc.is_in(rows["id"], held)))
         if rows.num_rows == 0:
             return 0
@@ -278,15 +266,16 @@ class IcebergSink:
         transaction.commit_transaction()
         return int(rows.num_rows)
 
-    def _held(self, table: Table, rows: pa.Table, partition_by: Sequence[str]) -> pa.Array:
-        """The ids of `rows` that the table already holds."""
-        from pyiceberg.expressions import And
+    def _held(self, table: Table, rows: pa.Table) -> pa.Array:
+        """The ids of `rows` that the table already holds, in any partition: the table's id
+        column is read (up to `_ID_FILTER_LIMIT` ids, files whose id bounds exclude them all are
+        skipped) and matched against the run's ids in Arrow."""
+        from pyiceberg.expressions import AlwaysTrue
 
-        columns = {f.name for f in table.schema().fields}
-        where = _partition_filter(rows, [c for c in partition_by if c in columns])
+        ids = rows["id"].combine_chunks()
+        where: BooleanExpression = AlwaysTrue()
         if rows.num_rows <= _ID_FILTER_LIMIT:
-            where = And(where, _predicate("In", "id", rows["id"].to_pylist()))
-        ids = rows["id"].combine_chunks() if rows.num_rows else pa.array([], rows["id"].type)
+            where = _predicate("In", "id", ids.to_pylist())
         held: list[pa.Array] = []
         for batch in table.scan(row_filter=where, selected_fields=("id",)).to_arrow_batch_reader():
             column = batch.column("id")

@@ -210,6 +210,21 @@ def test_overlapping_runs_keep_every_id_once(
     assert len(lake.table().snapshots()) == snapshots  # nothing new: no empty snapshot
 
 
+def test_an_id_in_another_partition_is_not_added_again(lake: Lake, tmp_path: Path) -> None:
+    """The same ids scored again under another night (another OUTDIR): each id stays once."""
+    first = scored(range(12), 0.25)
+    moved = first.set_column(
+        first.schema.get_field_index("dt"), "dt", pa.array(["2026-12-01"] * 12)
+    )
+    sink = parse_sink(lake.spec)
+    sink.append(tmp_path / "a", write_run(tmp_path / "a", first, ["dt"]), SCHEMA, ["dt"])
+
+    again = sink.append(tmp_path / "b", write_run(tmp_path / "b", moved, ["dt"]), SCHEMA, ["dt"])
+
+    assert (again.rows_added, again.rows_skipped) == (0, 12)
+    rows_equal(lake.read_back(), first)
+
+
 def test_failed_rows_are_held_back_until_scored(lake: Lake, tmp_path: Path) -> None:
     rows = scored(range(10), 0.5)
     status = pa.array(["failed" if i < 3 else "ok" for i in range(10)])
