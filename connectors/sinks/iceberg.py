@@ -172,7 +172,11 @@ class IcebergSink:
         from pyiceberg.utils.config import Config
 
         try:
-            settings = Config().get_catalog_config(self.catalog_name)
+            config = Config()
+            # PYICEBERG_CATALOG__MY_LAKE__URI names the catalog `my-lake`: `my_lake` finds it too
+            settings = config.get_catalog_config(self.catalog_name) or config.get_catalog_config(
+                self.catalog_name.replace("_", "-")
+            )
         except ValueError as exc:
             raise ConfigError(f"{self.name}: {error_summary(exc)}") from exc
         if not settings:

@@ -61,8 +61,8 @@ class Lake:
         return [str(i) for i in self.table().scan(selected_fields=("id",)).to_arrow()["id"]]
 
 
-def configure(monkeypatch: pytest.MonkeyPatch, properties: dict[str, str]) -> Lake:
-    name = f"lake{next(_NAMES)}"
+def configure(monkeypatch: pytest.MonkeyPatch, properties: dict[str, str], name: str = "") -> Lake:
+    name = name or f"lake{next(_NAMES)}"
     for key, value in properties.items():
         var = key.upper().replace(".", "__").replace("-", "_")
         monkeypatch.setenv(f"PYICEBERG_CATALOG__{name.upper()}__{var}", value)
@@ -420,6 +420,43 @@ def _object_keys(s3_server: S3Server, bucket: str) -> Iterator[str]:
     for info in s3_server.filesystem().get_file_info(selector):
         if info.type == fs.FileType.File:
             yield info.path
+
+
+# -- where the catalog's settings come from --------------------------------------------------
+def test_catalog_from_pyiceberg_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    name = f"yaml{next(_NAMES)}"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".pyiceberg.yaml").write_text(
+        f"catalog:\n  {name}:\n    type: sql\n    uri: sqlite:///{tmp_path}/catalog.db\n"
+        f"    warehouse: file://{tmp_path}/warehouse\n"
+    )
+    monkeypatch.setenv("PYICEBERG_HOME", str(home))
+    lake = Lake(
+        name,
+        {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"},
+    )
+    rows = scored(range(6), 0.5)
+
+    parse_sink(lake.spec).append(tmp_path / "r", write_run(tmp_path / "r", rows, []), SCHEMA, [])
+
+    rows_equal(lake.read_back(), rows)
+    assert (tmp_path / "warehouse" / "analytics" / "ctxprec_scores").is_dir()
+
+
+def test_catalog_name_with_an_underscore(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """PYICEBERG_CATALOG__NIGHT_LAKE__* names the catalog `night-lake` (pyiceberg reads `_` as
+    `-`): the sink finds it under either spelling."""
+    lake = configure(
+        monkeypatch,
+        {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"},
+        name=f"night_lake{next(_NAMES)}",
+    )
+    rows = scored(range(6), 0.5)
+    for spelling in (lake.name, lake.name.replace("_", "-")):
+        sink = parse_sink(f"iceberg:{spelling}/{'.'.join(TABLE)}")
+        sink.append(tmp_path / spelling, write_run(tmp_path / spelling, rows, []), SCHEMA, [])
+    rows_equal(lake.read_back(), rows)
 
 
 # -- check: refused before the run ---------------------------------------------------------------
