@@ -89,13 +89,13 @@ def _problems(table: Schema, wanted: Schema) -> list[str]:
     return problems
 
 
-def _predicate(kind: str, name: str, *args: object) -> BooleanExpression:
-    """`In(name, values)` or `IsNull(name)`: pyiceberg's predicates take a column name, which
-    their pydantic-generated signatures (all mypy sees) do not say."""
-    from pyiceberg import expressions
+def _id_in(ids: pa.Array) -> BooleanExpression:
+    """`In("id", ids)`: pyiceberg's predicates take a column name, which their
+    pydantic-generated signatures (all mypy sees) do not say."""
+    from pyiceberg.expressions import In
 
-    make: Any = getattr(expressions, kind)
-    return cast("BooleanExpression", make(name, *args))
+    make: Any = In
+    return cast("BooleanExpression", make("id", ids.to_pylist()))
 
 
 def _first_per_id(rows: pa.Table) -> pa.Table:
@@ -108,20 +108,21 @@ def _first_per_id(rows: pa.Table) -> pa.Table:
         .group_by("id", use_threads=False)
         .aggregate([("__row", "min")])
     )
-    return rows.take(pc.sort_indices(firsts["__row_min"]).take(firsts["__row_min"]))
+    first_rows = firsts["__row_min"]
+    return rows.take(pc.take(first_rows, pc.sort_indices(first_rows)))
 
 
 class IcebergSink:
     """One table of a pyiceberg catalog.
 
     Dedup and atomicity: the run's pending rows are read whole (pyiceberg writes a partitioned
-    table from an Arrow table), the ids the table already holds (in any partition: its id column
-    is read, like Delta's MERGE and DuckDB's anti join do) are dropped (insert-only: a row in
-    the table is never updated), and what is left is written and
-    committed as one snapshot, together with any schema evolution (a column a newer ctxprec
-    adds). On first use the table is created in that same commit. The commit asserts the table's
-    current snapshot: if another writer committed in between, the commit fails and is redone on
-    the new state, so no id is ever added twice; on any other error nothing is committed.
+    table from an Arrow table); the ids the table already holds, in any partition, are dropped
+    (its id column is read, as Delta's MERGE and DuckDB's anti join do; a row in the table is
+    never updated); what is left is committed as one snapshot, together with any schema
+    evolution (a column a newer ctxprec adds). On first use the table is created in that same
+    commit. The commit asserts the table's current snapshot: if another writer committed in
+    between, the commit fails and is redone on the new state, so no id is ever added twice; on
+    any other error nothing is committed.
     """
 
     def __init__(self, catalog: str, identifier: tuple[str, ...]) -> None:
@@ -279,7 +280,7 @@ class IcebergSink:
         ids = rows["id"].combine_chunks()
         where: BooleanExpression = AlwaysTrue()
         if rows.num_rows <= _ID_FILTER_LIMIT:
-            where = _predicate("In", "id", ids.to_pylist())
+            where = _id_in(ids)
         held: list[pa.Array] = []
         for batch in table.scan(row_filter=where, selected_fields=("id",)).to_arrow_batch_reader():
             column = batch.column("id")

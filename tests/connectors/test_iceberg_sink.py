@@ -225,6 +225,21 @@ def test_an_id_in_another_partition_is_not_added_again(lake: Lake, tmp_path: Pat
     rows_equal(lake.read_back(), first)
 
 
+def test_an_id_twice_in_the_pending_files_is_loaded_once(lake: Lake, tmp_path: Path) -> None:
+    rows = scored(range(8), 0.25)
+    files = write_run(tmp_path / "a", rows, [], parts=1)
+    files += write_run(tmp_path / "b", scored(range(4, 10), 0.75), [], parts=1)
+    (tmp_path / "a" / "part-x.parquet").write_bytes((tmp_path / "b" / files[1]).read_bytes())
+    files[1] = "part-x.parquet"
+
+    result = parse_sink(lake.spec).append(tmp_path / "a", files, SCHEMA, [])
+
+    assert (result.rows_added, result.rows_skipped) == (10, 4)
+    back = lake.read_back()
+    assert back["id"].to_pylist() == [f"q{i:04d}" for i in range(10)]
+    assert back["score"].to_pylist() == [0.25] * 8 + [0.75] * 2  # the first file's rows won
+
+
 def test_failed_rows_are_held_back_until_scored(lake: Lake, tmp_path: Path) -> None:
     rows = scored(range(10), 0.5)
     status = pa.array(["failed" if i < 3 else "ok" for i in range(10)])
