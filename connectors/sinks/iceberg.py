@@ -165,31 +165,14 @@ class IcebergSink:
 
     # -- the catalog ------------------------------------------------------------------------
     def _catalog(self) -> Catalog:
-        """The catalog from its pyiceberg settings, read afresh (.pyiceberg.yaml and
-        PYICEBERG_CATALOG__* variables as they are now), connected: unknown -> ConfigError,
-        unreachable -> OutputError."""
+        """The catalog from its pyiceberg settings, connected: a catalog that is unknown or
+        misconfigured, or needs a package that is missing -> ConfigError; unreachable ->
+        OutputError."""
         from pyiceberg.catalog import load_catalog
         from pyiceberg.exceptions import NotInstalledError
-        from pyiceberg.utils.config import Config
 
+        given = self._settings()
         try:
-            config = Config()
-            # PYICEBERG_CATALOG__MY_LAKE__URI names the catalog `my-lake`: `my_lake` finds it too
-            settings = config.get_catalog_config(self.catalog_name) or config.get_catalog_config(
-                self.catalog_name.replace("_", "-")
-            )
-        except ValueError as exc:
-            raise ConfigError(f"{self.name}: {error_summary(exc)}") from exc
-        if not settings:
-            raise ConfigError(
-                f"{self.name}: Iceberg catalog {self.catalog_name!r} is not configured; configure "
-                "it the pyiceberg way: a `catalog:` entry in .pyiceberg.yaml (in $PYICEBERG_HOME, "
-                f"the home folder or the current folder) or PYICEBERG_CATALOG__"
-                f"{self.catalog_name.upper().replace('-', '_')}__TYPE, __URI, __WAREHOUSE, ... "
-                "variables"
-            )
-        try:
-            given: dict[str, Any] = dict(settings)  # as pyiceberg read them
             return load_catalog(self.catalog_name, **_aws_environment(given), **given)
         except (ImportError, NotInstalledError) as exc:
             raise ConfigError(
@@ -207,6 +190,29 @@ class IcebergSink:
                 f"{self.name}: cannot reach Iceberg catalog {self.catalog_name!r}: "
                 f"{error_summary(exc)}"
             ) from exc
+
+    def _settings(self) -> dict[str, Any]:
+        """The catalog's pyiceberg settings, read afresh (.pyiceberg.yaml and PYICEBERG_CATALOG__*
+        variables as they are now); `my_lake` also finds PYICEBERG_CATALOG__MY_LAKE__*, which
+        pyiceberg files under `my-lake`."""
+        from pyiceberg.utils.config import Config
+
+        try:
+            config = Config()
+            settings = config.get_catalog_config(self.catalog_name) or config.get_catalog_config(
+                self.catalog_name.replace("_", "-")
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{self.name}: {error_summary(exc)}") from exc
+        if not settings:
+            raise ConfigError(
+                f"{self.name}: Iceberg catalog {self.catalog_name!r} is not configured; configure "
+                "it the pyiceberg way: a `catalog:` entry in .pyiceberg.yaml (in $PYICEBERG_HOME, "
+                f"the home folder or the current folder) or PYICEBERG_CATALOG__"
+                f"{self.catalog_name.upper().replace('-', '_')}__TYPE, __URI, __WAREHOUSE, ... "
+                "variables"
+            )
+        return dict(settings)
 
     def _open(self, catalog: Catalog) -> Table | None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -253,23 +259,34 @@ class IcebergSink:
             "ctxprec.part-files": str(files),
             "ctxprec.rows": str(rows.num_rows),
         }
-        transaction: Transaction
-        if table is None:
-            catalog.create_namespace_if_not_exists(self.namespace)
-            transaction = catalog.create_table_transaction(
-                self.identifier,
-                _iceberg_schema(schema),
-                partition_spec=_partition_spec(_iceberg_schema(schema), partition_by),
-                properties={"write.parquet.compression-codec": "zstd"},
-            )
-        else:
-            transaction = _without_own_retries(table).transaction()
-            if set(schema.names) - {f.name for f in table.schema().fields}:  # a new column
-                with transaction.update_schema() as update:
-                    update.union_by_name(schema)
+        transaction = self._transaction(catalog, table, schema, partition_by)
         transaction.append(rows, snapshot_properties=properties)
         transaction.commit_transaction()
         return int(rows.num_rows)
+
+    def _transaction(
+        self,
+        catalog: Catalog,
+        table: Table | None,
+        schema: pa.Schema,
+        partition_by: Sequence[str],
+    ) -> Transaction:
+        """A transaction that creates the table (no table yet) or evolves its schema (a new
+        output column): either lands with the rows, in the same commit."""
+        if table is None:
+            catalog.create_namespace_if_not_exists(self.namespace)
+            fresh = _iceberg_schema(schema)
+            return catalog.create_table_transaction(
+                self.identifier,
+                fresh,
+                partition_spec=_partition_spec(fresh, partition_by),
+                properties={"write.parquet.compression-codec": "zstd"},
+            )
+        transaction = _without_own_retries(table).transaction()
+        if set(schema.names) - {f.name for f in table.schema().fields}:
+            with transaction.update_schema() as update:
+                update.union_by_name(schema)
+        return transaction
 
     def _held(self, table: Table, rows: pa.Table) -> pa.Array:
         """The ids of `rows` that the table already holds, in any partition: the table's id
