@@ -240,22 +240,19 @@ def _env(root: Path, fake_url: str) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
     env.pop("ANTHROPIC_API_KEY", None)
-    return (
-        env
-        | {
-            "PATH": bindir + os.pathsep + env.get("PATH", ""),
-            "OPENAI_API_KEY": KEY,
-            "ANTHROPIC_API_KEY": KEY,
-            "OPENAI_BASE_URL": fake_url,
-            "ANTHROPIC_BASE_URL": fake_url,
-            "CTXPREC_BASE_URL": fake_url,  # over a config's own base_url (vLLM on port 8000)
-            "CTXPREC_CACHE_DIR": str(root / "memo"),
-            # nothing leaves loopback: an object-store URL that slips through meets a closed port
-            "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-        | _exported(root)
-    )
+    env |= _exported(root)  # the nightly recipe's Iceberg catalog
+    return env | {
+        "PATH": bindir + os.pathsep + env.get("PATH", ""),
+        "OPENAI_API_KEY": KEY,
+        "ANTHROPIC_API_KEY": KEY,
+        "OPENAI_BASE_URL": fake_url,
+        "ANTHROPIC_BASE_URL": fake_url,
+        "CTXPREC_BASE_URL": fake_url,  # over a config's own base_url (vLLM on port 8000)
+        "CTXPREC_CACHE_DIR": str(root / "memo"),
+        # nothing leaves loopback: an object-store URL that slips through meets a closed port
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
 
 
 @pytest.mark.parametrize(("page", "command", "exit_code"), documented_commands())
