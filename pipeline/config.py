@@ -208,6 +208,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    sink_tables = _sink_tables(data.pop("sinks"), path) if "sinks" in data else []
     flat = _flatten(data)
     unknown = sorted(k for k in flat if k not in DEFAULTS and k not in _OWN_TABLES)
     if unknown:
@@ -215,7 +216,29 @@ def _read_toml(path: Path) -> dict[str, Any]:
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; known sections: "
             + " ".join(f"[{s}]" for s in (*SECTIONS, *_OWN_TABLES))
         )
+    if sink_tables:  # after [output] sinks, if both are given
+        given = flat.get("output.sinks", [])
+        given = given.split(",") if isinstance(given, str) else given
+        flat["output.sinks"] = [*given, *sink_tables] if isinstance(given, list) else given
     return flat
+
+
+_SINK_TABLE = '[[sinks]] tables of kind and table, e.g. kind = "iceberg" and table = "lake/ns.t"'
+
+
+def _sink_tables(raw: Any, path: Path) -> list[str]:
+    """`[[sinks]]` tables (kind = "iceberg", table = "lake/analytics.scores") as --sink specs."""
+    entries = raw if isinstance(raw, list) else [raw]
+    specs: list[str] = []
+    for entry in entries:
+        if (
+            not isinstance(entry, Mapping)
+            or set(entry) != {"kind", "table"}
+            or not all(isinstance(v, str) and v.strip() for v in entry.values())
+        ):
+            raise ConfigError(f"config file {path}: sinks must be {_SINK_TABLE}, got {entry!r}")
+        specs.append(f"{entry['kind'].strip()}:{entry['table'].strip()}")
+    return specs
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:

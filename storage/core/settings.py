@@ -321,7 +321,8 @@ class OutputSettings:
     )
     sinks: tuple[str, ...] = setting(
         (),
-        "also append to a table: delta:PATH or duckdb:FILE.duckdb:TABLE",
+        "also append to a table: delta:PATH, duckdb:FILE.duckdb:TABLE or "
+        "iceberg:CATALOG/NAMESPACE.TABLE",
         flag="--sink",
         unset="none",
         metavar="SPEC",
