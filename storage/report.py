@@ -279,6 +279,7 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
         "calls": run.get("judge_calls"),
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
+        "row_fallbacks": j.get("row_fallbacks"),  # --mode row: rows judged item by item
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
@@ -468,6 +469,7 @@ def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
         "requests": "HTTP requests",
         "rate_limited": "429 responses",
         "reasks": "re-asks",
+        "row_fallbacks": "rows judged per item after a wrong row reply",
         "adapted": "requests adapted for the run",
     }
     rows = [
