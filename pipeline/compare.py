@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from pipeline.agreement import agreement_figures
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
@@ -24,6 +26,7 @@ __all__ = [
     "CompareOptions",
     "Side",
     "compare",
+    "compare_outputs",
     "drop_gate",
     "local_output",
     "parse_filter",
@@ -31,7 +34,8 @@ __all__ = [
 ]
 
 _SCORED = (STATUS_OK, STATUS_EMPTY)
-_ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version")
+_ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version",
+             "input_tokens", "output_tokens")  # fmt: skip
 _RANK_PREFIXES = ("reciprocal_rank", "precision_at_")
 _JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
 _URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
@@ -98,6 +102,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
             + "; ".join(judge["differences"])
         )
     metrics = {m: _metric(pairs, m, opts) for m in _metric_names(pairs)}
+    agreement = judge_agreement(a, b, fa, fb, judge, metrics["score"], opts)
     return {
         "a": _side_info(a, fa),
         "b": _side_info(b, fb),
@@ -106,6 +111,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
         "bootstrap": {"resamples": opts.resamples, "seed": opts.seed, "interval": "percentile"},
         "left_out": left_out,
         "judge_config": judge,
+        "judge_agreement": agreement,
         "metrics": {k: v for k, v in metrics.items() if k != "score"},
         "by_group": _by_group(pairs, opts) if opts.group_by else None,
         "changed_most": _changed_most(pairs, opts),
@@ -315,6 +321,98 @@ def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
     return {"same": not differences, "differences": differences, "notes": notes}
 
 
+def _verdict_counts(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """Per row judged on both sides (paired by key, any status), the 2×2 counts of its items
+    judged by both (paired by position); and how many paired rows hold lists of different
+    lengths (not the same items: left out)."""
+    if "verdicts" not in fa.columns or "verdicts" not in fb.columns:
+        return np.zeros((0, 4), dtype=np.int64), 0
+    if fa.schema["key"] != fb.schema["key"]:
+        fa, fb = (f.with_columns(pl.col("key").cast(pl.String)) for f in (fa, fb))
+    va, vb = pl.col("va"), pl.col("vb")
+    joined = (
+        fa.select("key", va=pl.col("verdicts"))
+        .join(fb.select("key", vb=pl.col("verdicts")), on="key", how="inner")
+        .filter(va.is_not_null() & vb.is_not_null())
+    )
+    same = va.list.len() == vb.list.len()
+    differ = joined.filter(~same).height
+    items = (
+        joined.filter(same & (va.list.len() > 0))
+        .with_row_index("row")
+        .explode(["va", "vb"])
+        .drop_nulls(["va", "vb"])
+    )
+    counts = (
+        items.group_by("row")
+        .agg(
+            (va & vb).sum().alias("n11"),
+            (va & ~vb).sum().alias("n10"),
+            (~va & vb).sum().alias("n01"),
+            (~va & ~vb).sum().alias("n00"),
+        )
+        .sort("row")
+        .select("n11", "n10", "n01", "n00")
+    )
+    return counts.to_numpy().astype(np.int64).reshape(-1, 4), differ
+
+
+def _side_cost(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
+    """What judging the side's rows cost: the rows' token columns (each call counted once, on
+    the row that first used it), priced with the run's `[prices]` when run.json has them; and
+    the whole output's cost as its summary states it."""
+    tokens = {
+        t: int(frame.get_column(f"{t}_tokens").sum()) if f"{t}_tokens" in frame.columns else None
+        for t in ("input", "output")
+    }
+    run = _state_json(side.path / STATE_DIR / "run.json")
+    summary = _state_json(side.path / "summary.json")
+    price = run.get("price") or {}
+    p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
+    usd = None
+    if p_in is not None and p_out is not None and None not in tokens.values():
+        usd = ((tokens["input"] or 0) * p_in + (tokens["output"] or 0) * p_out) / 1e6
+    judge = summary.get("judge") or {}
+    return {
+        "judge_model": run.get("judge_model") or judge.get("model"),
+        "prompt_version": run.get("prompt_version") or judge.get("prompt_version"),
+        "input_tokens": tokens["input"],
+        "output_tokens": tokens["output"],
+        "cost_usd": usd,
+        "output_cost_usd": (summary.get("cost_usd") or {}).get("all_rows"),
+        "output_judge_calls": judge.get("calls"),
+    }
+
+
+def _state_json(path: OutPath) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def judge_agreement(
+    a: Side, b: Side, fa: pl.DataFrame, fb: pl.DataFrame, judge: dict[str, Any],
+    score: dict[str, Any], opts: CompareOptions,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Item-level agreement of the two sides' judges on the items both judged (paired by key and
+    position), the score difference it causes, and each side's cost. None when no item was
+    judged on both sides (e.g. outputs without a verdicts column)."""
+    counts, differ = _verdict_counts(fa, fb)
+    if counts.sum() == 0:
+        return None
+    figures = agreement_figures(counts, resamples=opts.resamples, seed=opts.seed)
+    return {
+        "judges_differ": bool(judge["differences"]) or any("base URL" in n for n in judge["notes"]),
+        **figures,
+        "rows_not_same_items": differ,
+        "score_delta": {k: score[k] for k in ("n_pairs", "mean_a", "mean_b", "mean_delta", "ci95")}
+        | {"rows_changed": score["wins"] + score["losses"]},
+        "cost": {"a": _side_cost(a, fa), "b": _side_cost(b, fb)},
+    }
+
+
 def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
     """The failure message when B is worse than A by more than `fail_drop` and the CI's upper
     bound is below zero; None when the gate passes. A drop of exactly `fail_drop` passes."""
@@ -330,6 +428,19 @@ def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
 
 def _num(value: float) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def compare_outputs(
+    a: str, b: str | None = None, *, a_where: Sequence[str] = (), b_where: Sequence[str] = (),
+    **options: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The Python API of `ctxprec compare`: the report dict compare.json holds (judge agreement
+    under `judge_agreement`). `compare_outputs("out/gpt-4.1", "out/gpt-4o-mini")`, or one output
+    and two slices: `compare_outputs("out", a_where=["dt=2026-11-28"], b_where=["dt=..."])`.
+    `options` are CompareOptions' fields (on, group_by, cluster_by, margin, resamples, ...)."""
+    outputs = [a] if b is None else [a, b]
+    side_a, side_b = sides_from_args(outputs, a_where, b_where)
+    return compare(side_a, side_b, CompareOptions(**options))
 
 
 def sides_from_args(

@@ -125,7 +125,8 @@ def _judge_lines(report: Mapping[str, Any]) -> list[str]:
     if j["differences"]:
         return [
             "**WARNING: the two sides were NOT scored with the same judge configuration; "
-            "the deltas mix a change of judge with a change of retrieval.**",
+            "the deltas mix a change of judge with a change of retrieval** (when both sides "
+            "hold the same rows, they measure the change of judge: see Judge against judge).",
             *(f"- {d}" for d in j["differences"]),
         ]
     return ["Same judge configuration on both sides."] + [f"- note: {n}" for n in j["notes"]]
@@ -167,6 +168,8 @@ def render_text(report: Mapping[str, Any]) -> str:
             f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
         )
     lines.append(f"  test: {report['test']}")
+    if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
+        lines += _agreement_text(agree)
     for d in report["judge_config"]["differences"]:
         lines.append(f"  WARNING judge configuration differs: {d}")
     if gate := _gate_message(report):
@@ -190,6 +193,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     if gate := _gate_message(report):
         lines += [f"> **Gate failed: {gate}**", ""]
+    agree = report.get("judge_agreement")
+    if agree and agree["judges_differ"]:  # judge against judge: what the reader came for
+        lines += _agreement_md(agree)
     lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
     lines += [
         f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
@@ -204,8 +210,74 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 for x in g["groups"]]  # fmt: skip
         head = [g["column"], "pairs", "mean A", "mean B", "delta", "95% CI", "wins", "losses"]
         lines += _table(f"By {g['column']}", head, rows)
+    if agree and not agree["judges_differ"]:
+        lines += _agreement_md(agree)
     lines += _changed_md(report)
     return "\n".join(lines).rstrip() + "\n"
+
+
+# -- judge against judge (item-level agreement) ----------------------------------------------
+def _pair(values: Any) -> str:
+    return "n/a" if not values else f"[{fmt(values[0])}, {fmt(values[1])}]"
+
+
+def _agreement_md(g: Mapping[str, Any]) -> list[str]:
+    """Item-level agreement of the two judges: table, κ, McNemar, score change, cost."""
+    t, m, d = g["table"], g["mcnemar"], g["score_delta"]
+    title = "## Judge against judge" if g["judges_differ"] else "## Item-level agreement"
+    caveat = ("" if g["judges_differ"] else
+              " Both sides have the same judge: this reads as agreement only if they judged the "
+              "same items (the same rows scored twice).")  # fmt: skip
+    lines = [
+        title,
+        "",
+        f"{fmt(g['items'])} items judged by both (paired by id and position, over "
+        f"{fmt(g['rows'])} rows)." + caveat,
+        "",
+        "| | B relevant | B not relevant |",
+        "| --- | --- | --- |",
+        f"| **A relevant** | {fmt(t['both_relevant'])} | {fmt(t['only_a_relevant'])} |",
+        f"| **A not relevant** | {fmt(t['only_b_relevant'])} | {fmt(t['neither_relevant'])} |",
+        "",
+        f"- agreement {fmt(g['agreement'])} (flip rate {fmt(g['flip_rate'])}); Cohen's κ "
+        f"**{fmt(g['cohen_kappa'])}**, 95% CI {_pair(g['kappa_ci95'])} ({g['kappa_ci']}; "
+        f"asymptotic {_pair(g['kappa_ci95_asymptotic'])})",
+        f"- relevant rate: A {fmt(g['relevant_rate_a'])}, B {fmt(g['relevant_rate_b'])}; "
+        f"McNemar ({m['method']}, {fmt(m['discordant'])} discordant items) p {_p(m['p_value'])}",
+        f"- score change this causes: mean {fmt(d['mean_a'])} → {fmt(d['mean_b'])} "
+        f"({_signed(d['mean_delta'])}, 95% CI {_ci(d)}); {fmt(d['rows_changed'])} of "
+        f"{fmt(d['n_pairs'])} rows changed score",
+    ]
+    if g["rows_not_same_items"]:
+        lines.append(f"- {fmt(g['rows_not_same_items'])} paired rows hold different numbers of "
+                     "items on the two sides: left out")  # fmt: skip
+    rows = []
+    for s in ("a", "b"):
+        c = g["cost"][s]
+        rows.append([s.upper(), c["judge_model"] or "n/a", fmt(c["input_tokens"]),
+                     fmt(c["output_tokens"]), fmt(c["cost_usd"], 6),
+                     fmt(c["output_cost_usd"], 6)])  # fmt: skip
+    head = ["side", "judge", "tokens in", "tokens out", "cost USD (these rows)",
+            "cost USD (whole output, summary)"]  # fmt: skip
+    return [*lines, "", "Cost of each judge:", "", *_table("cost", head, rows)[2:]]
+
+
+def _agreement_text(g: Mapping[str, Any]) -> list[str]:
+    t, m = g["table"], g["mcnemar"]
+    cost = "; ".join(
+        f"{s.upper()} {g['cost'][s]['judge_model'] or 'n/a'} "
+        f"{fmt(g['cost'][s]['input_tokens'])}/{fmt(g['cost'][s]['output_tokens'])} tokens"
+        + (f" ${fmt(g['cost'][s]['cost_usd'], 6)}" if g["cost"][s]["cost_usd"] is not None else "")
+        for s in ("a", "b")
+    )
+    return [
+        f"  judge agreement: {fmt(g['items'])} items judged by both, agreement "
+        f"{fmt(g['agreement'])}, kappa {fmt(g['cohen_kappa'])} 95% CI {_pair(g['kappa_ci95'])}",
+        f"    A+B+ {fmt(t['both_relevant'])}  A+B- {fmt(t['only_a_relevant'])}  "
+        f"A-B+ {fmt(t['only_b_relevant'])}  A-B- {fmt(t['neither_relevant'])}; McNemar "
+        f"p {_p(m['p_value'])} ({m['method']})",
+        f"    cost: {cost}",
+    ]
 
 
 def _changed_md(report: Mapping[str, Any]) -> list[str]:
