@@ -62,6 +62,8 @@ class CompareOptions:
     seed: int = 0
     top: int = 10
     strict: bool = False
+    cluster_by: str | None = None  # None: the query column when several pairs share a query
+    margin: float | None = None  # non-inferiority: B no worse than A by more than this
 
 
 def local_output(source: str) -> OutPath:
@@ -91,7 +93,10 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     """Every figure of compare.json (full float precision; rounding is for people only)."""
     if opts.resamples < 1:
         raise UserError(f"--resamples must be at least 1, got {opts.resamples}")
-    fa, fb = _read_side(a, opts), _read_side(b, opts)
+    if opts.margin is not None and not opts.margin >= 0:
+        raise UserError(f"--margin must be 0 or more, got {opts.margin}")
+    candidates = [opts.cluster_by] if opts.cluster_by else _cluster_candidates(a, b)
+    fa, fb = _read_side(a, opts, candidates), _read_side(b, opts, candidates)
     pairs, left_out = _pair(fa, fb)
     if pairs.height == 0:
         raise UserError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
@@ -101,6 +106,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
             "--strict: the two sides were not scored with the same judge configuration: "
             + "; ".join(judge["differences"])
         )
+    clustering, pairs = _clusters(pairs, candidates, opts)
     metrics = {m: _metric(pairs, m, opts) for m in _metric_names(pairs)}
     agreement = judge_agreement(a, b, fa, fb, judge, metrics["score"], opts)
     return {
@@ -109,6 +115,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
         "on": opts.on,
         **metrics["score"],
         "bootstrap": {"resamples": opts.resamples, "seed": opts.seed, "interval": "percentile"},
+        "clustering": clustering,
         "left_out": left_out,
         "judge_config": judge,
         "judge_agreement": agreement,
@@ -133,11 +140,13 @@ def _scan(side: Side) -> pl.LazyFrame:
         return lf.collect().lazy() if isinstance(side.path, ObjPath) else lf
 
 
-def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
-    """The side's rows: pairing key, scored columns, rank metrics, group column; filtered."""
+def _read_side(side: Side, opts: CompareOptions, clusters: Sequence[str] = ()) -> pl.DataFrame:
+    """The side's rows: pairing key, scored columns, rank metrics, group and cluster columns
+    (a default cluster column only when the side has it); filtered."""
     lf = _scan(side)
     cols = lf.collect_schema().names()
-    for column in [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]:
+    named = [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]
+    for column in [*named, opts.cluster_by or opts.on]:
         if column not in cols:
             raise UserError(
                 f"side {side.name}: column `{column}` is not in {side.path} "
@@ -147,6 +156,7 @@ def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
         lf = lf.filter(pl.col(column).cast(pl.String) == value)
     wanted = [c for c in cols if c in _ROW_COLS or c.startswith(_RANK_PREFIXES)]
     extra = [g for g in [opts.group_by] if g and g != opts.on and g not in wanted]
+    extra += [c for c in clusters if c in cols and c != opts.on and c not in (*wanted, *extra)]
     frame = lf.select(pl.col(opts.on).alias("key"), *extra, *wanted).collect()
     _check_side(side, frame, opts.on, lf)
     return frame
@@ -215,13 +225,60 @@ def _metric_names(pairs: pl.DataFrame) -> list[str]:
 
 
 def _metric(pairs: pl.DataFrame, name: str, opts: CompareOptions) -> dict[str, Any]:
-    both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b")).drop_nulls()
+    cluster = [pl.col(_CLUSTER)] if _CLUSTER in pairs.columns else []
+    both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b"), *cluster).drop_nulls()
     return paired_figures(
         both.get_column(f"{name}_a").cast(pl.Float64).to_list(),
         both.get_column(f"{name}_b").cast(pl.Float64).to_list(),
         resamples=opts.resamples,
         seed=opts.seed,
+        clusters=both.get_column(_CLUSTER).to_list() if cluster else None,
+        margin=opts.margin if name == "score" else None,
     )
+
+
+_CLUSTER = "__cluster"
+_QUERY_COLUMNS = ("query", "query_id", "question")  # a passthrough column naming the query
+
+
+def _cluster_candidates(a: Side, b: Side) -> list[str]:
+    """Columns that may name the query of a row: the column the run mapped to `query` (from its
+    manifest), then query, query_id, question."""
+    mapped = []
+    for side in (a, b):
+        manifest = _state_json(side.path / STATE_DIR / "manifest.json")
+        columns = (manifest.get("describe") or {}).get("columns") or []
+        if len(columns) > 1 and isinstance(columns[1], str):
+            mapped.append(columns[1])
+    return list(dict.fromkeys([*mapped, *_QUERY_COLUMNS]))
+
+
+def _clusters(
+    pairs: pl.DataFrame, candidates: Sequence[str], opts: CompareOptions
+) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Which column clusters the pairs (given, or by default the first query column in which
+    several pairs share a value), with each pair's cluster code in `__cluster`."""
+    for column in candidates:
+        if column == opts.on:
+            value = pl.col("key").cast(pl.String)
+        elif f"{column}_a" in pairs.columns or f"{column}_b" in pairs.columns:
+            sides = [pl.col(f"{column}_{s}") for s in "ab" if f"{column}_{s}" in pairs.columns]
+            value = pl.coalesce(*sides).cast(pl.String)
+        else:
+            continue
+        # a pair without a value is a cluster of its own
+        value = pl.coalesce(value, pl.lit("\x00") + pl.col("key").cast(pl.String))
+        coded = pairs.with_columns(value.rank("dense").cast(pl.Int64).alias(_CLUSTER))
+        n = int(coded.get_column(_CLUSTER).n_unique())
+        if opts.cluster_by is None and n == pairs.height:
+            continue  # every pair its own query: nothing to cluster
+        how = (f"--cluster-by {column}" if opts.cluster_by else
+               f"default: `{column}` names the query and {pairs.height - n:,} pairs share a "
+               "query with another pair")  # fmt: skip
+        return {"column": column, "clusters": n, "how": how}, coded
+    return {"column": None, "clusters": pairs.height,
+            "how": "none: no query column shared by several pairs; each pair resampled alone "
+                   "(--cluster-by COL to cluster)"}, pairs  # fmt: skip
 
 
 def _by_group(pairs: pl.DataFrame, opts: CompareOptions) -> dict[str, Any]:
@@ -413,16 +470,26 @@ def judge_agreement(
     }
 
 
-def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
+def drop_gate(report: dict[str, Any], fail_drop: float, margin: float | None = None) -> str | None:
     """The failure message when B is worse than A by more than `fail_drop` and the CI's upper
-    bound is below zero; None when the gate passes. A drop of exactly `fail_drop` passes."""
+    bound is below zero, or (with `margin`) when B is not shown to be within `margin` of A (the
+    lower end of the CI below −margin); None when the gate passes. A drop of exactly
+    `fail_drop` passes."""
     delta, (_, hi) = report["mean_delta"], report["ci95"]
-    if not (delta < -fail_drop - TIE_EPS and hi < 0):
+    if delta < -fail_drop - TIE_EPS and hi < 0:
+        return (
+            f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
+            f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
+            f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than "
+            "allowed"
+        )
+    test = report.get("non_inferiority")
+    if margin is None or test is None or test["non_inferior"]:
         return None
     return (
-        f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
-        f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
-        f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than allowed"
+        f"--fail-drop {fail_drop:g} --margin {margin:g} failed: B is not shown to be within "
+        f"{margin:g} of A: the 95% CI of the change [{_num(report['ci95'][0])}, {_num(hi)}] "
+        f"reaches below -{margin:g} (mean change {_num(delta)}; more pairs narrow the CI)"
     )
 
 

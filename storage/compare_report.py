@@ -151,6 +151,33 @@ def _left_out(report: Mapping[str, Any]) -> str:
     return f"{fmt(left['total'])} ids left out" + (f" ({', '.join(parts)})" if parts else "")
 
 
+def _honesty_lines(report: Mapping[str, Any], bullet: str) -> list[str]:
+    """Clustering, the smallest detectable difference, d_z and non-inferiority (issue 22)."""
+    c = report.get("clustering") or {}
+    out = []
+    if c.get("column"):
+        extra = report.get("design_effect")
+        deff = "" if extra is None else f", design effect {fmt(extra, 2)}"
+        out.append(f"{bullet}clustered by `{c['column']}`: {fmt(c['clusters'])} clusters resampled "
+                   f"whole ({c['how']}{deff})")  # fmt: skip
+    elif c:
+        out.append(f"{bullet}clusters: {c['how']}")
+    if report.get("mde_80") is not None:
+        out.append(
+            f"{bullet}smallest difference this comparison could detect (80% power, two-sided 5%): "
+            f"±{fmt(report['mde_80'])} at {fmt(report['n_pairs'])} pairs; a change smaller than "
+            f"that may go unseen. Cohen's d_z {fmt(report.get('cohens_dz'), 3)}"
+        )
+    if t := report.get("non_inferiority"):
+        shown = "SHOWN" if t["non_inferior"] else "NOT shown"
+        out.append(
+            f"{bullet}non-inferiority, margin {fmt(t['margin'])}: {shown} that B is no worse than "
+            f"A by more than {fmt(t['margin'])} (lower end of the 95% CI "
+            f"{_signed(t['lower_bound'])} vs -{fmt(t['margin'])}; bootstrap p {_p(t['p_value'])})"
+        )
+    return out
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics."""
     lines = [
@@ -168,6 +195,7 @@ def render_text(report: Mapping[str, Any]) -> str:
             f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
         )
     lines.append(f"  test: {report['test']}")
+    lines += _honesty_lines(report, "  ")
     if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
         lines += _agreement_text(agree)
     for d in report["judge_config"]["differences"]:
@@ -201,6 +229,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
         f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",
         "",
+        *_honesty_lines(report, "- "),
+        "",
         f"![mean delta with 95% CI]({CHART_FILE})",
         "",
     ]
@@ -210,8 +240,6 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 for x in g["groups"]]  # fmt: skip
         head = [g["column"], "pairs", "mean A", "mean B", "delta", "95% CI", "wins", "losses"]
         lines += _table(f"By {g['column']}", head, rows)
-    if agree and not agree["judges_differ"]:
-        lines += _agreement_md(agree)
     lines += _changed_md(report)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -224,15 +252,11 @@ def _pair(values: Any) -> str:
 def _agreement_md(g: Mapping[str, Any]) -> list[str]:
     """Item-level agreement of the two judges: table, κ, McNemar, score change, cost."""
     t, m, d = g["table"], g["mcnemar"], g["score_delta"]
-    title = "## Judge against judge" if g["judges_differ"] else "## Item-level agreement"
-    caveat = ("" if g["judges_differ"] else
-              " Both sides have the same judge: this reads as agreement only if they judged the "
-              "same items (the same rows scored twice).")  # fmt: skip
     lines = [
-        title,
+        "## Judge against judge",
         "",
         f"{fmt(g['items'])} items judged by both (paired by id and position, over "
-        f"{fmt(g['rows'])} rows)." + caveat,
+        f"{fmt(g['rows'])} rows).",
         "",
         "| | B relevant | B not relevant |",
         "| --- | --- | --- |",
