@@ -90,6 +90,7 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     for key in ("model", "base_url", "api_key_env", "mode", "timeout_s", "max_retries"):
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
+    _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -311,6 +312,9 @@ def _cmd_score(args: argparse.Namespace) -> int:
         run = functools.partial(score_batch, options=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
+    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
+        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
+        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
     result = run(
         args.input,
         args.output,

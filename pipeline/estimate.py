@@ -16,6 +16,7 @@ from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
 from pipeline.config import Config
 from pipeline.extractor import load_extractor
+from pipeline.recheck import recheck_cost
 from pipeline.rows import attach_keys, plan_rows
 from storage.core.constants import STATUS_OK
 from storage.memo import Memo, default_cache_dir, judge_prefix
@@ -88,7 +89,9 @@ def estimate(
         calls=0,
         input_tokens=0,
         memo_output_tokens=0,
+        recheck_calls=0,
     )
+    rechecked: set[str] = set()  # --recheck: items already counted
     try:
         for batch in iter_batches(info, cfg.column_map, batch_rows=cfg.run.batch_rows):
             frame = batch.frame
@@ -111,6 +114,13 @@ def estimate(
                         per_row,
                         f,
                     )
+            if cfg.run.recheck > 0:  # --recheck asks a sample of the items again
+                calls, tokens = recheck_cost(
+                    plans, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
+                )
+                f["recheck_calls"] += calls
+                f["calls"] += calls
+                f["input_tokens"] += tokens
     finally:
         if memo is not None:
             memo.close()
@@ -181,6 +191,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "memo_hits": f["memo_hits"],
         "in_run_duplicates": f["duplicates"],
         "calls": f["calls"],
+        "recheck_calls": f["recheck_calls"],  # of calls: --recheck's re-asks
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
         "output_tokens_per_call": per_call_out
@@ -218,7 +229,9 @@ def render_estimate(e: dict[str, Any]) -> str:
                 else ""
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
-            f"in-run duplicates {e['in_run_duplicates']:,})",
+            f"in-run duplicates {e['in_run_duplicates']:,}"
+            + (f"; {e['recheck_calls']:,} of them --recheck" if e.get("recheck_calls") else "")
+            + ")",
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",

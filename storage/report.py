@@ -101,6 +101,7 @@ def _build(
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
+    summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
     return summary
 
 
@@ -504,6 +505,13 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
         out += _md_table("Provider batch API", ["figure", "value"], rows)
     if labels := s["labels"]:
         out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])
+    if again := s.get("self_agreement"):  # --recheck
+        wanted = ("fraction", "items", "flips", "flip_rate", "agreement", "cohen_kappa",
+                  "kappa_ci95", "failed", "input_tokens", "output_tokens", "cost_usd")  # fmt: skip
+        ci = again.get("kappa_ci95")
+        shown = {**again, "kappa_ci95": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None}
+        rows = [[k.replace("_", " "), shown.get(k)] for k in wanted]
+        out += _md_table("Judge against itself (--recheck)", ["figure", "value"], rows)
     if g := s["by_group"]:
         head = ["group", "rows", "failed", "mean score", "median"]
         rows = [
