@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.agreement import agreement_figures
+from pipeline.agreement import agreement_figures, mcnemar
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
@@ -36,7 +36,7 @@ __all__ = [
 _SCORED = (STATUS_OK, STATUS_EMPTY)
 _ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version",
              "input_tokens", "output_tokens")  # fmt: skip
-_RANK_PREFIXES = ("reciprocal_rank", "precision_at_")
+_RANK_PREFIXES = ("reciprocal_rank", "precision_at_", "hit_at_")
 _JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
 _URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
 
@@ -227,6 +227,19 @@ def _metric_names(pairs: pl.DataFrame) -> list[str]:
 def _metric(pairs: pl.DataFrame, name: str, opts: CompareOptions) -> dict[str, Any]:
     cluster = [pl.col(_CLUSTER)] if _CLUSTER in pairs.columns else []
     both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b"), *cluster).drop_nulls()
+    figures = _paired(both, name, opts, cluster)
+    if both.schema[f"{name}_a"] == pl.Boolean:  # pass/fail per row (hit@k): McNemar, as MLflow
+        va, vb = pl.col(f"{name}_a"), pl.col(f"{name}_b")
+        only_a, only_b = both.select((va & ~vb).sum().alias("a"), (~va & vb).sum().alias("b")).row(
+            0
+        )
+        figures["mcnemar"] = mcnemar(int(only_a), int(only_b))
+    return figures
+
+
+def _paired(
+    both: pl.DataFrame, name: str, opts: CompareOptions, cluster: list[pl.Expr]
+) -> dict[str, Any]:
     return paired_figures(
         both.get_column(f"{name}_a").cast(pl.Float64).to_list(),
         both.get_column(f"{name}_b").cast(pl.Float64).to_list(),

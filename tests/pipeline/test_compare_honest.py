@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
 from pipeline.cli import main
 from tests.fakes.inputs import REPO
@@ -58,6 +59,15 @@ def test_pairs_sharing_a_query_are_clustered_by_default(
     assert "flipping whole clusters" in report["test"]
     assert report["mde_80"] > 0
     assert report["cohens_dz"] is not None
+    # pass/fail per row (hit@k): McNemar's test, as MLflow's compare_evaluations gives it
+    a = pl.read_parquet(nights[0] / "*.parquet").sort("id")["hit_at_1"].to_list()
+    b = pl.read_parquet(nights[1] / "*.parquet").sort("id")["hit_at_1"].to_list()
+    only_a = sum(x and not y for x, y in zip(a, b, strict=True))
+    only_b = sum(y and not x for x, y in zip(a, b, strict=True))
+    ref = sm_mcnemar([[0, only_a], [only_b, 0]], exact=only_a + only_b < 25, correction=True)
+    hit = report["metrics"]["hit_at_1"]
+    assert hit["mcnemar"]["discordant"] == only_a + only_b
+    assert hit["mcnemar"]["p_value"] == pytest.approx(ref.pvalue, rel=1e-9)
     _, alone = run(capsys, *nights, "--cluster-by", "id")
     assert alone["clustering"]["clusters"] == alone["n_pairs"]
     assert alone["ci95"] != report["ci95"]  # resampled pair by pair: another interval
