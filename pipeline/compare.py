@@ -230,10 +230,8 @@ def _metric(pairs: pl.DataFrame, name: str, opts: CompareOptions) -> dict[str, A
     figures = _paired(both, name, opts, cluster)
     if both.schema[f"{name}_a"] == pl.Boolean:  # pass/fail per row (hit@k): McNemar, as MLflow
         va, vb = pl.col(f"{name}_a"), pl.col(f"{name}_b")
-        only_a, only_b = both.select((va & ~vb).sum().alias("a"), (~va & vb).sum().alias("b")).row(
-            0
-        )
-        figures["mcnemar"] = mcnemar(int(only_a), int(only_b))
+        counts = both.select(a=(va & ~vb).sum(), b=(~va & vb).sum())
+        figures["mcnemar"] = mcnemar(int(counts["a"][0]), int(counts["b"][0]))
     return figures
 
 
