@@ -119,7 +119,6 @@ def estimate(
                     plans, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
                 )
                 f["recheck_calls"] += calls
-                f["calls"] += calls
                 f["input_tokens"] += tokens
     finally:
         if memo is not None:
@@ -161,8 +160,9 @@ def _count_row(
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
     per_call_out = (f["memo_output_tokens"] / f["memo_hits"]) if f["memo_hits"] else None
+    sent = f["calls"] + f["recheck_calls"]  # --recheck's re-asks cost tokens and time too
     out_tokens = (
-        0 if provider == "offline" else round(f["calls"] * (per_call_out or DEFAULT_OUTPUT_TOKENS))
+        0 if provider == "offline" else round(sent * (per_call_out or DEFAULT_OUTPUT_TOKENS))
     )
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
@@ -176,9 +176,9 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     latency = (
         latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
     )
-    bounds = {"concurrency": f["calls"] * latency / cfg.limits.concurrency}
+    bounds = {"concurrency": sent * latency / cfg.limits.concurrency}
     if cfg.limits.rpm:
-        bounds["rpm"] = f["calls"] / cfg.limits.rpm * 60.0
+        bounds["rpm"] = sent / cfg.limits.rpm * 60.0
     if cfg.limits.tpm:
         bounds["tpm"] = (in_tokens + out_tokens) / cfg.limits.tpm * 60.0
     limit = max(bounds, key=lambda k: bounds[k])
@@ -191,7 +191,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "memo_hits": f["memo_hits"],
         "in_run_duplicates": f["duplicates"],
         "calls": f["calls"],
-        "recheck_calls": f["recheck_calls"],  # of calls: --recheck's re-asks
+        "recheck_calls": f["recheck_calls"],  # --recheck's re-asks, beside `calls`
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
         "output_tokens_per_call": per_call_out
@@ -230,8 +230,8 @@ def render_estimate(e: dict[str, Any]) -> str:
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
             f"in-run duplicates {e['in_run_duplicates']:,}"
-            + (f"; {e['recheck_calls']:,} of them --recheck" if e.get("recheck_calls") else "")
-            + ")",
+            + ")"
+            + (f", and {e['recheck_calls']:,} --recheck re-asks" if e.get("recheck_calls") else ""),
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",
