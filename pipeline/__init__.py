@@ -8,6 +8,7 @@ loader this module once had bought nothing but start-up time for `import pipelin
 
 from __future__ import annotations
 
+from pipeline.compare import compare_outputs
 from pipeline.config import Config, load_config
 from pipeline.driver import RunResult
 from pipeline.flow import run_score, score
@@ -44,6 +45,7 @@ __all__ = [
     "ScoreFailedError",
     "ScoreResult",
     "UserError",
+    "compare_outputs",
     "create_context_precision_scorer",
     "load_config",
     "map_score",

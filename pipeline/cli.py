@@ -91,6 +91,7 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     for key in ("model", "base_url", "api_key_env", "mode", "timeout_s", "max_retries"):
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
+    _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -254,6 +255,11 @@ def _add_compare_parser(sub: Any) -> None:
     cp.add_argument("--top", type=int, default=10, help="rows that changed most to show")
     cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
     cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
+    # -- honest intervals (issue 22): clustered bootstrap and non-inferiority
+    cp.add_argument("--cluster-by", metavar="COL", help="resample pairs sharing COL together "
+                    "(default: the query column when several pairs share a query)")  # fmt: skip
+    cp.add_argument("--margin", type=float, metavar="X", help="test that B is no worse than A "
+                    "by more than X; with --fail-drop, exit 5 unless shown")  # fmt: skip
     cp.add_argument("-o", "--output", type=Path, help="write compare.json/.md/.png into DIR")
     cp.add_argument("--json", action="store_true", help="print compare.json to stdout")
 
@@ -308,6 +314,9 @@ def _cmd_score(args: argparse.Namespace) -> int:
         run = functools.partial(score_batch, options=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
+    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
+        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
+        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
     result = run(
         args.input,
         args.output,
@@ -471,13 +480,16 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     a, b = sides_from_args(args.outputs, args.a, args.b)
-    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict)
+    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict,
+                          cluster_by=args.cluster_by, margin=args.margin)  # fmt: skip
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
     report = compare(a, b, opts)
-    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop)
+    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
         report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+        if args.margin is not None:
+            report["gate"]["margin"] = args.margin
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))

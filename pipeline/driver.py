@@ -89,6 +89,7 @@ class StageResult:
     stats: JudgeStats
     gate: GateStats
     extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
+    recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
 
 
 async def prepare_run(
@@ -303,7 +304,7 @@ def _run_info(
         "engine": {**engine, **result.extra},
         "notices": run_notices(run.input, run.info, run.cfg),
         "group_by": run.cfg.output.group_by,
-    }
+    } | ({"recheck": result.recheck} if result.recheck is not None else {})
 
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -17,6 +17,7 @@ from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source, iter_batches
 from pipeline.config import Config
 from pipeline.extractor import load_extractor
+from pipeline.recheck import recheck_cost
 from pipeline.rows import attach_keys, plan_rows
 from storage.core.constants import STATUS_OK
 from storage.memo import Memo, default_cache_dir, judge_prefix
@@ -89,7 +90,9 @@ def estimate(
         calls=0,
         input_tokens=0,
         memo_output_tokens=0,
+        recheck_calls=0,
     )
+    rechecked: set[str] = set()  # --recheck: items already counted
     try:
         for batch in iter_batches(info, cfg.column_map, batch_rows=cfg.run.batch_rows):
             frame = batch.frame
@@ -112,6 +115,12 @@ def estimate(
                         per_row,
                         f,
                     )
+            if cfg.run.recheck > 0:  # --recheck asks a sample of the items again
+                calls, tokens = recheck_cost(
+                    plans, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
+                )
+                f["recheck_calls"] += calls
+                f["input_tokens"] += tokens
     finally:
         if memo is not None:
             memo.close()
@@ -152,8 +161,9 @@ def _count_row(
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
     per_call_out = (f["memo_output_tokens"] / f["memo_hits"]) if f["memo_hits"] else None
+    sent = f["calls"] + f["recheck_calls"]  # --recheck's re-asks cost tokens and time too
     out_tokens = (
-        0 if provider == "offline" else round(f["calls"] * (per_call_out or DEFAULT_OUTPUT_TOKENS))
+        0 if provider == "offline" else round(sent * (per_call_out or DEFAULT_OUTPUT_TOKENS))
     )
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
@@ -167,9 +177,9 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     latency = (
         latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
     )
-    bounds = {"concurrency": f["calls"] * latency / cfg.limits.concurrency}
+    bounds = {"concurrency": sent * latency / cfg.limits.concurrency}
     if cfg.limits.rpm:
-        bounds["rpm"] = f["calls"] / cfg.limits.rpm * 60.0
+        bounds["rpm"] = sent / cfg.limits.rpm * 60.0
     if cfg.limits.tpm:
         bounds["tpm"] = (in_tokens + out_tokens) / cfg.limits.tpm * 60.0
     limit = max(bounds, key=lambda k: bounds[k])
@@ -182,6 +192,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "memo_hits": f["memo_hits"],
         "in_run_duplicates": f["duplicates"],
         "calls": f["calls"],
+        "recheck_calls": f["recheck_calls"],  # --recheck's re-asks, beside `calls`
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
         "output_tokens_per_call": per_call_out
@@ -230,7 +241,9 @@ def render_estimate(e: dict[str, Any]) -> str:
                 else ""
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
-            f"in-run duplicates {e['in_run_duplicates']:,})",
+            f"in-run duplicates {e['in_run_duplicates']:,}"
+            + ")"
+            + (f", and {e['recheck_calls']:,} --recheck re-asks" if e.get("recheck_calls") else ""),
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",

@@ -101,6 +101,7 @@ def _build(
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
+    summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
     return summary
 
 
@@ -279,6 +280,7 @@ def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
         "calls": run.get("judge_calls"),
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
+        "row_fallbacks": j.get("row_fallbacks"),  # --mode row: rows judged item by item
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
@@ -468,6 +470,7 @@ def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
         "requests": "HTTP requests",
         "rate_limited": "429 responses",
         "reasks": "re-asks",
+        "row_fallbacks": "rows judged per item after a wrong row reply",
         "adapted": "requests adapted for the run",
     }
     rows = [
@@ -502,6 +505,13 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
         out += _md_table("Provider batch API", ["figure", "value"], rows)
     if labels := s["labels"]:
         out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])
+    if again := s.get("self_agreement"):  # --recheck
+        wanted = ("fraction", "items", "flips", "flip_rate", "agreement", "cohen_kappa",
+                  "kappa_ci95", "failed", "input_tokens", "output_tokens", "cost_usd")  # fmt: skip
+        ci = again.get("kappa_ci95")
+        shown = {**again, "kappa_ci95": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None}
+        rows = [[k.replace("_", " "), shown.get(k)] for k in wanted]
+        out += _md_table("Judge against itself (--recheck)", ["figure", "value"], rows)
     if g := s["by_group"]:
         head = ["group", "rows", "failed", "mean score", "median"]
         rows = [

@@ -306,6 +306,17 @@ class RunSettings:
     )
     memo: bool = setting(True, "do not read or write the memo", flag="--no-memo")
     max_item_chars: int = setting(200_000, "a longer context item is not sent to the judge")
+    # the judge against itself (issue 22): a seeded sample of items asked again, past the memo
+    recheck: float = setting(
+        0.0,
+        "after scoring, ask the judge again (past the memo) about this share of the run's items "
+        "and report its self-agreement (flip rate, kappa)",
+        flag="--recheck",
+        rule=(lambda v: 0 <= v <= 1, "between 0 and 1"),
+        unset="no recheck",
+        metavar="FRACTION",
+    )
+    recheck_seed: int = setting(0, "seed of the --recheck sample")
 
 
 @dataclass(frozen=True, slots=True)
