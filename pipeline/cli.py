@@ -7,7 +7,8 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted (finished parts kept; the same command resumes).
+them later); 130 interrupted (finished parts kept; the same command resumes); 141 stdout was
+closed early (`ctxprec summary OUT | head`): nothing more is printed, as `head` expects.
 """
 
 from __future__ import annotations
@@ -503,7 +504,23 @@ def _setup_logging() -> None:
     root.setLevel(getattr(logging, level, logging.INFO))
 
 
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
+    except BrokenPipeError:
+        # Python's recipe (docs "Note on SIGPIPE"): later writes and the final flush go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
     commands = {
@@ -543,6 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # the reader of stdout left: `main` ends quietly
     except Exception as exc:  # the last line of defence: a message, not a traceback
         if os.environ.get("CTXPREC_DEBUG"):
             traceback.print_exc()

@@ -1,0 +1,55 @@
+"""What a newcomer meets in a first afternoon (issue 25): a closed pipe, refusals that offer only
+what works, `--map` with commas, mapping errors that name every field, figures that read the same
+everywhere, help that says what the code does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import BROKEN_PIPE_EXIT
+from tests.fakes.inputs import REPO, SAMPLE
+from tests.fakes.runs import score
+
+
+def cli(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """`python -m pipeline.cli ARGS` in its own process, from this checkout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "pipeline.cli", *map(str, args)],
+        env=env,
+        text=True,
+        **{"stderr": subprocess.PIPE, **kwargs},
+    )
+
+
+@pytest.fixture
+def sample_out(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    assert score(SAMPLE, "-o", out) == 0
+    return out
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(sample_out: Path) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before ctxprec writes a line
+    try:
+        done = cli("summary", sample_out, stdout=write)
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == BROKEN_PIPE_EXIT
+
+
+def test_summary_into_head(sample_out: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = f"'{sys.executable}' -m pipeline.cli summary '{sample_out}' | head -1"
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, text=True, capture_output=True, check=True
+    )
+    assert done.stdout.startswith("ctxprec: 12 rows")
+    assert done.stderr == ""
