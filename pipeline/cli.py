@@ -80,9 +80,10 @@ def _add_setting(g: Any, key: str, **extra: Any) -> None:
         kwargs.update(action="store_const", const=not s.default)
     else:
         metavar = s.metavar or s.flag.lstrip("-").upper().replace("-", "_")
-        kwargs.update(type=flag_type(key), metavar=metavar)
-        if s.choices:
+        if s.choices:  # the usage line and the help list them: --mode {item,row}
             kwargs["choices"] = list(s.choices)
+            metavar = s.metavar or "{" + ",".join(s.choices) + "}"
+        kwargs.update(type=flag_type(key), metavar=metavar)
     g.add_argument(s.flag, **{**kwargs, **extra})
 
 
@@ -95,7 +96,12 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("input")
-    g.add_argument("input", help="Parquet file, folder, glob or Hive-partitioned dataset")
+    g.add_argument(
+        "input",
+        help="a Parquet, JSON Lines (.jsonl/.ndjson/.json) or CSV file (text formats also .gz or "
+        ".zst), a folder or glob of them, or a Hive-partitioned dataset; a path or an s3:// "
+        "gs:// az:// URL",
+    )
     g.add_argument("--config", type=Path, help="TOML config (see configs/)")
     g.add_argument(
         "--map",

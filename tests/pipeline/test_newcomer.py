@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import BROKEN_PIPE_EXIT
+from pipeline.cli import BROKEN_PIPE_EXIT, main
+from pipeline.reason import build_reason, failed_reason
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.runs import score
 
@@ -53,3 +54,40 @@ def test_summary_into_head(sample_out: Path) -> None:
     )
     assert done.stdout.startswith("ctxprec: 12 rows")
     assert done.stderr == ""
+
+
+def test_score_help_says_every_input_format_and_lists_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for fragment in ("Parquet, JSON Lines", "CSV", "--mode {item,row}", "--reason {verdicts,llm}"):
+        assert fragment in text, fragment
+
+
+def test_estimate_prints_limits_as_people_write_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["estimate", str(SAMPLE), "--tpm", "2000000", "--rpm", "1500.5"]) == 0
+    out = capsys.readouterr().out
+    assert "tpm 2,000,000" in out
+    assert "rpm 1,500.5" in out
+    assert "e+" not in out
+
+
+def test_reasons_have_no_doubled_punctuation() -> None:
+    text = build_reason(
+        [True, False],
+        ["Canberra is named (canberra).", "Off topic;"],
+        score=1.0,
+        scale=1.0,
+        criterion="Is the item useful for the answer?.",
+    )
+    assert "(canberra); #2" in text
+    assert "Off topic." in text
+    for doubled in ("..", ".;", ";.", "?."):
+        assert doubled not in text, (doubled, text)
+    failed = failed_reason(2, [1], "http_500: server error.")
+    assert "error. Re-run" in failed
+    assert ".." not in failed
