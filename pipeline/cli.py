@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -108,7 +109,8 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FIELD=COLUMN",
-        help="map id, query, expected, context or labels to a column (repeatable)",
+        help="map id, query, expected, context or labels to a column; several pairs by commas "
+        "(query=question,expected=ground_truth) or by repeating the flag",
     )
     for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
         _add_setting(g, key)
@@ -267,7 +269,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """{dotted key: value} of every setting given on the command line (argparse dests are the
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
-    for item in args.map:
+    for item in (pair for given in args.map for pair in _map_pairs(given)):
         field, sep, column = item.partition("=")
         field = field.strip()
         if not sep or field not in MAP_FIELDS or not column.strip():
@@ -277,6 +279,13 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             )
         flags[f"columns.{field}"] = column.strip()
     return flags
+
+
+def _map_pairs(given: str) -> list[str]:
+    """`--map query=question,expected=ground_truth`: a comma starts a new pair only where a field
+    name and `=` follow it, so a column named `a,b` still maps (`--map context=a,b`)."""
+    fields = "|".join(sorted(MAP_FIELDS))
+    return re.split(rf",\s*(?=(?:{fields})\s*=)", given)
 
 
 def _check_conflicts(args: argparse.Namespace) -> None:

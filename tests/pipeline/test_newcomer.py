@@ -4,11 +4,13 @@ everywhere, help that says what the code does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from pipeline.cli import BROKEN_PIPE_EXIT, main
@@ -91,3 +93,24 @@ def test_reasons_have_no_doubled_punctuation() -> None:
     failed = failed_reason(2, [1], "http_500: server error.")
     assert "error. Re-run" in failed
     assert ".." not in failed
+
+
+def test_map_takes_commas_repeated_flags_and_commas_in_a_name(tmp_path: Path) -> None:
+    src = tmp_path / "in.parquet"
+    pl.DataFrame(
+        {
+            "id": ["a", "b"],
+            "question": ["Who wrote Dune?", "Capital of France?"],
+            "ground_truth": ["Frank Herbert", "Paris"],
+            "docs,v2": [["Dune is by Frank Herbert.", "Rain."], ["Paris is the capital.", "Sun."]],
+        }
+    ).write_parquet(src)
+    for maps in (
+        ["--map", "query=question,expected=ground_truth,context=docs,v2"],
+        ["--map", "query=question", "--map", "expected=ground_truth, context=docs,v2"],
+    ):
+        out = tmp_path / f"out{len(maps)}"
+        assert score(src, "-o", out, *maps) == 0
+        run = json.loads((out / "summary.json").read_text())
+        assert run["rows"]["ok"] == 2
+        assert not run["run"].get("notices"), run["run"].get("notices")  # expected was mapped
