@@ -114,3 +114,29 @@ def test_map_takes_commas_repeated_flags_and_commas_in_a_name(tmp_path: Path) ->
         run = json.loads((out / "summary.json").read_text())
         assert run["rows"]["ok"] == 2
         assert not run["run"].get("notices"), run["run"].get("notices")  # expected was mapped
+
+
+def test_the_first_mapping_error_names_every_field_the_data_seems_to_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "hotpot_like.parquet"
+    pl.DataFrame(
+        {
+            "id": ["a", "b"],
+            "question": ["Who wrote Dune?", "Capital of France?"],
+            "ground_truth": ["Frank Herbert", "Paris"],
+            "contexts": [["Dune is by Frank Herbert.", "Rain."], ["Paris is the capital.", "Sun."]],
+            "labels": [[True, False], [True, False]],
+            "source": ["x", "y"],
+        }
+    ).write_parquet(src)
+    assert score(src, "-o", tmp_path / "o1") == 2
+    err = capsys.readouterr().err
+    offered = "--map query=question,expected=ground_truth,labels=labels"
+    assert offered in err
+    assert "expected is the expected output" in err
+    # following the suggestion: a run with nothing left to warn about
+    assert score(src, "-o", tmp_path / "o2", *offered.split()) == 0
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert summary["run"].get("notices") in (None, [])
+    assert summary["labels"]["items"] == 4
