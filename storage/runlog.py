@@ -56,14 +56,17 @@ class RunLog:
                 f"output folder {self.outdir} was scored with another judge configuration "
                 f"({describe_differences((manifest or {}).get('describe', {}), self.describe)}); "
                 "--incremental adds rows only "
-                "under the same configuration: use a new folder for this one"
+                "under the same configuration: use a new folder for this one, or --overwrite "
+                "instead of --incremental to replace what it holds"
             )
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
+            # only what will work: --incremental is refused when the configuration differs
+            add = "" if self._other_config(manifest) else ", or --incremental to add to it"
             raise OutputError(
                 f"output folder {self.outdir} holds another run "
                 f"({describe_differences(described, self.describe)}); "
-                "use a new folder, --overwrite to replace it, or --incremental to add to it"
+                f"use a new folder, --overwrite to replace it{add}"
             )
         try:
             (self.state / PARTS).mkdir(parents=True, exist_ok=True)

@@ -140,3 +140,27 @@ def test_the_first_mapping_error_names_every_field_the_data_seems_to_have(
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert summary["run"].get("notices") in (None, [])
     assert summary["labels"]["items"] == 4
+
+
+def test_a_folder_holding_another_run_is_offered_only_what_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert score(SAMPLE, "-o", out) == 0
+    capsys.readouterr()
+    # another configuration: --incremental would be refused, so it is not offered
+    assert score(SAMPLE, "-o", out, "--scale", 10) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" in err
+    assert "--incremental" not in err
+    assert score(SAMPLE, "-o", out, "--scale", 10, "--incremental") == 2
+    assert "--overwrite instead of --incremental" in capsys.readouterr().err
+    assert score(SAMPLE, "-o", out, "--scale", 10, "--overwrite") == 0
+    # the same configuration over other input: adding to it works, so it is offered
+    half = tmp_path / "half.parquet"
+    pl.read_parquet(SAMPLE).head(6).write_parquet(half)
+    assert score(half, "-o", tmp_path / "other", "--scale", 10) == 0
+    capsys.readouterr()
+    assert score(SAMPLE, "-o", tmp_path / "other", "--scale", 10) == 2
+    assert "--incremental to add to it" in capsys.readouterr().err
+    assert score(SAMPLE, "-o", tmp_path / "other", "--scale", 10, "--incremental") == 0
