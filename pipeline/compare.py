@@ -137,23 +137,24 @@ def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
                 f"side {side.name}: column `{column}` is not in {side.path} "
                 f"(columns: {', '.join(cols)})"
             )
+    every = lf  # before the filters: the values a filter that matched nothing could have named
     for column, value in side.filters:
         lf = lf.filter(pl.col(column).cast(pl.String) == value)
     wanted = [c for c in cols if c in _ROW_COLS or c.startswith(_RANK_PREFIXES)]
     extra = [g for g in [opts.group_by] if g and g != opts.on and g not in wanted]
     frame = lf.select(pl.col(opts.on).alias("key"), *extra, *wanted).collect()
-    _check_side(side, frame, opts.on, lf)
+    _check_side(side, frame, opts.on, every)
     return frame
 
 
 def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> None:
     if side.filters and frame.height == 0:
         column, _ = side.filters[0]
-        seen = lf.select(pl.col(column).cast(pl.String).unique().head(10)).collect()
-        raise UserError(
-            f"side {side.name}: no row of {side.path} matches {side.describe()} "
-            f"(some values of `{column}`: {', '.join(map(str, seen.to_series()))})"
-        )
+        values = pl.col(column).cast(pl.String).drop_nulls().unique().sort()
+        seen = lf.select(values.head(11)).collect().to_series().to_list()
+        listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
+        there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
+        raise UserError(f"side {side.name}: no row of {side.describe()} ({there})")
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)

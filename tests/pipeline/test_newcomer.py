@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.cli import BROKEN_PIPE_EXIT, main
 from pipeline.reason import build_reason, failed_reason
-from tests.fakes.inputs import REPO, SAMPLE
+from tests.fakes.inputs import REPO, SAMPLE, write_input
 from tests.fakes.runs import score
 
 
@@ -164,3 +164,18 @@ def test_a_folder_holding_another_run_is_offered_only_what_works(
     assert score(SAMPLE, "-o", tmp_path / "other", "--scale", 10) == 2
     assert "--incremental to add to it" in capsys.readouterr().err
     assert score(SAMPLE, "-o", tmp_path / "other", "--scale", 10, "--incremental") == 0
+
+
+def test_the_first_nights_compare_names_the_nights_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write_input(tmp_path / "logs" / "2026-11-30.parquet", range(4), dt="2026-11-30")
+    out = tmp_path / "scores"
+    flags = ("--incremental", "--passthrough", "dt", "--partition-by", "dt")
+    assert score(src, "-o", out, *flags) == 0
+    capsys.readouterr()
+    code = main(["compare", str(out), "--a", "dt=2026-11-29", "--b", "dt=2026-11-30"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no row of" in err
+    assert "(values of `dt` there: 2026-11-30)" in err
