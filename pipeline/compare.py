@@ -154,7 +154,8 @@ def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> N
         seen = lf.select(values.head(11)).collect().to_series().to_list()
         listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
         there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
-        raise UserError(f"side {side.name}: no row of {side.describe()} ({there})")
+        where = " and ".join(f"{c}={v}" for c, v in side.filters)
+        raise UserError(f"side {side.name}: no row of {side.path} matches {where} ({there})")
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)

@@ -177,5 +177,5 @@ def test_the_first_nights_compare_names_the_nights_there_are(
     code = main(["compare", str(out), "--a", "dt=2026-11-29", "--b", "dt=2026-11-30"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "no row of" in err
+    assert "matches dt=2026-11-29" in err
     assert "(values of `dt` there: 2026-11-30)" in err
