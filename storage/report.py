@@ -97,7 +97,7 @@ def _build(
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
     }
-    summary |= _judge(run, tokens)
+    summary |= _judge(run, tokens, _prompt_versions(lf, cols))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
@@ -270,12 +270,32 @@ def _labels(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     }
 
 
-def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
-    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput."""
+def _prompt_versions(lf: pl.LazyFrame, cols: set[str]) -> dict[str, int]:
+    """{prompt version: rows} over the rows the output holds, most rows first."""
+    if "prompt_version" not in cols:
+        return {}
+    got = (
+        lf.group_by("prompt_version")
+        .len()
+        .sort(["len", "prompt_version"], descending=[True, False])
+    )
+    return {str(v): int(n) for v, n in got.collect().iter_rows() if v is not None}
+
+
+def _judge(
+    run: Mapping[str, Any], tokens: Mapping[str, int], versions: Mapping[str, int]
+) -> dict[str, Any]:
+    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput;
+    the prompt versions the rows were judged with (the run's own when there are no rows)."""
     j, wall = run.get("judge") or {}, run.get("wall_s")
+    used = (
+        " / ".join(versions)
+        if len(versions) < 2
+        else " / ".join(f"{v} ({n:,} {'row' if n == 1 else 'rows'})" for v, n in versions.items())
+    )
     judge = {
         "model": run.get("judge_model"),
-        "prompt_version": run.get("prompt_version"),
+        "prompt_version": used or run.get("prompt_version"),
         "calls": run.get("judge_calls"),
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},

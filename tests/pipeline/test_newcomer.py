@@ -179,3 +179,13 @@ def test_the_first_nights_compare_names_the_nights_there_are(
     err = capsys.readouterr().err
     assert "matches dt=2026-11-29" in err
     assert "(values of `dt` there: 2026-11-30)" in err
+
+
+def test_summary_shows_the_prompt_versions_rows_used(tmp_path: Path, sample_out: Path) -> None:
+    src = tmp_path / "all_expected.parquet"
+    pl.read_parquet(SAMPLE).filter(pl.col("expected_output").is_not_null()).write_parquet(src)
+    assert score(src, "-o", tmp_path / "o") == 0
+    assert "| prompt version | cp-item-v3 |" in (tmp_path / "o" / "summary.md").read_text()
+    # the sample has one row without an expected output: both versions, with their rows
+    text = (sample_out / "summary.md").read_text()
+    assert "| prompt version | cp-item-v3 (11 rows) / cp-item-query-v3 (1 row) |" in text
