@@ -57,6 +57,7 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     UserError,
 )
+from storage.core.figures import figure_text
 from storage.core.settings import DEFAULT_KS, settings
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -402,7 +403,7 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
 
 
 def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:g}"
+    return figure_text(value)  # the one rounding rule (storage/core/figures.py)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import polars as pl
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
+from storage.core.figures import round_figure
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
 from storage.ownership import part_files
@@ -331,7 +332,9 @@ def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
 
 
 def _num(value: float) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{round_figure(value):.4f}"  # the one rounding rule (storage/core/figures.py)
 
 
 def sides_from_args(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from storage.atomic import atomic_write_bytes
 from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
+from storage.core.figures import figure_text
 
 __all__ = [
     "CHART_FILE",
@@ -77,14 +77,7 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
 
 def fmt(value: Any, digits: int = 4) -> str:
     """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    text = f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
+    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
 
 
 def _signed(value: Any) -> str:

@@ -15,6 +15,7 @@ import polars as pl
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.figures import figure_text, percent_text, round_figure
 from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
@@ -365,9 +366,10 @@ def _ratio(num: Any, den: Any) -> float | None:
 
 
 def _r(value: Any) -> Any:
-    """A figure rounded to 4 decimals; NaN and inf become None; non-floats pass through."""
+    """A figure rounded as shown (`round_figure`: 4 decimals, half up); NaN and inf become None;
+    non-floats pass through."""
     if isinstance(value, float):
-        return round(value, 4) if math.isfinite(value) else None
+        return round_figure(value) if math.isfinite(value) else None
     return value
 
 
@@ -544,12 +546,8 @@ def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> lis
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.4f}".rstrip("0").rstrip(".")
+    return figure_text(value)
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
+    return percent_text(value)

@@ -16,6 +16,7 @@ import polars as pl
 
 from storage.charts import TREND_CHART
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.figures import figure_text, percent_text
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 
@@ -127,11 +128,7 @@ def _mark_moves(nights: list[dict[str, Any]]) -> None:
 
 
 def _f(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+    return figure_text(value, digits, missing="n/a")
 
 
 def _rows(trend: Mapping[str, Any]) -> list[list[str]]:
@@ -142,7 +139,7 @@ def _rows(trend: Mapping[str, Any]) -> list[list[str]]:
         out.append([
             str(n["night"]), _f(n["rows"]), _f(n["mean_score"]),
             "n/a" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _f(n["p_at_1"]),
-            "n/a" if n["coverage"] is None else f"{n['coverage']:.1%}", _f(n["items"]),
+            "n/a" if n["coverage"] is None else percent_text(n["coverage"]), _f(n["items"]),
             f"{_f(n['input_tokens'])} / {_f(n['output_tokens'])}", _f(n["cost_usd"], 6), moved,
         ])  # fmt: skip
     return out

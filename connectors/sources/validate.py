@@ -135,7 +135,7 @@ _WHY = {
 
 def _likely(schema: pa.Schema, role: str, taken: set[str]) -> str | None:
     """The column of `schema` that most likely holds `role` (right type, not mapped already)."""
-    by_name = {name.lower(): name for name in schema.names if name not in taken}
+    by_name: dict[str, str] = {str(n).lower(): str(n) for n in schema.names if n not in taken}
     for guess in _LIKELY.get(role, ()):
         name = by_name.get(guess)
         if name is not None and _RULES[role][0](schema.field(name).type):

@@ -15,7 +15,9 @@ import pytest
 
 from pipeline.cli import BROKEN_PIPE_EXIT, main
 from pipeline.reason import build_reason, failed_reason
-from tests.fakes.inputs import REPO, SAMPLE, write_input
+from storage.core.figures import figure_text, percent_text, round_figure
+from tests.fakes.inputs import KEY, REPO, SAMPLE, write_input
+from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 from tests.fakes.runs import score
 
 
@@ -189,3 +191,50 @@ def test_summary_shows_the_prompt_versions_rows_used(tmp_path: Path, sample_out:
     # the sample has one row without an expected output: both versions, with their rows
     text = (sample_out / "summary.md").read_text()
     assert "| prompt version | cp-item-v3 (11 rows) / cp-item-query-v3 (1 row) |" in text
+
+
+def half_way_log(path: Path) -> tuple[Path, dict[str, bool]]:
+    """40 rows whose scores average exactly 0.40175 under the fake judge (verdicts overridden):
+    2 x [no, yes, yes] (0.58), 27 x [no, no, yes] (0.33), 6 x [yes] (1.0), 5 x [no] (0.0)."""
+    shapes = [[False, True, True]] * 2 + [[False, False, True]] * 27 + [[True]] * 6 + [[False]] * 5
+    overrides: dict[str, bool] = {}
+    contexts = []
+    for i, shape in enumerate(shapes):
+        items = [f"passage {i}.{j}" for j in range(len(shape))]
+        overrides |= dict(zip(items, shape, strict=True))
+        contexts.append(items)
+    pl.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(40)],
+            "query": [f"question {i}?" for i in range(40)],
+            "expected_output": [f"answer {i}" for i in range(40)],
+            "contexts": contexts,
+        }
+    ).write_parquet(path)
+    return path, overrides
+
+
+def test_one_rounding_rule_for_every_figure_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert round_figure(0.40175) == 0.4018
+    assert round_figure(sum([0.33] * 27 + [0.58] * 2 + [1.0] * 6) / 40) == 0.4018  # float noise
+    assert round_figure(-0.40175) == -0.4018  # a change and its opposite read alike
+    assert figure_text(0.40175) == "0.4018"
+    assert percent_text(0.416750) == "41.7%"
+    src, overrides = half_way_log(tmp_path / "log.parquet")
+    out = tmp_path / "out"
+    with FakeJudgeThread(FakeJudgeConfig(overrides=overrides)) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        code = score(src, "-o", out, "--model", "openai/j", "--quiet", "--fail-under", 0.5)
+    assert code == 5
+    shown = capsys.readouterr()
+    assert json.loads(shown.out)["score_mean"] == 0.4018
+    assert "the mean score of this run's 40 scored rows is 0.4018, 0.0982 below" in shown.err
+    assert json.loads((out / "summary.json").read_text())["score"]["mean"] == 0.4018
+    assert "| 0.4018 |" in (out / "summary.md").read_text()
+    assert main(["summary", str(out)]) == 0
+    assert "score mean 0.4018 " in capsys.readouterr().out
+    assert main(["compare", str(out), str(out), "--resamples", "100"]) == 0
+    assert "0.4018" in capsys.readouterr().out
