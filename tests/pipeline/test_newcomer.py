@@ -238,3 +238,31 @@ def test_one_rounding_rule_for_every_figure_shown(
     assert "score mean 0.4018 " in capsys.readouterr().out
     assert main(["compare", str(out), str(out), "--resamples", "100"]) == 0
     assert "0.4018" in capsys.readouterr().out
+
+
+def test_each_reader_gets_dt_as_the_readme_says(tmp_path: Path) -> None:
+    """README "The type of `dt`": string wherever ctxprec writes it, and the option that gives
+    the string in each reader that guesses a date from the folder name."""
+    duckdb = pytest.importorskip("duckdb")
+    deltalake = pytest.importorskip("deltalake")
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    for option in ("try_parse_hive_dates=False", "hive_types_autocast = false"):
+        assert option in readme, option
+    src = tmp_path / "logs" / "dt=2026-11-30" / "a.parquet"
+    write_input(src, range(3))
+    pl.read_parquet(src).drop("dt").write_parquet(src)  # the value lives in the folder name
+    out = tmp_path / "scores"
+    sinks = ("--sink", f"duckdb:{tmp_path / 'w.duckdb'}:t", "--sink", f"delta:{tmp_path / 'd'}")
+    assert score(src.parent, "-o", out, "--partition-by", "dt", "--passthrough", "dt", *sinks) == 0
+    glob = str(out / "**" / "*.parquet")
+    guessed = pl.read_parquet(glob, hive_partitioning=True).schema["dt"]
+    told = pl.read_parquet(glob, hive_partitioning=True, try_parse_hive_dates=False).schema["dt"]
+    assert (guessed, told) == (pl.Date, pl.String)
+    con = duckdb.connect()
+    typed = "SELECT typeof(dt) FROM read_parquet('{}'{}) LIMIT 1"
+    assert con.sql(typed.format(glob, "")).fetchall() == [("DATE",)]
+    assert con.sql(typed.format(glob, ", hive_types_autocast = false")).fetchall() == [("VARCHAR",)]
+    sink = duckdb.connect(str(tmp_path / "w.duckdb"))
+    assert sink.sql("SELECT typeof(dt) FROM t LIMIT 1").fetchall() == [("VARCHAR",)]
+    delta = deltalake.DeltaTable(str(tmp_path / "d")).to_pyarrow_table()
+    assert str(delta.schema.field("dt").type) in ("string", "large_string", "string_view")
