@@ -1,5 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches` and
-`cache`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache` and
+`config`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -41,6 +41,7 @@ from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.config import FLAGS, Config, flag_type, load_config
+from pipeline.config_cmd import add_config_command, example_configs, run_config_command
 from pipeline.driver import RunResult
 from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
@@ -104,7 +105,12 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
         ".zst), a folder or glob of them, or a Hive-partitioned dataset; a path or an s3:// "
         "gs:// az:// URL",
     )
-    g.add_argument("--config", type=Path, help="TOML config (see configs/)")
+    g.add_argument(
+        "--config",
+        type=Path,
+        help="a TOML config file; `ctxprec config NAME > my.toml` writes an example to start "
+        f"from ({', '.join(example_configs())})",
+    )
     g.add_argument(
         "--map",
         action="append",
@@ -217,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-by", metavar="COL", help="one column to break scores down by (default: the run's)"
     )
     add_cache_command(sub)
+    add_config_command(sub)
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
@@ -546,6 +553,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "compare": _cmd_compare,
         "batches": _cmd_batches,
         "cache": run_cache_command,
+        "config": run_config_command,
     }
     try:
         for value in (getattr(args, "output", None), getattr(args, "outdir", None)):

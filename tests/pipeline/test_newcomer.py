@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import BROKEN_PIPE_EXIT, main
+from pipeline.config_cmd import example_configs
 from pipeline.reason import build_reason, failed_reason
 from storage.core.figures import figure_text, percent_text, round_figure
 from tests.fakes.inputs import KEY, REPO, SAMPLE, write_input
@@ -266,3 +267,26 @@ def test_each_reader_gets_dt_as_the_readme_says(tmp_path: Path) -> None:
     assert sink.sql("SELECT typeof(dt) FROM t LIMIT 1").fetchall() == [("VARCHAR",)]
     delta = deltalake.DeltaTable(str(tmp_path / "d")).to_pyarrow_table()
     assert str(delta.schema.field("dt").type) in ("string", "large_string", "string_view")
+
+
+def test_the_example_configs_ship_in_the_package_and_equal_configs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shipped = example_configs()
+    in_repo = {p.stem: p.read_text(encoding="utf-8") for p in (REPO / "configs").glob("*.toml")}
+    assert shipped == in_repo  # configs/*.toml is the source; pipeline/configs/ its copy
+    assert main(["config", "openai"]) == 0
+    assert capsys.readouterr().out == in_repo["openai"]
+    assert main(["config"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in in_repo)
+    assert main(["config", "nope"]) == 2
+    assert "there are anthropic, offline, openai, vllm" in capsys.readouterr().err
+
+
+def test_help_points_at_configs_a_wheel_has(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "see configs/" not in text
+    assert "ctxprec config NAME > my.toml" in text
