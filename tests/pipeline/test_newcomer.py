@@ -290,3 +290,47 @@ def test_help_points_at_configs_a_wheel_has(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "see configs/" not in text
     assert "ctxprec config NAME > my.toml" in text
+
+
+def entry(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The console script's entry point (`ctxprec_entry:main`) in its own process, with
+    `tmp_path/shadow` first on PYTHONPATH, as another project's packages would be."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(REPO)])}
+    code = "import sys, ctxprec_entry; sys.exit(ctxprec_entry.main())"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("package", "init"),
+    [
+        ("pipeline", "NAME = 'a data pipeline library'\n"),  # imports, but is not ours
+        ("storage", "raise ImportError('storage needs a cloud SDK')\n"),  # fails to import
+        ("connectors", ""),  # an empty package of the same name
+    ],
+)
+def test_another_projects_package_of_the_same_name_gets_a_clear_message(
+    tmp_path: Path, package: str, init: str
+) -> None:
+    (tmp_path / "shadow" / package).mkdir(parents=True)
+    (tmp_path / "shadow" / package / "__init__.py").write_text(init, encoding="utf-8")
+    done = entry(tmp_path, "--version")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("ctxprec: cannot start: ")
+    assert f"`{package}`" in done.stderr
+    assert str(tmp_path / "shadow" / package) in done.stderr  # where the other one is
+    assert f"pip uninstall {package}" in done.stderr
+
+
+def test_the_entry_point_runs_the_cli_when_the_packages_are_ours(tmp_path: Path) -> None:
+    (tmp_path / "shadow").mkdir()
+    done = entry(tmp_path, "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ctxprec ")
