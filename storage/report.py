@@ -100,6 +100,7 @@ def _build(
     }
     summary |= _judge(run, tokens, _prompt_versions(lf, cols))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
+    summary["history"] = _history(run)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     return summary
@@ -343,6 +344,37 @@ def _cost(
     }
 
 
+def _history(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every run that wrote the output (run.json "history", oldest first) with its cost, and
+    their totals: what the output cost and how fast it was scored, whatever the last run did."""
+    runs = []
+    for h in run.get("history") or []:
+        t_in, t_out = h.get("input_tokens"), h.get("output_tokens")
+        tokens = {"input": t_in or 0, "output": t_out or 0}
+        cost = _cost(h.get("price"), tokens, [t_in, t_out], h.get("cached_input_tokens") or 0)
+        wall = h.get("wall_s")
+        runs.append(
+            {
+                **{k: h.get(k) for k in ("finished_at", "rows_this_run", "judge_calls")},
+                **{k: h.get(k) for k in ("memo_hits", "input_tokens", "output_tokens")},
+                "cost_usd": (cost or {}).get("this_run"),
+                "wall_s": _r(wall),
+                "rows_per_s": _r(_ratio(h.get("rows_this_run"), wall)),
+            }
+        )
+    if not runs:
+        return None
+    costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
+    keys = ("rows_this_run", "judge_calls", "memo_hits", "input_tokens", "output_tokens")
+    total = {k: sum(r[k] or 0 for r in runs) for k in keys}
+    total |= {
+        "runs": len(runs),
+        "cost_usd": round(sum(costs), 6) if costs else None,
+        "wall_s": _r(sum(r["wall_s"] or 0.0 for r in runs)),
+    }
+    return {"runs": runs, "total": total}
+
+
 def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[str, Any] | None:
     """Estimate, actual and actual / estimate for calls, tokens, cost and wall time."""
     est = run.get("estimate")
@@ -409,21 +441,19 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
     )
     lines += _md_table("Judge and cost", ["figure", "value"], _md_judge(summary))
+    lines += _md_history(summary)
     lines += [*_md_extras(summary), *img("scores_by_group.png")]
     lines += trend_markdown(summary.get("trend"), chart=charts)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _md_intro(s: Mapping[str, Any]) -> list[str]:
-    run, rows, tp = s["run"], s["rows"], s["throughput"]
+    run, rows = s["run"], s["rows"]
     causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
     failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
     source = f"`{run['input']}`" if run.get("input") else "the input"
     judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
-    this_run = (
-        f" This run handled {_fmt(run.get('rows_this_run'))} rows in {seconds(s['wall_s'])} "
-        f"({rate(tp['calls_per_s'])} judge calls/s, {rate(tp['rows_per_s'])} rows/s)."
-    )
+    this_run = _md_this_run(s)
     lines = [
         "# ctxprec run summary",
         "",
@@ -438,6 +468,53 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         noun = "row" if n == 1 else "rows"
         lines += [f"> **{n:,} {noun} failed — re-run the same command to retry only them.**", ""]
     return lines
+
+
+def _md_this_run(s: Mapping[str, Any]) -> str:
+    """The last run apart from the output's history: a run that found nothing new to score
+    says so, and the totals of every run stay in view."""
+    run, tp, total = s["run"], s["throughput"], (s.get("history") or {}).get("total")
+    if not run.get("rows_this_run") and s["rows"]["total"]:
+        text = (
+            f" The last run found nothing new to score: every row was already in the output "
+            f"({seconds(s['wall_s'])})."
+        )
+    else:
+        text = (
+            f" The last run handled {_fmt(run.get('rows_this_run'))} rows in "
+            f"{seconds(s['wall_s'])} ({rate(tp['calls_per_s'])} judge calls/s, "
+            f"{rate(tp['rows_per_s'])} rows/s)."
+        )
+    if total and total["runs"] > 1:
+        cost = total["cost_usd"]
+        text += (
+            f" {total['runs']} runs wrote it: {_fmt(total['rows_this_run'])} rows scored, "
+            f"{_fmt(total['judge_calls'])} judge calls, {seconds(total['wall_s'])} in all"
+            + ("" if cost is None else f", {_fmt(cost)} USD")
+            + " (see Runs)."
+        )
+    return text
+
+
+def _md_history(s: Mapping[str, Any]) -> list[str]:
+    """## Runs: one line per run that wrote the output, and the totals."""
+    history = s.get("history")
+    if not history or len(history["runs"]) < 2:
+        return []
+    head = ["run", "finished (UTC)", "rows scored", "judge calls", "memo hits",
+            "tokens in / out", "cost USD", "wall time", "rows/s"]  # fmt: skip
+
+    def line(label: Any, r: Mapping[str, Any], when: str) -> list[Any]:
+        tokens = f"{_fmt(r['input_tokens'])} / {_fmt(r['output_tokens'])}"
+        return [label, when, r["rows_this_run"], r["judge_calls"], r["memo_hits"], tokens,
+                r["cost_usd"], seconds(r["wall_s"]), rate(r.get("rows_per_s"))]  # fmt: skip
+
+    rows = [
+        line(i, r, str(r["finished_at"] or "—")[:19].replace("T", " "))
+        for i, r in enumerate(history["runs"], 1)
+    ]
+    rows.append(line("all", history["total"], ""))
+    return _md_table("Runs", head, rows)
 
 
 def _origin(run: Mapping[str, Any], source: str) -> str:

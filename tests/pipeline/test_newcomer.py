@@ -334,3 +334,43 @@ def test_the_entry_point_runs_the_cli_when_the_packages_are_ours(tmp_path: Path)
     done = entry(tmp_path, "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("ctxprec ")
+
+
+def test_a_rerun_keeps_the_outputs_history_and_shows_this_run_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    out = tmp_path / "out"
+    sink = ("--sink", f"duckdb:{tmp_path / 'w.duckdb'}:scores")
+    assert score(SAMPLE, "-o", out, *sink) == 0
+    first = json.loads((out / "summary.json").read_text())
+    calls = first["judge"]["calls"]
+    assert calls > 0
+    capsys.readouterr()
+    assert score(SAMPLE, "-o", out, *sink) == 0  # the same finished command again
+    printed = capsys.readouterr().out
+    assert "this run: nothing new to score" in printed
+    assert f"all runs: 2 runs, 12 rows scored, {calls} judge calls" in printed
+    md = (out / "summary.md").read_text()
+    assert "handled 0 rows" not in md
+    assert "0 judge calls/s" not in md
+    assert "The last run found nothing new to score" in md
+    assert f"2 runs wrote it: 12 rows scored, {calls} judge calls" in md
+    history = json.loads((out / "summary.json").read_text())["history"]
+    assert [r["rows_this_run"] for r in history["runs"]] == [12, 0]
+    assert [r["judge_calls"] for r in history["runs"]] == [calls, 0]
+    assert history["total"]["judge_calls"] == calls
+    assert "## Runs" in md
+    # `ctxprec summary` rebuilds: no "this run", no sink line as if it had just loaded rows
+    assert main(["summary", str(out)]) == 0
+    rebuilt = capsys.readouterr().out
+    assert "this run" not in rebuilt
+    assert "sink" not in rebuilt
+    assert f"all runs: 2 runs, 12 rows scored, {calls} judge calls" in rebuilt
+    assert duckdb.connect(str(tmp_path / "w.duckdb")).sql("SELECT count(*) FROM scores").fetchall()[
+        0
+    ] == (12,)
+    # --overwrite replaces the output: its history starts again
+    assert score(SAMPLE, "-o", out, "--overwrite") == 0
+    runs = json.loads((out / "summary.json").read_text())["history"]["runs"]
+    assert len(runs) == 1
