@@ -490,7 +490,7 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
         ['[prices."openai/judge-1"] in {cfg} needs input_per_mtok and output_per_mtok'],
     ),
     "not_utf8": (None, ["config file {cfg} is not valid TOML"]),
-    "missing_file": ("", ["config file {cfg} does not exist", "see configs/"]),
+    "missing_file": ("", ["config file {cfg} does not exist", "ctxprec config NAME > my.toml"]),
 }
 
 

@@ -374,3 +374,20 @@ def test_a_rerun_keeps_the_outputs_history_and_shows_this_run_apart(
     assert score(SAMPLE, "-o", out, "--overwrite") == 0
     runs = json.loads((out / "summary.json").read_text())["history"]["runs"]
     assert len(runs) == 1
+
+
+def test_a_config_from_a_pipe_reads_and_a_missing_one_points_at_ctxprec_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    me = f"'{sys.executable}' -m pipeline.cli"
+    command = f"{me} estimate '{SAMPLE}' --json --config <({me} config openai)"
+    done = subprocess.run(
+        ["bash", "-c", command], env=env, cwd=tmp_path, text=True, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["judge_model"] == "openai/gpt-4o-mini"
+    assert main(["estimate", str(SAMPLE), "--config", str(tmp_path / "nope.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "`ctxprec config NAME > my.toml`" in err
+    assert "configs/" not in err
