@@ -25,9 +25,9 @@ def _clause(text: str) -> str:
 
 
 def _sentence(text: str) -> str:
-    """Text closed by one full stop, or by its own ? or !."""
+    """Text closed by one full stop, or by its own ?, ! or … (a cut item reason)."""
     text = _clause(text)
-    return text if text.endswith(("?", "!")) else text + "."
+    return text if text.endswith(("?", "!", "…")) else text + "."
 
 
 def _fmt(x: float) -> str:

@@ -93,6 +93,9 @@ def test_reasons_have_no_doubled_punctuation() -> None:
     assert "Off topic." in text
     for doubled in ("..", ".;", ";.", "?."):
         assert doubled not in text, (doubled, text)
+    cut = build_reason([False], ["x" * 400], score=0.0, scale=1.0, criterion="Is the item useful")
+    assert "x…. No item" not in cut
+    assert "x… No item" in cut
     failed = failed_reason(2, [1], "http_500: server error.")
     assert "error. Re-run" in failed
     assert ".." not in failed
