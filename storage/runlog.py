@@ -80,11 +80,15 @@ class RunLog:
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
             # only what will work: --incremental is refused when the configuration differs
-            add = "" if self._other_config(manifest) else ", or --incremental to add to it"
+            fixes = (
+                "use a new folder, or --overwrite to replace it (--incremental adds rows only "
+                "under the same configuration)"
+                if self._other_config(manifest)
+                else "use a new folder, --overwrite to replace it, or --incremental to add to it"
+            )
             raise OutputError(
                 f"output folder {self.outdir} holds another run "
-                f"({describe_differences(described, self.describe)}); "
-                f"use a new folder, --overwrite to replace it{add}"
+                f"({describe_differences(described, self.describe)}); {fixes}"
             )
         try:
             (self.state / PARTS).mkdir(parents=True, exist_ok=True)

@@ -627,9 +627,10 @@ def test_output_folder_holding_another_run_loses_nothing(
     fragments = [
         f"output folder {out} holds another run",
         "--model: 'offline' there, 'openai/judge-1' here",
-        "use a new folder, --overwrite to replace it, or --incremental",
+        "use a new folder, or --overwrite to replace it",  # another judge: not --incremental
     ]
-    refused(capsys, fake, [source, "-o", out], fragments)
+    err = refused(capsys, fake, [source, "-o", out], fragments)
+    assert "--incremental to add" not in err
     assert _snapshot(out) == before
 
 

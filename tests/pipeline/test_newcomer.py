@@ -157,8 +157,8 @@ def test_a_folder_holding_another_run_is_offered_only_what_works(
     # another configuration: --incremental would be refused, so it is not offered
     assert score(SAMPLE, "-o", out, "--scale", 10) == 2
     err = capsys.readouterr().err
-    assert "--overwrite" in err
-    assert "--incremental" not in err
+    assert "use a new folder, or --overwrite to replace it" in err
+    assert "--incremental to add" not in err
     assert score(SAMPLE, "-o", out, "--scale", 10, "--incremental") == 2
     assert "--overwrite instead of --incremental" in capsys.readouterr().err
     assert score(SAMPLE, "-o", out, "--scale", 10, "--overwrite") == 0
