@@ -2,8 +2,9 @@
 
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
-site-packages, or a package folder lacks its py.typed marker or a data file it reads
-(DATA_FILES: the provider registry).
+site-packages, a package folder lacks its py.typed marker or a data file it reads
+(DATA_FILES: the provider registry), or an example config of configs/ is not shipped
+(equal) as pipeline/configs/ for `ctxprec config NAME`.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def main() -> int:
     registry = importlib.import_module("connectors.judges.catalog")
     if "groq" not in registry.builtin_providers():
         problems.append("connectors.judges.catalog: the provider registry did not load")
+    shipped = Path(importlib.import_module("pipeline").__path__[0]) / "configs"
+    for config in sorted((checkout / "configs").glob("*.toml")):
+        copy = shipped / config.name
+        if not copy.is_file() or copy.read_bytes() != config.read_bytes():
+            problems.append(f"configs/{config.name}: not shipped equal as pipeline/configs/")
     missing = sorted(expected - imported)
     if missing:
         problems.append("modules not in the install: " + ", ".join(missing))

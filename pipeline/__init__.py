@@ -31,6 +31,7 @@ from storage.core.errors import (
 )
 from storage.core.metric import map_score, map_stage, rank_metrics, round_half_up
 
+__ctxprec__ = True  # this package is ctxprec's: the console script checks it (ctxprec_entry.py)
 __all__ = [
     "Config",
     "ConfigError",

@@ -1,5 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache` and
-`providers`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache`,
+`providers` and `config`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -7,7 +7,8 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted (finished parts kept; the same command resumes).
+them later); 130 interrupted (finished parts kept; the same command resumes); 141 stdout was
+closed early (`ctxprec summary OUT | head`): nothing more is printed, as `head` expects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -39,6 +41,7 @@ from pipeline.cache_cmd import add_cache_command, run_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.config import FLAGS, Config, flag_type, load_config
+from pipeline.config_cmd import add_config_command, example_configs, run_config_command
 from pipeline.driver import RunResult
 from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
@@ -56,6 +59,7 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     UserError,
 )
+from storage.core.figures import figure_text
 from storage.core.settings import DEFAULT_KS, settings
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -80,9 +84,10 @@ def _add_setting(g: Any, key: str, **extra: Any) -> None:
         kwargs.update(action="store_const", const=not s.default)
     else:
         metavar = s.metavar or s.flag.lstrip("-").upper().replace("-", "_")
-        kwargs.update(type=flag_type(key), metavar=metavar)
-        if s.choices:
+        if s.choices:  # the usage line and the help list them: --mode {item,row}
             kwargs["choices"] = list(s.choices)
+            metavar = s.metavar or "{" + ",".join(s.choices) + "}"
+        kwargs.update(type=flag_type(key), metavar=metavar)
     g.add_argument(s.flag, **{**kwargs, **extra})
 
 
@@ -96,14 +101,25 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("input")
-    g.add_argument("input", help="Parquet file, folder, glob or Hive-partitioned dataset")
-    g.add_argument("--config", type=Path, help="TOML config (see configs/)")
+    g.add_argument(
+        "input",
+        help="a Parquet, JSON Lines (.jsonl/.ndjson/.json) or CSV file (text formats also .gz or "
+        ".zst), a folder or glob of them, or a Hive-partitioned dataset; a path or an s3:// "
+        "gs:// az:// URL",
+    )
+    g.add_argument(
+        "--config",
+        type=Path,
+        help="a TOML config file; `ctxprec config NAME > my.toml` writes an example to start "
+        f"from ({', '.join(example_configs())})",
+    )
     g.add_argument(
         "--map",
         action="append",
         default=[],
         metavar="FIELD=COLUMN",
-        help="map id, query, expected, context or labels to a column (repeatable)",
+        help="map id, query, expected, context or labels to a column; several pairs by commas "
+        "(query=question,expected=ground_truth) or by repeating the flag",
     )
     for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
         _add_setting(g, key)
@@ -209,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-by", metavar="COL", help="one column to break scores down by (default: the run's)"
     )
     add_cache_command(sub)
+    add_config_command(sub)
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
@@ -268,7 +285,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """{dotted key: value} of every setting given on the command line (argparse dests are the
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
-    for item in args.map:
+    for item in (pair for given in args.map for pair in _map_pairs(given)):
         field, sep, column = item.partition("=")
         field = field.strip()
         if not sep or field not in MAP_FIELDS or not column.strip():
@@ -278,6 +295,13 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             )
         flags[f"columns.{field}"] = column.strip()
     return flags
+
+
+def _map_pairs(given: str) -> list[str]:
+    """`--map query=question,expected=ground_truth`: a comma starts a new pair only where a field
+    name and `=` follow it, so a column named `a,b` still maps (`--map context=a,b`)."""
+    fields = "|".join(sorted(MAP_FIELDS))
+    return re.split(rf",\s*(?=(?:{fields})\s*=)", given)
 
 
 def _check_conflicts(args: argparse.Namespace) -> None:
@@ -364,30 +388,24 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "sink_errors": run.get("sink_errors"),
         "wall_s": run.get("wall_s"),
         "notices": run.get("notices") or [],
+        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
     }
 
 
-def _human_line(summary: dict[str, Any], outdir: Path) -> str:
+def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False) -> str:
+    """What `score` prints (this run apart from the output's history) or, `rebuilt`, what
+    `summary` prints (the output's runs; nothing said as if it had just run)."""
     rows = summary.get("rows", {})
-    run = summary.get("run", {})
     sc = summary.get("score", {})
-    judge = run.get("judge") or {}
     figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
     lines = [
-        *(f"ctxprec: {notice}" for notice in run.get("notices") or []),
+        *(f"ctxprec: {notice}" for notice in (summary.get("run") or {}).get("notices") or []),
         f"ctxprec: {rows.get('total', 0):,} rows -> {outdir}  (ok {rows.get('ok', 0):,}, "
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
-        f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
-        f"judge calls, {run.get('memo_hits') or 0:,} memo hits, {judge.get('retries') or 0:,} "
-        f"retries, {judge.get('rate_limited') or 0:,} 429s, {seconds(run.get('wall_s') or 0)}",
+        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
         f"  summary: {outdir / 'summary.md'}",
     ]
-    for loaded in run.get("sinks") or []:
-        lines.append(
-            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
-            f"{loaded['rows_skipped']} already there"
-        )
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
         lines.append(
@@ -396,8 +414,46 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
     return "\n".join(lines)
 
 
+def _this_run_lines(summary: dict[str, Any]) -> list[str]:
+    run = summary.get("run", {})
+    judge = run.get("judge") or {}
+    wall = seconds(run.get("wall_s") or 0)
+    if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
+        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
+    else:
+        lines = [
+            f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
+            f"judge calls, {run.get('memo_hits') or 0:,} memo hits, "
+            f"{judge.get('retries') or 0:,} retries, {judge.get('rate_limited') or 0:,} 429s, "
+            f"{wall}"
+        ]
+    total = (summary.get("history") or {}).get("total") or {}
+    if total.get("runs", 0) > 1:
+        lines += _runs_lines(summary)
+    for loaded in run.get("sinks") or []:
+        lines.append(
+            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
+            f"{loaded['rows_skipped']} already there"
+        )
+    return lines
+
+
+def _runs_lines(summary: dict[str, Any]) -> list[str]:
+    """The output's history in one line: runs, rows scored, judge calls, wall time, cost."""
+    total = (summary.get("history") or {}).get("total")
+    if not total:
+        return []
+    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
+    runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
+    return [
+        f"  all runs: {runs}, {total['rows_this_run']:,} rows scored, "
+        f"{total['judge_calls']:,} judge calls, {total['memo_hits']:,} memo hits, "
+        f"{seconds(total['wall_s'])}{cost}"
+    ]
+
+
 def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:g}"
+    return figure_text(value)  # the one rounding rule (storage/core/figures.py)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -419,7 +475,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
         raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
     write_summary(args.outdir, summary)
-    print(_human_line(summary, args.outdir))
+    print(_human_line(summary, args.outdir, rebuilt=True))
 
     if text := trend_text(summary.get("trend")):
         print(text)
@@ -517,7 +573,23 @@ def _setup_logging() -> None:
     root.setLevel(getattr(logging, level, logging.INFO))
 
 
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
+    except BrokenPipeError:
+        # Python's recipe (docs "Note on SIGPIPE"): later writes and the final flush go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
     commands = {
@@ -528,6 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "batches": _cmd_batches,
         "cache": run_cache_command,
         "providers": run_providers_command,
+        "config": run_config_command,
     }
     try:
         for value in (getattr(args, "output", None), getattr(args, "outdir", None)):
@@ -558,6 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # the reader of stdout left: `main` ends quietly
     except Exception as exc:  # the last line of defence: a message, not a traceback
         if os.environ.get("CTXPREC_DEBUG"):
             traceback.print_exc()

@@ -18,6 +18,7 @@ from pipeline.agreement import agreement_figures, mcnemar
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
+from storage.core.figures import round_figure
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
 from storage.ownership import part_files
@@ -152,24 +153,26 @@ def _read_side(side: Side, opts: CompareOptions, clusters: Sequence[str] = ()) -
                 f"side {side.name}: column `{column}` is not in {side.path} "
                 f"(columns: {', '.join(cols)})"
             )
+    every = lf  # before the filters: the values a filter that matched nothing could have named
     for column, value in side.filters:
         lf = lf.filter(pl.col(column).cast(pl.String) == value)
     wanted = [c for c in cols if c in _ROW_COLS or c.startswith(_RANK_PREFIXES)]
     extra = [g for g in [opts.group_by] if g and g != opts.on and g not in wanted]
     extra += [c for c in clusters if c in cols and c != opts.on and c not in (*wanted, *extra)]
     frame = lf.select(pl.col(opts.on).alias("key"), *extra, *wanted).collect()
-    _check_side(side, frame, opts.on, lf)
+    _check_side(side, frame, opts.on, every)
     return frame
 
 
 def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> None:
     if side.filters and frame.height == 0:
         column, _ = side.filters[0]
-        seen = lf.select(pl.col(column).cast(pl.String).unique().head(10)).collect()
-        raise UserError(
-            f"side {side.name}: no row of {side.path} matches {side.describe()} "
-            f"(some values of `{column}`: {', '.join(map(str, seen.to_series()))})"
-        )
+        values = pl.col(column).cast(pl.String).drop_nulls().unique().sort()
+        seen = lf.select(values.head(11)).collect().to_series().to_list()
+        listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
+        there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
+        where = " and ".join(f"{c}={v}" for c, v in side.filters)
+        raise UserError(f"side {side.name}: no row of {side.path} matches {where} ({there})")
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)
@@ -505,7 +508,9 @@ def drop_gate(report: dict[str, Any], fail_drop: float, margin: float | None = N
 
 
 def _num(value: float) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{round_figure(value):.4f}"  # the one rounding rule (storage/core/figures.py)
 
 
 def compare_outputs(

@@ -201,8 +201,11 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; see configs/ for ready ones")
+    if not path.exists() or path.is_dir():  # a pipe (--config <(ctxprec config openai)) reads
+        raise ConfigError(
+            f"config file {path} does not exist; `ctxprec config` lists the example configs "
+            "and `ctxprec config NAME > my.toml` writes one to start from"
+        )
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)

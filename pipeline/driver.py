@@ -321,6 +321,7 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     estimate = run.runlog.load_json("estimate.json")
     if estimate is not None:
         run_info["estimate"] = estimate
+    run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last
     summary = build_summary(
         outdir,
         run_info,

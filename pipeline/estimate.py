@@ -219,7 +219,10 @@ def _price_source(cfg: Config, model: str, known: bool) -> str | None:
 
 
 def _limit(value: float | None) -> str:
-    return "no limit" if value is None else f"{value:,g}"
+    """A limit as people write it: 2,000,000 (never 2e+06), 1.5."""
+    if value is None:
+        return "no limit"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
 
 
 def render_estimate(e: dict[str, Any]) -> str:

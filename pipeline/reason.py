@@ -15,8 +15,19 @@ _MAX_LISTED = 12
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    text = _clause(text)
     return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 1] + "…"
+
+
+def _clause(text: str) -> str:
+    """Text without its closing punctuation, for a sentence that adds its own ("..", ".;")."""
+    return " ".join(text.split()).rstrip(" .;,:")
+
+
+def _sentence(text: str) -> str:
+    """Text closed by one full stop, or by its own ?, ! or … (a cut item reason)."""
+    text = _clause(text)
+    return text if text.endswith(("?", "!", "…")) else text + "."
 
 
 def _fmt(x: float) -> str:
@@ -51,7 +62,7 @@ def build_reason(
     if n == 0:
         return f"Score {score:g}: the context list is empty, so no item could be judged."
     head = f"Score {score:g} (scale {scale:g}): {r} of {n} context items judged relevant."
-    items = "Items: " + "; ".join(_item_lines(relevant, reasons)) + "."
+    items = _sentence("Items: " + "; ".join(_item_lines(relevant, reasons)))
     if r == 0:
         ranking = "No item is relevant, so the mean average precision is 0."
     else:
@@ -73,12 +84,12 @@ def build_reason(
             )
         else:
             ranking += " The relevant items already come first: the ranking is ideal."
-    return f"{head} {items} {ranking} Criterion: {criterion}."
+    return f"{head} {items} {ranking} Criterion: {_sentence(criterion)}"
 
 
 def failed_reason(n_items: int, failed_positions: Sequence[int], error: str) -> str:
     shown = ", ".join(f"#{p + 1}" for p in failed_positions[:_MAX_LISTED])
     return (
         f"Not scored: {len(failed_positions)} of {n_items} items could not be judged ({shown}). "
-        f"{error}. Re-run the same command to retry only the missing verdicts."
+        f"{_sentence(error)} Re-run the same command to retry only the missing verdicts."
     )

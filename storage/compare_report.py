@@ -4,19 +4,20 @@
 
 from __future__ import annotations
 
-import io
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from storage.atomic import atomic_write_bytes
+from storage.charts import fit_title, png, short_label
 from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
+from storage.core.figures import figure_text
 
 __all__ = [
     "CHART_FILE",
+    "chart_figure",
     "check_compare_target",
     "render_chart",
     "render_markdown",
@@ -77,14 +78,7 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
 
 def fmt(value: Any, digits: int = 4) -> str:
     """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    text = f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
+    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
 
 
 def _signed(value: Any) -> str:
@@ -336,23 +330,29 @@ def _table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[s
 
 def render_chart(report: Mapping[str, Any]) -> bytes:
     """Mean delta (B − A) with its 95% CI per metric and, with --group-by, per group."""
+    return png(chart_figure(report))
+
+
+def chart_figure(report: Mapping[str, Any]) -> Any:
+    """The matplotlib figure of `render_chart`."""
     from matplotlib.figure import Figure
 
     metrics = {"score": report, **report["metrics"]}
     groups = (report.get("by_group") or {}).get("groups", [])[:_MAX_GROUPS]
     fig = Figure(figsize=_SIZE, dpi=100, layout="constrained")
     axes = fig.subplots(1, 2 if groups else 1, squeeze=False)[0]
-    _delta_bars(axes[0], list(metrics.items()), "metric")
+    _delta_bars(axes[0], list(metrics.items()), "score and rank metrics" if groups else "")
     if groups:
-        column = report["by_group"]["column"]
-        _delta_bars(axes[1], [(str(g["group"]), g) for g in groups], f"score by {column}")
-    fig.suptitle(f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return buf.getvalue()
+        labelled = [(short_label(str(g["group"]), 24), g) for g in groups]
+        _delta_bars(axes[1], labelled, "score by group")  # a half-width title stays short
+        axes[1].set_ylabel(short_label(report["by_group"]["column"], 40))
+    fit_title(fig, f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
+    return fig
 
 
 def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     items = [(n, m) for n, m in items if m["mean_delta"] is not None][::-1]
     ys = list(range(len(items)))
     deltas = [m["mean_delta"] for _, m in items]
@@ -363,6 +363,7 @@ def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str)
     ax.barh(ys, deltas, color=colors, alpha=0.8)
     ax.errorbar(deltas, ys, xerr=[lo, hi], fmt="none", ecolor=_INK, capsize=3)
     ax.axvline(0, color=_INK, lw=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a half-width panel: few, readable ticks
     ax.set_yticks(ys, [n for n, _ in items])
     ax.set_title(title)
     ax.set_xlabel("mean delta B − A")

@@ -494,7 +494,7 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
         ['[prices."openai/judge-1"] in {cfg} needs input_per_mtok and output_per_mtok'],
     ),
     "not_utf8": (None, ["config file {cfg} is not valid TOML"]),
-    "missing_file": ("", ["config file {cfg} does not exist", "see configs/"]),
+    "missing_file": ("", ["config file {cfg} does not exist", "ctxprec config NAME > my.toml"]),
 }
 
 
@@ -631,9 +631,10 @@ def test_output_folder_holding_another_run_loses_nothing(
     fragments = [
         f"output folder {out} holds another run",
         "--model: 'offline' there, 'openai/judge-1' here",
-        "use a new folder, --overwrite to replace it, or --incremental",
+        "use a new folder, or --overwrite to replace it",  # another judge: not --incremental
     ]
-    refused(capsys, fake, [source, "-o", out], fragments)
+    err = refused(capsys, fake, [source, "-o", out], fragments)
+    assert "--incremental to add" not in err
     assert _snapshot(out) == before
 
 
