@@ -99,7 +99,7 @@ def test_same_output_and_summary_as_the_local_engine(
     for key in ("rows_this_run", "items_this_run", "judge_calls", "memo_hits", "calls_failed"):
         assert runs[0][key] == runs[1][key], key
     assert runs[0].keys() == runs[1].keys()
-    assert runs[1]["engine"] == {"name": "dask", "workers": 2, "tasks": 3}
+    assert runs[1]["engine"] == {"name": "dask", "workers": 2, "tasks": 3, "shards": 4}
     assert (tmp_path / "dask" / "_SUCCESS").exists()
 
 
