@@ -82,7 +82,7 @@ def wheel_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Path(site, "zz-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
-         "--no-index", wheels[0]],
+         "--no-index", "--force-reinstall", wheels[0]],  # the borrowed editable one is not it
         check=True,
     )  # fmt: skip
     return python
@@ -209,10 +209,10 @@ def test_a_backfill_on_a_cluster_of_wheel_installs(
 ) -> None:
     where = subprocess.run(
         [wheel_python, "-c", "import pipeline.engines.keyed as m; print(m.__file__)"],
-        capture_output=True, text=True, env=_worker_env(s3_server, wheel_python), check=True,
-        cwd=tmp_path,
-    ).stdout  # fmt: skip
-    assert str(REPO) not in where  # the workers run the wheel, not this checkout
+        capture_output=True, text=True, env=_worker_env(s3_server, wheel_python), cwd=tmp_path,
+    )  # fmt: skip
+    assert where.returncode == 0, where.stderr
+    assert str(REPO) not in where.stdout  # the workers run the wheel, not this checkout
     source = labelled_rows(seed=3)
     for i in range(FILES):
         local = tmp_path / f"part{i}.parquet"
