@@ -238,7 +238,7 @@ def _run_keyed(
         return judged, errors
     reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch)
     if not errors:
-        remove_tree(scratch)
+        remove_tree(outdir / STATE_DIR / "shuffle")
     return judged + reduced, errors
 
 
