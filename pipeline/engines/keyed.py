@@ -222,7 +222,7 @@ async def _judge_all(
     done = anyio.Event()
     async with anyio.create_task_group() as tg:
         dispatcher.start(tg)
-        tg.start_soon(_flush_every, recorder, memo, done)
+        tg.start_soon(_flush_every, recorder, memo, counters, done)
         try:
             for key, (_, query, expected, item) in found.todo.items():
                 request = ItemRequest(query, expected, item)
@@ -239,13 +239,15 @@ async def _judge_all(
     return fresh, failed
 
 
-async def _flush_every(recorder: _Recording, memo: _StoreMemo, done: anyio.Event) -> None:
+async def _flush_every(
+    recorder: _Recording, memo: _StoreMemo, counters: RunCounters, done: anyio.Event
+) -> None:
     while not done.is_set():
         with anyio.move_on_after(SHARD_FLUSH_S):
             await done.wait()
         rows = recorder.take()
         if rows:
-            await anyio.to_thread.run_sync(memo.set_many, rows)
+            counters.memo_writes += await anyio.to_thread.run_sync(memo.set_many, rows)
 
 
 class _Recording:
