@@ -103,6 +103,29 @@ def test_same_output_and_summary_as_the_local_engine(
     assert (tmp_path / "dask" / "_SUCCESS").exists()
 
 
+def test_a_pair_repeated_across_files_is_judged_once_for_the_cluster(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str
+) -> None:
+    """The same rows (under other ids) in three files, two workers: each distinct (query,
+    item) pair is one judge call, as with the local engine; the rest is de-duplication."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rows = pl.read_parquet(hotpot).head(20)
+    for i in range(3):
+        copy = rows.with_columns(pl.format("f{}-{}", pl.lit(i), pl.col("id")).alias("id"))
+        copy.write_parquet(src / f"day{i}.parquet")
+    out = tmp_path / "out"
+    assert score(src, out, server, tmp_path / "c", "--batch-rows", 5, cluster=cluster) == 0
+    distinct = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
+    items = 3 * rows.get_column("contexts").list.len().sum()
+    run = run_json(out)
+    assert fake_stats(server)["total"] == run["judge_calls"] == distinct
+    assert run["dedup_hits"] == items - distinct
+    assert run["memo_hits"] == 0
+    assert table(out).height == 60
+    assert not (out / "_ctxprec" / "shuffle").exists()  # the run's scratch is gone
+
+
 def test_one_request_rate_for_the_whole_cluster(
     cluster: Client, hotpot: Path, tmp_path: Path, server: str
 ) -> None:
