@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             with Client(cluster) as client:
                 workers = list(client.run(_peak_rss_mib).values())
         stats = server.stats()
-    run: dict[str, Any] = json.loads((work / "out" / "_ctxprec" / "run.json").read_text())
+        run: dict[str, Any] = json.loads((work / "out" / "_ctxprec" / "run.json").read_text())
     seconds = {int(k): v for k, v in stats["per_second"].items()}
     span = max(seconds) - min(seconds) + 1 if seconds else 1
     requests = stats["total"]
