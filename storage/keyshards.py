@@ -1,7 +1,7 @@
 """Judge keys sharded by hash, for a cluster run that judges each distinct key once.
 
 A run's scratch folder (`OUTDIR/_ctxprec/shuffle/<run>/`) holds, for each (task, shard), the
-distinct requests the task's rows need (`keys/s<shard>/t<task>.arrow`) and, once the shard is
+distinct requests the task's rows need (`keys/s<shard>/t<task>-<part>.arrow`) and, once the shard is
 judged, the answers the task's reduce reads (`answers/t<task>/s<shard>.arrow`). The verdicts
 themselves go to `OUTDIR/_ctxprec/verdicts/keys/`, files named `<shards>-<shard>-<uuid>.arrow`,
 so a later run with any power-of-two shard count reads only the files that can hold its keys.
@@ -91,7 +91,8 @@ def request_files(scratch: OutPath, shard: int) -> list[OutPath]:
 
 
 def task_of(path: OutPath) -> int:
-    return int(path.name[1:].split(".", 1)[0])
+    """The task of a request file `t<task>-<part>.arrow`."""
+    return int(path.name[1:].split("-", 1)[0])
 
 
 def _write(target: OutPath, table: pa.Table) -> None:
@@ -108,20 +109,27 @@ def _read(path: OutPath) -> pa.Table:
         return reader.read_all()
 
 
-def write_requests(scratch: OutPath, task: int, shards: int, requests: Iterable[Request]) -> int:
-    """Write a task's distinct requests, one file per shard (every shard gets a file, maybe
-    empty, so the shard's reader knows the task was planned). Returns the files written."""
+def write_requests(
+    scratch: OutPath, task: int, shards: int, requests: Iterable[Request], part: int = 0
+) -> int:
+    """Write one part of a task's distinct requests, one file per shard that has any (a task
+    numbers its parts the same way on a retry, so a retry overwrites them). Returns the files."""
     by_shard: list[list[Request]] = [[] for _ in range(shards)]
     for request in requests:
         by_shard[shard_of(request[0], shards)].append(request)
+    written = 0
     for shard, rows in enumerate(by_shard):
-        columns = [list(col) for col in zip(*rows, strict=True)] if rows else [[]] * 4
+        if not rows:
+            continue
+        columns = [list(col) for col in zip(*rows, strict=True)]
         table = pa.Table.from_arrays(
             [pa.array(c, f.type) for c, f in zip(columns, _REQUESTS, strict=True)],
             schema=_REQUESTS,
         )
-        _write(scratch / "keys" / f"s{shard:05d}" / f"t{task:06d}.arrow", table)
-    return shards
+        name = f"t{task:06d}-{part:05d}.arrow"
+        _write(scratch / "keys" / f"s{shard:05d}" / name, table)
+        written += 1
+    return written
 
 
 def read_requests(path: OutPath) -> Iterator[Request]:

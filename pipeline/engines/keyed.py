@@ -59,6 +59,7 @@ __all__ = [
 
 SHARD_ROWS = 20_000  # input rows per shard (a power of two of shards, at least 2 per worker)
 SHARD_FLUSH_S = 0.5  # a killed judging task loses at most this much of its newest verdicts
+PLAN_PART_CHARS = 32_000_000  # request text a planning task holds before writing it out
 
 
 def keyed(plan: RunPlan) -> bool:
@@ -85,7 +86,9 @@ def plan_slice(
         skip=plan.skip_parts | skip,
         only_files=[file],
     )
-    requests: dict[str, Request] = {}
+    seen: set[str] = set()  # the slice's keys (their texts go out in parts)
+    requests: list[Request] = []
+    chars, part = 0, 0
     try:
         for batch in batches:
             frame = batch.frame
@@ -95,13 +98,18 @@ def plan_slice(
             attach_keys(rows, prefix, per_row=False)
             for row in rows:
                 for key, item in zip(row.keys, row.items, strict=False):
-                    if key not in requests:
+                    if key not in seen:
                         assert row.query is not None
-                        requests[key] = (key, row.query, row.expected, item)
+                        seen.add(key)
+                        requests.append((key, row.query, row.expected, item))
+                        chars += len(row.query) + len(item) + len(row.expected or "")
+            if chars >= PLAN_PART_CHARS:
+                write_requests(scratch, task, shards, requests, part)
+                requests, chars, part = [], 0, part + 1
     except UserError:
         pass
-    write_requests(scratch, task, shards, requests.values())
-    return len(requests)
+    write_requests(scratch, task, shards, requests, part)
+    return len(seen)
 
 
 # ---------------------------------------------------------------- 2. judge

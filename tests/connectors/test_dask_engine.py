@@ -20,11 +20,13 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+import pipeline.engines.keyed as keyed
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
 from pipeline.stage import run_stage
+from storage.keyshards import read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
@@ -321,3 +323,30 @@ def test_a_refused_run_exits_4_on_the_cluster_too(
     err = capsys.readouterr().err
     assert "the judge refused the run" in err
     assert "API key was refused" in err
+
+
+def test_a_slice_plans_each_key_once_in_parts(
+    hotpot: Path, tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planning task writes its requests out in parts (its memory holds keys, not texts);
+    across parts and shards each distinct key of the slice appears once."""
+    src = tmp_path / "in.parquet"
+    rows = pl.read_parquet(hotpot).head(20)
+    pl.concat([rows, rows]).with_row_index("n").with_columns(
+        pl.format("{}-{}", pl.col("id"), pl.col("n")).alias("id")
+    ).drop("n").write_parquet(src)
+    flags = {"judge.model": "openai/judge", "judge.base_url": server, "run.batch_rows": 5}
+    flags |= {"columns.query": "question", "columns.expected": "ground_truth"}
+    cfg = load_config(None, flags | {"run.cache_dir": str(tmp_path / "c")})
+    plan = anyio.run(prepare_run, str(src), tmp_path / "out", cfg)
+    monkeypatch.setattr(keyed, "PLAN_PART_CHARS", 1)  # a part after every batch
+    scratch = tmp_path / "scratch"
+    distinct = keyed.plan_slice(plan, 0, frozenset(), 0, scratch, 4)
+    found = []
+    for shard in range(4):
+        files = request_files(scratch, shard)
+        assert len(files) > 1
+        found += [r[0] for path in files for r in read_requests(path)]
+        assert all(shard_of(k, 4) == shard for path in files for k, *_ in read_requests(path))
+    unique = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
+    assert distinct == len(found) == len(set(found)) == unique
