@@ -39,8 +39,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Mismatched versions found"),  # pandas only here
 ]
 
-RPM = 1200  # the run's limit for the whole cluster: 20 requests a second
-JUDGE_RPM = 1500  # the judge's own limit, enforced over sliding 2 s windows: 50 a window
+RPM = 1200  # the run's limit for the whole cluster (20 a second), and the judge's own: it
+WINDOW_S = 10  # enforces it pro rata over every sliding 10 s (a minute's limit, tightened)
 QUERIES, POOL, ITEMS, FILES, ROWS = 30, 8, 5, 4, 60
 
 
@@ -220,7 +220,7 @@ def test_a_backfill_on_a_cluster_of_wheel_installs(
         s3_server.upload(local, f"{bucket}/in/part{i}.parquet")
     distinct = distinct_pairs(source)
     env = _worker_env(s3_server, wheel_python)
-    judge_flags = ("--latency-ms", "40", "--rpm-limit", str(JUDGE_RPM), "--rpm-window-s", "2")
+    judge_flags = ("--latency-ms", "40", "--rpm-limit", str(RPM), "--rpm-window-s", str(WINDOW_S))
     with judge_process(*judge_flags) as url, running_cluster(wheel_python, tmp_path, env) as c:
         c.start_worker("w1")
         c.start_worker("w2")

@@ -5,6 +5,7 @@ a restart on "other machines" (a fresh memo) that repeats no finished call, a fa
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+import pipeline.engines.dask as engine
 import pipeline.engines.keyed as keyed
 from pipeline.cli import main
 from pipeline.config import load_config
@@ -285,7 +287,6 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import pipeline.engines.dask as engine
     from storage.lock import OutdirLock, live_holder
 
     src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"
@@ -350,3 +351,26 @@ def test_a_slice_plans_each_key_once_in_parts(
         assert all(shard_of(k, 4) == shard for path in files for k, *_ in read_requests(path))
     unique = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
     assert distinct == len(found) == len(set(found)) == unique
+
+
+def test_the_coordinator_paces_just_under_the_limit() -> None:
+    """Starts 1% under --rpm: the jitter between workers cannot make a minute one over."""
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.handlers: dict[str, Any] = {}
+
+    scheduler = Scheduler()
+    engine._install("run1", 1200, None, False, dask_scheduler=scheduler)
+
+    async def lease() -> dict[str, Any]:
+        reply: dict[str, Any] = await scheduler.handlers[engine._op("run1")](
+            ests=[1] * 10, debt=0, reports=[]
+        )
+        return reply
+
+    offsets = anyio.run(lease)["offsets"]
+    assert engine._uninstall("run1", dask_scheduler=scheduler)["permits"] == 10
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert gaps == pytest.approx([60 / (1200 * (1 - engine.RPM_GUARD))] * 9, rel=1e-3)
+    assert engine.RPM_GUARD > 0
