@@ -128,6 +128,11 @@ def test_a_pair_repeated_across_files_is_judged_once_for_the_cluster(
     assert run["memo_hits"] == 0
     assert table(out).height == 60
     assert not (out / "_ctxprec" / "shuffle").exists()  # the run's scratch is gone
+    before = fake_stats(server)["total"]  # with the memo off: still once, nothing kept
+    args = ("--batch-rows", 5, "--no-memo")
+    assert score(src, tmp_path / "out2", server, tmp_path / "c", *args, cluster=cluster) == 0
+    assert fake_stats(server)["total"] - before == distinct
+    assert not (tmp_path / "out2" / "_ctxprec" / "verdicts").exists()
 
 
 def test_one_request_rate_for_the_whole_cluster(
