@@ -146,18 +146,18 @@ class _Shard:
 
     known: dict[str, MemoEntry]
     todo: dict[str, Request] = field(default_factory=dict)
-    needs: list[tuple[int, list[str]]] = field(default_factory=list)
+    needs: dict[int, list[str]] = field(default_factory=dict)  # each slice's keys
     payer: dict[str, int] = field(default_factory=dict)  # the first slice that holds a key
 
     def add(self, task: int, requests: Iterable[Request]) -> None:
-        keys = []
+        """One request file (a part of a slice's requests; parts come in slice order)."""
+        keys = self.needs.setdefault(task, [])
         for request in requests:
             key = request[0]
             keys.append(key)
             self.payer.setdefault(key, task)
             if key not in self.known:
                 self.todo.setdefault(key, request)
-        self.needs.append((task, keys))
 
 
 def _verdicts(plan: RunPlan, scratch: OutPath) -> ShardedVerdicts:
@@ -307,7 +307,7 @@ def _answer(
 ) -> None:
     """Each slice's answers: a call's tokens go to the first slice that holds its key (the
     local engine's first row), the others get the verdict with no tokens."""
-    for task, keys in found.needs:
+    for task, keys in found.needs.items():
         answers: list[Answer] = []
         for key in keys:
             entry = fresh.get(key) or found.known.get(key)

@@ -27,8 +27,9 @@ from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
+from pipeline.limits import RateGate
 from pipeline.stage import run_stage
-from storage.keyshards import read_requests, request_files, shard_of
+from storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
@@ -356,6 +357,15 @@ def test_a_slice_plans_each_key_once_in_parts(
         assert all(shard_of(k, 4) == shard for path in files for k, *_ in read_requests(path))
     unique = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
     assert distinct == len(found) == len(set(found)) == unique
+
+    async def judge_all() -> list[StageResult]:
+        gates = [RateGate(4, None, None) for _ in range(4)]
+        return [await keyed.judge_shard(plan, s, scratch, 4, gates[s]) for s in range(4)]
+
+    judged = anyio.run(judge_all)
+    assert sum(r.counters.judge_calls for r in judged) == unique
+    answers = {key: entry for key, entry, fresh, _ in read_answers(scratch, 0) if fresh}
+    assert set(answers) == set(found)  # every part's keys answered, not just the last part's
 
 
 def test_the_coordinator_paces_just_under_the_limit() -> None:
