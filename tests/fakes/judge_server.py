@@ -88,6 +88,7 @@ class FakeJudgeConfig:
     retry_after_mode: str = "seconds"  # seconds | ms | date | ratelimit | none
     retry_after_s: float = 1.0
     rpm_limit: int | None = None
+    rpm_window_s: float = 60.0  # rpm_limit enforced over sliding windows this long (pro rata)
     require_key: str | None = None  # 401 (echoing the key sent) unless this key is presented
     script: list[str] = field(default_factory=list)
     # a judge that is not the truth: `flip_share` of items (chosen by a seeded hash of the item,
@@ -246,9 +247,10 @@ class FakeJudgeServer:
 
     def _admit(self, rpm: int) -> bool:
         now = time.monotonic()
-        while self._window and self._window[0] <= now - 60.0:
+        window = self.config.rpm_window_s
+        while self._window and self._window[0] <= now - window:
             self._window.popleft()
-        if len(self._window) >= rpm:
+        if len(self._window) >= rpm * window / 60.0:
             return False
         self._window.append(now)
         return True
@@ -315,7 +317,8 @@ class FakeJudgeServer:
         if outcome in _FIXED_ERRORS:
             return *_FIXED_ERRORS[outcome], {}
         if outcome == "rpm_429":
-            wait = 60.0 - (time.monotonic() - self._window[0]) if self._window else 1.0
+            window = self.config.rpm_window_s
+            wait = window - (time.monotonic() - self._window[0]) if self._window else 1.0
             return 429, "Rate limit (requests/min).", {"Retry-After": str(max(1, math.ceil(wait)))}
         if outcome.startswith("429"):
             mode = outcome.partition("_")[2] or self.config.retry_after_mode
