@@ -2,7 +2,9 @@
 
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
-site-packages, or a package folder lacks its py.typed marker.
+site-packages, a package folder lacks its py.typed marker or a data file it reads
+(DATA_FILES: the provider registry), or an example config of configs/ is not shipped
+(equal) as pipeline/configs/ for `ctxprec config NAME`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import os
 import pkgutil
 import sys
 from pathlib import Path
+
+# data files the product reads at run time, next to its modules
+DATA_FILES = (("connectors.judges", "providers.toml"),)
 
 
 def main() -> int:
@@ -38,6 +43,18 @@ def main() -> int:
                 folder = Path(importlib.import_module(info.name).__path__[0])
                 if not (folder / "py.typed").exists():
                     problems.append(f"{info.name}: no py.typed in the install")
+    for package, name in DATA_FILES:
+        folder = Path(importlib.import_module(package).__path__[0])
+        if not (folder / name).is_file():
+            problems.append(f"{package}: no {name} in the install (package data)")
+    registry = importlib.import_module("connectors.judges.catalog")
+    if "groq" not in registry.builtin_providers():
+        problems.append("connectors.judges.catalog: the provider registry did not load")
+    shipped = Path(importlib.import_module("pipeline").__path__[0]) / "configs"
+    for config in sorted((checkout / "configs").glob("*.toml")):
+        copy = shipped / config.name
+        if not copy.is_file() or copy.read_bytes() != config.read_bytes():
+            problems.append(f"configs/{config.name}: not shipped equal as pipeline/configs/")
     missing = sorted(expected - imported)
     if missing:
         problems.append("modules not in the install: " + ", ".join(missing))

@@ -200,6 +200,32 @@ def _dask(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _backfill(r: dict[str, Any]) -> list[Row]:
+    workers = ", ".join(f"{w:.0f}" for w in r["worker_peak_mib"])
+    ratio = r["requests_per_distinct"]
+    return [
+        (
+            "dask_backfill",
+            f"judge requests ÷ distinct pairs, {r['items']:,} items in {r['files']} files",
+            "1.00",
+            f"{_pf(ratio <= 1.0)} {ratio:.3f} ({r['requests']:,} for {r['distinct_pairs']:,})",
+        ),
+        (
+            "dask_backfill",
+            f"judge calls/s per worker, {r['workers']} workers (loopback judge)",
+            "–",
+            f"{r['calls_per_s_per_worker']:.0f} ({r['judging_s']} s judging, run "
+            f"{r['wall_s']:.0f} s)",
+        ),
+        (
+            "dask_backfill",
+            "peak RSS, client and each worker",
+            "–",
+            f"client {r['client_peak_mib']:.0f} MiB, workers {workers} MiB",
+        ),
+    ]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "reduce_stage": _reduce,
     "warm_rerun": _warm,
@@ -208,6 +234,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "rate_limit": _rate,
     "dask_scaling": _dask,
     "startup": _startup,
+    "dask_backfill": _backfill,
 }
 
 

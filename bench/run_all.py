@@ -41,6 +41,7 @@ PLAN: dict[str, list[str]] = {
     "rate_limit": [],
     "dask_scaling": ["--rows", "500"],
     "startup": [],
+    "dask_backfill": [],
 }
 
 

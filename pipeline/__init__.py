@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pipeline.compare import compare_outputs
     from pipeline.config import Config, load_config
     from pipeline.driver import RunResult
     from pipeline.flow import run_score, score
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 # name -> the module that defines it
 _EXPORTS: dict[str, str] = {
+    "compare_outputs": "pipeline.compare",
     "Config": "pipeline.config",
     "load_config": "pipeline.config",
     "RunResult": "pipeline.driver",
@@ -60,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "round_half_up": "storage.core.metric",
 }
 
+__ctxprec__ = True  # this package is ctxprec's: the console script checks it (ctxprec_entry.py)
 __all__ = [
     "Config",
     "ConfigError",
@@ -74,6 +77,7 @@ __all__ = [
     "ScoreFailedError",
     "ScoreResult",
     "UserError",
+    "compare_outputs",
     "create_context_precision_scorer",
     "load_config",
     "map_score",

@@ -32,9 +32,9 @@ import anyio
 
 from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
 from connectors.judges.base import Gate
-from connectors.judges.batch_api import BATCH_PROVIDERS, create_batch_client
+from connectors.judges.batch_api import check_batch_support, create_batch_client
 from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_for
-from connectors.judges.registry import split_model
+from connectors.judges.registry import resolve_model
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunPlan, RunResult
@@ -133,13 +133,7 @@ def score_batch(
 
 
 def check_batch_provider(cfg: Config) -> None:
-    provider, _ = split_model(cfg.judge.model)
-    if provider not in BATCH_PROVIDERS:
-        raise ConfigError(
-            f"--batch-api sends the judge's calls through a provider's batch API (openai/..., "
-            f"anthropic/...); the judge {cfg.judge.model!r} has none: drop --batch-api "
-            "(or [judge] batch_api = true) for it"
-        )
+    check_batch_support(cfg.judge)  # the provider registry says which have a batch API
 
 
 async def run_batch_score(
@@ -296,10 +290,12 @@ class _Collector:
         data["settings"] = {
             "model": s.model, "base_url": s.base_url, "api_key_env": s.api_key_env,
             "timeout_s": s.timeout_s, "anthropic_version": s.anthropic_version,
+            "providers": [[name, [list(f) for f in flat]] for name, flat in s.providers],
         }  # fmt: skip
-        if self.cfg.judge.base_url is None:  # remember the endpoint the environment gave
-            env = "OPENAI_BASE_URL" if self.client.provider == "openai" else "ANTHROPIC_BASE_URL"
-            data["settings"]["base_url"] = os.environ.get(env) or None
+        spec = resolve_model(s.model, s.providers)[2]
+        if s.base_url is None and spec is not None and spec.base_url_env:
+            # remember the endpoint the environment gave (OPENAI_BASE_URL, ANTHROPIC_BASE_URL)
+            data["settings"]["base_url"] = os.environ.get(spec.base_url_env) or None
         self.store.save()
         self.store.remove_orphans()
 
@@ -665,7 +661,12 @@ def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any
 
 
 async def _list(store: BatchStore, cancel: bool) -> list[dict[str, Any]]:
-    settings = JudgeSettings(**(store.data.get("settings") or {}))
+    saved = dict(store.data.get("settings") or {})
+    saved["providers"] = tuple(
+        (str(name), tuple((str(k), str(v)) for k, v in flat))
+        for name, flat in saved.get("providers") or ()
+    )
+    settings = JudgeSettings(**saved)
     client: BatchClient | None = None
     try:
         client = create_batch_client(settings)

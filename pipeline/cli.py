@@ -1,5 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches` and
-`cache`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache`,
+`providers` and `config`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -7,7 +7,8 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted (finished parts kept; the same command resumes).
+them later); 130 interrupted (finished parts kept; the same command resumes); 141 stdout was
+closed early (`ctxprec summary OUT | head`): nothing more is printed, as `head` expects.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -27,6 +29,8 @@ from connectors.judges.secrets import RedactingFilter
 from pipeline.cache_cmd import add_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.config import FLAGS, Config, flag_type, load_config
+from pipeline.config_cmd import add_config_command, example_configs
+from pipeline.providers_cmd import add_providers_command
 from pipeline.version import __version__
 from storage.core.errors import (
     BatchesPendingError,
@@ -50,6 +54,8 @@ COMMANDS: dict[str, str] = {
     "compare": "pipeline.commands:cmd_compare",
     "batches": "pipeline.commands:cmd_batches",
     "cache": "pipeline.cache_cmd:run_cache_command",
+    "providers": "pipeline.providers_cmd:run_providers_command",
+    "config": "pipeline.config_cmd:run_config_command",
 }
 
 SETTINGS = {s.key: s for s in settings()}
@@ -66,9 +72,10 @@ def _add_setting(g: Any, key: str, **extra: Any) -> None:
         kwargs.update(action="store_const", const=not s.default)
     else:
         metavar = s.metavar or s.flag.lstrip("-").upper().replace("-", "_")
-        kwargs.update(type=flag_type(key), metavar=metavar)
-        if s.choices:
+        if s.choices:  # the usage line and the help list them: --mode {item,row}
             kwargs["choices"] = list(s.choices)
+            metavar = s.metavar or "{" + ",".join(s.choices) + "}"
+        kwargs.update(type=flag_type(key), metavar=metavar)
     g.add_argument(s.flag, **{**kwargs, **extra})
 
 
@@ -77,18 +84,30 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     for key in ("model", "base_url", "api_key_env", "mode", "timeout_s", "max_retries"):
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
+    _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("input")
-    g.add_argument("input", help="Parquet file, folder, glob or Hive-partitioned dataset")
-    g.add_argument("--config", type=Path, help="TOML config (see configs/)")
+    g.add_argument(
+        "input",
+        help="a Parquet, JSON Lines (.jsonl/.ndjson/.json) or CSV file (text formats also .gz or "
+        ".zst), a folder or glob of them, or a Hive-partitioned dataset; a path or an s3:// "
+        "gs:// az:// URL",
+    )
+    g.add_argument(
+        "--config",
+        type=Path,
+        help="a TOML config file; `ctxprec config NAME > my.toml` writes an example to start "
+        f"from ({', '.join(example_configs())})",
+    )
     g.add_argument(
         "--map",
         action="append",
         default=[],
         metavar="FIELD=COLUMN",
-        help="map id, query, expected, context or labels to a column (repeatable)",
+        help="map id, query, expected, context or labels to a column; several pairs by commas "
+        "(query=question,expected=ground_truth) or by repeating the flag",
     )
     for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
         _add_setting(g, key)
@@ -189,12 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--group-by", metavar="COL", help="one column to break scores down by (default: the run's)"
     )
     add_cache_command(sub)
+    add_config_command(sub)
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")
     bt.add_argument("outdir", type=_outdir, help="an output folder of a `score --batch-api` run")
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
+    add_providers_command(sub)  # `ctxprec providers` (pipeline/providers_cmd.py)
     show_defaults(parser)
     for action in es._actions:  # accepted only to be refused with a reason (see below)
         if action.dest in _NOT_FOR_ESTIMATE:
@@ -228,6 +249,11 @@ def _add_compare_parser(sub: Any) -> None:
     cp.add_argument("--top", type=int, default=10, help="rows that changed most to show")
     cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
     cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
+    # -- honest intervals (issue 22): clustered bootstrap and non-inferiority
+    cp.add_argument("--cluster-by", metavar="COL", help="resample pairs sharing COL together "
+                    "(default: the query column when several pairs share a query)")  # fmt: skip
+    cp.add_argument("--margin", type=float, metavar="X", help="test that B is no worse than A "
+                    "by more than X; with --fail-drop, exit 5 unless shown")  # fmt: skip
     cp.add_argument("-o", "--output", type=Path, help="write compare.json/.md/.png into DIR")
     cp.add_argument("--json", action="store_true", help="print compare.json to stdout")
 
@@ -236,7 +262,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """{dotted key: value} of every setting given on the command line (argparse dests are the
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
-    for item in args.map:
+    for item in (pair for given in args.map for pair in _map_pairs(given)):
         field, sep, column = item.partition("=")
         field = field.strip()
         if not sep or field not in MAP_FIELDS or not column.strip():
@@ -246,6 +272,13 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
             )
         flags[f"columns.{field}"] = column.strip()
     return flags
+
+
+def _map_pairs(given: str) -> list[str]:
+    """`--map query=question,expected=ground_truth`: a comma starts a new pair only where a field
+    name and `=` follow it, so a column named `a,b` still maps (`--map context=a,b`)."""
+    fields = "|".join(sorted(MAP_FIELDS))
+    return re.split(rf",\s*(?=(?:{fields})\s*=)", given)
 
 
 def _check_conflicts(args: argparse.Namespace) -> None:
@@ -293,6 +326,9 @@ def _setup_logging() -> None:
     root.setLevel(getattr(logging, level, logging.INFO))
 
 
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+
+
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
     module, _, function = COMMANDS[name].partition(":")
     run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
@@ -300,6 +336,19 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
+    except BrokenPipeError:
+        # Python's recipe (docs "Note on SIGPIPE"): later writes and the final flush go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
     try:
@@ -328,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # the reader of stdout left: `main` ends quietly
     except Exception as exc:  # the last line of defence: a message, not a traceback
         if os.environ.get("CTXPREC_DEBUG"):
             traceback.print_exc()

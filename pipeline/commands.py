@@ -36,6 +36,7 @@ from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import STATE_DIR, STATUS_FAILED
 from storage.core.errors import UserError
+from storage.core.figures import figure_text
 from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -89,6 +90,9 @@ def _cmd_score(args: argparse.Namespace) -> int:
         run = functools.partial(score_batch, options=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
+    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
+        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
+        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
     result = run(
         args.input,
         args.output,
@@ -136,30 +140,24 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "sink_errors": run.get("sink_errors"),
         "wall_s": run.get("wall_s"),
         "notices": run.get("notices") or [],
+        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
     }
 
 
-def _human_line(summary: dict[str, Any], outdir: Path) -> str:
+def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False) -> str:
+    """What `score` prints (this run apart from the output's history) or, `rebuilt`, what
+    `summary` prints (the output's runs; nothing said as if it had just run)."""
     rows = summary.get("rows", {})
-    run = summary.get("run", {})
     sc = summary.get("score", {})
-    judge = run.get("judge") or {}
     figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
     lines = [
-        *(f"ctxprec: {notice}" for notice in run.get("notices") or []),
+        *(f"ctxprec: {notice}" for notice in (summary.get("run") or {}).get("notices") or []),
         f"ctxprec: {rows.get('total', 0):,} rows -> {outdir}  (ok {rows.get('ok', 0):,}, "
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
-        f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
-        f"judge calls, {run.get('memo_hits') or 0:,} memo hits, {judge.get('retries') or 0:,} "
-        f"retries, {judge.get('rate_limited') or 0:,} 429s, {seconds(run.get('wall_s') or 0)}",
+        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
         f"  summary: {outdir / 'summary.md'}",
     ]
-    for loaded in run.get("sinks") or []:
-        lines.append(
-            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
-            f"{loaded['rows_skipped']} already there"
-        )
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
         lines.append(
@@ -168,8 +166,46 @@ def _human_line(summary: dict[str, Any], outdir: Path) -> str:
     return "\n".join(lines)
 
 
+def _this_run_lines(summary: dict[str, Any]) -> list[str]:
+    run = summary.get("run", {})
+    judge = run.get("judge") or {}
+    wall = seconds(run.get("wall_s") or 0)
+    if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
+        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
+    else:
+        lines = [
+            f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
+            f"judge calls, {run.get('memo_hits') or 0:,} memo hits, "
+            f"{judge.get('retries') or 0:,} retries, {judge.get('rate_limited') or 0:,} 429s, "
+            f"{wall}"
+        ]
+    total = (summary.get("history") or {}).get("total") or {}
+    if total.get("runs", 0) > 1:
+        lines += _runs_lines(summary)
+    for loaded in run.get("sinks") or []:
+        lines.append(
+            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
+            f"{loaded['rows_skipped']} already there"
+        )
+    return lines
+
+
+def _runs_lines(summary: dict[str, Any]) -> list[str]:
+    """The output's history in one line: runs, rows scored, judge calls, wall time, cost."""
+    total = (summary.get("history") or {}).get("total")
+    if not total:
+        return []
+    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
+    runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
+    return [
+        f"  all runs: {runs}, {total['rows_this_run']:,} rows scored, "
+        f"{total['judge_calls']:,} judge calls, {total['memo_hits']:,} memo hits, "
+        f"{seconds(total['wall_s'])}{cost}"
+    ]
+
+
 def _num(value: Any) -> str:
-    return "—" if value is None else f"{value:g}"
+    return figure_text(value)  # the one rounding rule (storage/core/figures.py)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -191,7 +227,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
         raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
     write_summary(args.outdir, summary)
-    print(_human_line(summary, args.outdir))
+    print(_human_line(summary, args.outdir, rebuilt=True))
 
     if text := trend_text(summary.get("trend")):
         print(text)
@@ -233,13 +269,16 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     a, b = sides_from_args(args.outputs, args.a, args.b)
-    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict)
+    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict,
+                          cluster_by=args.cluster_by, margin=args.margin)  # fmt: skip
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
     report = compare(a, b, opts)
-    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop)
+    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
         report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+        if args.margin is not None:
+            report["gate"]["margin"] = args.margin
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))

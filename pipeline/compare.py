@@ -11,11 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
+from pipeline.agreement import agreement_figures, mcnemar
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
+from storage.core.figures import round_figure
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
 from storage.ownership import part_files
@@ -24,6 +27,7 @@ __all__ = [
     "CompareOptions",
     "Side",
     "compare",
+    "compare_outputs",
     "drop_gate",
     "local_output",
     "parse_filter",
@@ -31,8 +35,9 @@ __all__ = [
 ]
 
 _SCORED = (STATUS_OK, STATUS_EMPTY)
-_ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version")
-_RANK_PREFIXES = ("reciprocal_rank", "precision_at_")
+_ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version",
+             "input_tokens", "output_tokens")  # fmt: skip
+_RANK_PREFIXES = ("reciprocal_rank", "precision_at_", "hit_at_")
 _JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
 _URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
 
@@ -58,6 +63,8 @@ class CompareOptions:
     seed: int = 0
     top: int = 10
     strict: bool = False
+    cluster_by: str | None = None  # None: the query column when several pairs share a query
+    margin: float | None = None  # non-inferiority: B no worse than A by more than this
 
 
 def local_output(source: str) -> OutPath:
@@ -87,7 +94,10 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     """Every figure of compare.json (full float precision; rounding is for people only)."""
     if opts.resamples < 1:
         raise UserError(f"--resamples must be at least 1, got {opts.resamples}")
-    fa, fb = _read_side(a, opts), _read_side(b, opts)
+    if opts.margin is not None and not opts.margin >= 0:
+        raise UserError(f"--margin must be 0 or more, got {opts.margin}")
+    candidates = [opts.cluster_by] if opts.cluster_by else _cluster_candidates(a, b)
+    fa, fb = _read_side(a, opts, candidates), _read_side(b, opts, candidates)
     pairs, left_out = _pair(fa, fb)
     if pairs.height == 0:
         raise UserError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
@@ -97,15 +107,19 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
             "--strict: the two sides were not scored with the same judge configuration: "
             + "; ".join(judge["differences"])
         )
+    clustering, pairs = _clusters(pairs, candidates, opts)
     metrics = {m: _metric(pairs, m, opts) for m in _metric_names(pairs)}
+    agreement = judge_agreement(a, b, fa, fb, judge, metrics["score"], opts)
     return {
         "a": _side_info(a, fa),
         "b": _side_info(b, fb),
         "on": opts.on,
         **metrics["score"],
         "bootstrap": {"resamples": opts.resamples, "seed": opts.seed, "interval": "percentile"},
+        "clustering": clustering,
         "left_out": left_out,
         "judge_config": judge,
+        "judge_agreement": agreement,
         "metrics": {k: v for k, v in metrics.items() if k != "score"},
         "by_group": _by_group(pairs, opts) if opts.group_by else None,
         "changed_most": _changed_most(pairs, opts),
@@ -127,33 +141,38 @@ def _scan(side: Side) -> pl.LazyFrame:
         return lf.collect().lazy() if isinstance(side.path, ObjPath) else lf
 
 
-def _read_side(side: Side, opts: CompareOptions) -> pl.DataFrame:
-    """The side's rows: pairing key, scored columns, rank metrics, group column; filtered."""
+def _read_side(side: Side, opts: CompareOptions, clusters: Sequence[str] = ()) -> pl.DataFrame:
+    """The side's rows: pairing key, scored columns, rank metrics, group and cluster columns
+    (a default cluster column only when the side has it); filtered."""
     lf = _scan(side)
     cols = lf.collect_schema().names()
-    for column in [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]:
+    named = [opts.on, *(c for c, _ in side.filters), opts.group_by or opts.on]
+    for column in [*named, opts.cluster_by or opts.on]:
         if column not in cols:
             raise UserError(
                 f"side {side.name}: column `{column}` is not in {side.path} "
                 f"(columns: {', '.join(cols)})"
             )
+    every = lf  # before the filters: the values a filter that matched nothing could have named
     for column, value in side.filters:
         lf = lf.filter(pl.col(column).cast(pl.String) == value)
     wanted = [c for c in cols if c in _ROW_COLS or c.startswith(_RANK_PREFIXES)]
     extra = [g for g in [opts.group_by] if g and g != opts.on and g not in wanted]
+    extra += [c for c in clusters if c in cols and c != opts.on and c not in (*wanted, *extra)]
     frame = lf.select(pl.col(opts.on).alias("key"), *extra, *wanted).collect()
-    _check_side(side, frame, opts.on, lf)
+    _check_side(side, frame, opts.on, every)
     return frame
 
 
 def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> None:
     if side.filters and frame.height == 0:
         column, _ = side.filters[0]
-        seen = lf.select(pl.col(column).cast(pl.String).unique().head(10)).collect()
-        raise UserError(
-            f"side {side.name}: no row of {side.path} matches {side.describe()} "
-            f"(some values of `{column}`: {', '.join(map(str, seen.to_series()))})"
-        )
+        values = pl.col(column).cast(pl.String).drop_nulls().unique().sort()
+        seen = lf.select(values.head(11)).collect().to_series().to_list()
+        listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
+        there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
+        where = " and ".join(f"{c}={v}" for c, v in side.filters)
+        raise UserError(f"side {side.name}: no row of {side.path} matches {where} ({there})")
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)
@@ -209,13 +228,71 @@ def _metric_names(pairs: pl.DataFrame) -> list[str]:
 
 
 def _metric(pairs: pl.DataFrame, name: str, opts: CompareOptions) -> dict[str, Any]:
-    both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b")).drop_nulls()
+    cluster = [pl.col(_CLUSTER)] if _CLUSTER in pairs.columns else []
+    both = pairs.select(pl.col(f"{name}_a"), pl.col(f"{name}_b"), *cluster).drop_nulls()
+    figures = _paired(both, name, opts, cluster)
+    if both.schema[f"{name}_a"] == pl.Boolean:  # pass/fail per row (hit@k): McNemar, as MLflow
+        va, vb = pl.col(f"{name}_a"), pl.col(f"{name}_b")
+        counts = both.select(a=(va & ~vb).sum(), b=(~va & vb).sum())
+        figures["mcnemar"] = mcnemar(int(counts["a"][0]), int(counts["b"][0]))
+    return figures
+
+
+def _paired(
+    both: pl.DataFrame, name: str, opts: CompareOptions, cluster: list[pl.Expr]
+) -> dict[str, Any]:
     return paired_figures(
         both.get_column(f"{name}_a").cast(pl.Float64).to_list(),
         both.get_column(f"{name}_b").cast(pl.Float64).to_list(),
         resamples=opts.resamples,
         seed=opts.seed,
+        clusters=both.get_column(_CLUSTER).to_list() if cluster else None,
+        margin=opts.margin if name == "score" else None,
     )
+
+
+_CLUSTER = "__cluster"
+_QUERY_COLUMNS = ("query", "query_id", "question")  # a passthrough column naming the query
+
+
+def _cluster_candidates(a: Side, b: Side) -> list[str]:
+    """Columns that may name the query of a row: the column the run mapped to `query` (from its
+    manifest), then query, query_id, question."""
+    mapped = []
+    for side in (a, b):
+        manifest = _state_json(side.path / STATE_DIR / "manifest.json")
+        columns = (manifest.get("describe") or {}).get("columns") or []
+        if len(columns) > 1 and isinstance(columns[1], str):
+            mapped.append(columns[1])
+    return list(dict.fromkeys([*mapped, *_QUERY_COLUMNS]))
+
+
+def _clusters(
+    pairs: pl.DataFrame, candidates: Sequence[str], opts: CompareOptions
+) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Which column clusters the pairs (given, or by default the first query column in which
+    several pairs share a value), with each pair's cluster code in `__cluster`."""
+    for column in candidates:
+        if column == opts.on:
+            value = pl.col("key").cast(pl.String)
+        elif f"{column}_a" in pairs.columns or f"{column}_b" in pairs.columns:
+            sides = [pl.col(f"{column}_{s}") for s in "ab" if f"{column}_{s}" in pairs.columns]
+            value = pl.coalesce(*sides).cast(pl.String)
+        else:
+            continue
+        # a pair without a value is a cluster of its own
+        value = pl.coalesce(value, pl.lit("\x00") + pl.col("key").cast(pl.String))
+        coded = pairs.with_columns(value.rank("dense").cast(pl.Int64).alias(_CLUSTER))
+        n = int(coded.get_column(_CLUSTER).n_unique())
+        if opts.cluster_by is None and n == pairs.height:
+            continue  # every pair its own query: nothing to cluster
+        how = (f"--cluster-by {column}" if opts.cluster_by else
+               f"default: `{column}` names the query and {pairs.height - n:,} pairs share a "
+               "query with another pair")  # fmt: skip
+        return {"column": column, "clusters": n, "how": how}, coded
+    return {"column": None, "clusters": pairs.height,
+            "how": "none: no query column shared by several pairs; each pair resampled alone "
+                   "(--cluster-by COL to cluster)"}, pairs  # fmt: skip
 
 
 def _by_group(pairs: pl.DataFrame, opts: CompareOptions) -> dict[str, Any]:
@@ -315,21 +392,138 @@ def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
     return {"same": not differences, "differences": differences, "notes": notes}
 
 
-def drop_gate(report: dict[str, Any], fail_drop: float) -> str | None:
+def _verdict_counts(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """Per row judged on both sides (paired by key, any status), the 2×2 counts of its items
+    judged by both (paired by position); and how many paired rows hold lists of different
+    lengths (not the same items: left out)."""
+    if "verdicts" not in fa.columns or "verdicts" not in fb.columns:
+        return np.zeros((0, 4), dtype=np.int64), 0
+    if fa.schema["key"] != fb.schema["key"]:
+        fa, fb = (f.with_columns(pl.col("key").cast(pl.String)) for f in (fa, fb))
+    va, vb = pl.col("va"), pl.col("vb")
+    joined = (
+        fa.select("key", va=pl.col("verdicts"))
+        .join(fb.select("key", vb=pl.col("verdicts")), on="key", how="inner")
+        .filter(va.is_not_null() & vb.is_not_null())
+    )
+    same = va.list.len() == vb.list.len()
+    differ = joined.filter(~same).height
+    items = (
+        joined.filter(same & (va.list.len() > 0))
+        .with_row_index("row")
+        .explode(["va", "vb"])
+        .drop_nulls(["va", "vb"])
+    )
+    counts = (
+        items.group_by("row")
+        .agg(
+            (va & vb).sum().alias("n11"),
+            (va & ~vb).sum().alias("n10"),
+            (~va & vb).sum().alias("n01"),
+            (~va & ~vb).sum().alias("n00"),
+        )
+        .sort("row")
+        .select("n11", "n10", "n01", "n00")
+    )
+    return counts.to_numpy().astype(np.int64).reshape(-1, 4), differ
+
+
+def _side_cost(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
+    """What judging the side's rows cost: the rows' token columns (each call counted once, on
+    the row that first used it), priced with the run's `[prices]` when run.json has them; and
+    the whole output's cost as its summary states it."""
+    tokens = {
+        t: int(frame.get_column(f"{t}_tokens").sum()) if f"{t}_tokens" in frame.columns else None
+        for t in ("input", "output")
+    }
+    run = _state_json(side.path / STATE_DIR / "run.json")
+    summary = _state_json(side.path / "summary.json")
+    price = run.get("price") or {}
+    p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
+    usd = None
+    if p_in is not None and p_out is not None and None not in tokens.values():
+        usd = ((tokens["input"] or 0) * p_in + (tokens["output"] or 0) * p_out) / 1e6
+    judge = summary.get("judge") or {}
+    return {
+        "judge_model": run.get("judge_model") or judge.get("model"),
+        "prompt_version": run.get("prompt_version") or judge.get("prompt_version"),
+        "input_tokens": tokens["input"],
+        "output_tokens": tokens["output"],
+        "cost_usd": usd,
+        "output_cost_usd": (summary.get("cost_usd") or {}).get("all_rows"),
+        "output_judge_calls": judge.get("calls"),
+    }
+
+
+def _state_json(path: OutPath) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def judge_agreement(
+    a: Side, b: Side, fa: pl.DataFrame, fb: pl.DataFrame, judge: dict[str, Any],
+    score: dict[str, Any], opts: CompareOptions,
+) -> dict[str, Any] | None:  # fmt: skip
+    """Item-level agreement of the two sides' judges on the items both judged (paired by key and
+    position), the score difference it causes, and each side's cost. None when no item was
+    judged on both sides (e.g. outputs without a verdicts column)."""
+    counts, differ = _verdict_counts(fa, fb)
+    if counts.sum() == 0:
+        return None
+    figures = agreement_figures(counts, resamples=opts.resamples, seed=opts.seed)
+    return {
+        "judges_differ": bool(judge["differences"]) or any("base URL" in n for n in judge["notes"]),
+        **figures,
+        "rows_not_same_items": differ,
+        "score_delta": {k: score[k] for k in ("n_pairs", "mean_a", "mean_b", "mean_delta", "ci95")}
+        | {"rows_changed": score["wins"] + score["losses"]},
+        "cost": {"a": _side_cost(a, fa), "b": _side_cost(b, fb)},
+    }
+
+
+def drop_gate(report: dict[str, Any], fail_drop: float, margin: float | None = None) -> str | None:
     """The failure message when B is worse than A by more than `fail_drop` and the CI's upper
-    bound is below zero; None when the gate passes. A drop of exactly `fail_drop` passes."""
+    bound is below zero, or (with `margin`) when B is not shown to be within `margin` of A (the
+    lower end of the CI below −margin); None when the gate passes. A drop of exactly
+    `fail_drop` passes."""
     delta, (_, hi) = report["mean_delta"], report["ci95"]
-    if not (delta < -fail_drop - TIE_EPS and hi < 0):
+    if delta < -fail_drop - TIE_EPS and hi < 0:
+        return (
+            f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
+            f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
+            f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than "
+            "allowed"
+        )
+    test = report.get("non_inferiority")
+    if margin is None or test is None or test["non_inferior"]:
         return None
     return (
-        f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
-        f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
-        f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than allowed"
+        f"--fail-drop {fail_drop:g} --margin {margin:g} failed: B is not shown to be within "
+        f"{margin:g} of A: the 95% CI of the change [{_num(report['ci95'][0])}, {_num(hi)}] "
+        f"reaches below -{margin:g} (mean change {_num(delta)}; more pairs narrow the CI)"
     )
 
 
 def _num(value: float) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return f"{round_figure(value):.4f}"  # the one rounding rule (storage/core/figures.py)
+
+
+def compare_outputs(
+    a: str, b: str | None = None, *, a_where: Sequence[str] = (), b_where: Sequence[str] = (),
+    **options: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """The Python API of `ctxprec compare`: the report dict compare.json holds (judge agreement
+    under `judge_agreement`). `compare_outputs("out/gpt-4.1", "out/gpt-4o-mini")`, or one output
+    and two slices: `compare_outputs("out", a_where=["dt=2026-11-28"], b_where=["dt=..."])`.
+    `options` are CompareOptions' fields (on, group_by, cluster_by, margin, resamples, ...)."""
+    outputs = [a] if b is None else [a, b]
+    side_a, side_b = sides_from_args(outputs, a_where, b_where)
+    return compare(side_a, side_b, CompareOptions(**options))
 
 
 def sides_from_args(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connectors.judges.catalog import known_price, provider_table
 from storage.core.errors import ConfigError
 from storage.core.settings import (
     SECTIONS,
@@ -69,7 +70,8 @@ class Config:
         return self.columns.map
 
     def price_for(self, model: str) -> Price | None:
-        return self.prices.get(model)
+        """[prices."provider/model"] of the config, else the provider registry's known price."""
+        return self.prices.get(model) or known_price(model)
 
 
 # ---------------------------------------------------------------- field kinds
@@ -182,13 +184,16 @@ def where(key: str, origin: str) -> str:
 # ---------------------------------------------------------------- the layers
 
 
+_OWN_TABLES = ("prices", "providers")  # top-level tables read apart from the settings
+
+
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"limits": {"rpm": 60}} -> {"limits.rpm": 60}; a table inside a section stays one value
     (a table-valued setting such as [judge] extra_headers, or an unknown key)."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and prefix == "" and key != "prices":
+        if isinstance(value, Mapping) and prefix == "" and key not in _OWN_TABLES:
             flat.update(_flatten(value, dotted + "."))
         else:
             flat[dotted] = value
@@ -196,21 +201,47 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; see configs/ for ready ones")
+    if not path.exists() or path.is_dir():  # a pipe (--config <(ctxprec config openai)) reads
+        raise ConfigError(
+            f"config file {path} does not exist; `ctxprec config` lists the example configs "
+            "and `ctxprec config NAME > my.toml` writes one to start from"
+        )
     try:
         with path.open("rb") as fh:
             data = tomllib.load(fh)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    sink_tables = _sink_tables(data.pop("sinks"), path) if "sinks" in data else []
     flat = _flatten(data)
-    unknown = sorted(k for k in flat if k not in DEFAULTS and k != "prices")
+    unknown = sorted(k for k in flat if k not in DEFAULTS and k not in _OWN_TABLES)
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown setting(s) {', '.join(unknown)}; known sections: "
-            + " ".join(f"[{s}]" for s in (*SECTIONS, "prices"))
+            + " ".join(f"[{s}]" for s in (*SECTIONS, *_OWN_TABLES))
         )
+    if sink_tables:  # after [output] sinks, if both are given
+        given = flat.get("output.sinks", [])
+        given = given.split(",") if isinstance(given, str) else given
+        flat["output.sinks"] = [*given, *sink_tables] if isinstance(given, list) else given
     return flat
+
+
+_SINK_TABLE = '[[sinks]] tables of kind and table, e.g. kind = "iceberg" and table = "lake/ns.t"'
+
+
+def _sink_tables(raw: Any, path: Path) -> list[str]:
+    """`[[sinks]]` tables (kind = "iceberg", table = "lake/analytics.scores") as --sink specs."""
+    entries = raw if isinstance(raw, list) else [raw]
+    specs: list[str] = []
+    for entry in entries:
+        if (
+            not isinstance(entry, Mapping)
+            or set(entry) != {"kind", "table"}
+            or not all(isinstance(v, str) and v.strip() for v in entry.values())
+        ):
+            raise ConfigError(f"config file {path}: sinks must be {_SINK_TABLE}, got {entry!r}")
+        specs.append(f"{entry['kind'].strip()}:{entry['table'].strip()}")
+    return specs
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -247,6 +278,8 @@ def load_config(
     origins = dict.fromkeys(DEFAULTS, "defaults")
     file_values = _read_toml(path) if path is not None else {}
     prices = _prices(file_values.pop("prices", None), str(path))
+    if "providers" in file_values:  # [providers.NAME]: registry providers added or changed
+        merged["judge.providers"] = provider_table(file_values.pop("providers"), str(path))
     for layer, origin in (
         (file_values, str(path)),
         (_from_env(env), "environment"),

@@ -13,7 +13,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from connectors.judges.base import ItemRequest, Judge, SyncDecider
+from connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
 from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore
@@ -164,6 +164,8 @@ class Dispatcher:
             async for job in jobs:
                 try:
                     entries = await self._call(job)
+                except RowItemsError as exc:  # --mode row fallback: some items failed alone
+                    await self._partly(job, exc)
                 except JudgeError as exc:
                     self._fail(job, exc)
                 else:
@@ -215,6 +217,20 @@ class Dispatcher:
             if len(self._failed) > _RECENT_CAP:
                 self._failed.popitem(last=False)
             outcome.event.set()
+
+    async def _partly(self, job: _Job, exc: RowItemsError) -> None:
+        """A row judged item by item: its good items succeed (and are memoized), the items
+        that failed on their own fail alone."""
+        good: list[tuple[str, MemoEntry]] = []
+        for key, outcome, r in zip(job.keys, job.outcomes, exc.results, strict=True):
+            part = _Job(key, None, job.row, (key,), (outcome,))
+            if isinstance(r, JudgeError):
+                self._fail(part, r)
+            else:
+                entry = (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens)
+                self._succeed(part, [entry])
+                good.append((key, entry))
+        await self.to_memo(good)
 
     def _remember(self, key: str, entry: MemoEntry) -> None:
         self._recent[key] = entry

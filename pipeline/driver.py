@@ -89,6 +89,7 @@ class StageResult:
     stats: JudgeStats
     gate: GateStats
     extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
+    recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
 
 
 async def prepare_run(
@@ -303,7 +304,7 @@ def _run_info(
         "engine": {**engine, **result.extra},
         "notices": run_notices(run.input, run.info, run.cfg),
         "group_by": run.cfg.output.group_by,
-    }
+    } | ({"recheck": result.recheck} if result.recheck is not None else {})
 
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -320,6 +321,7 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     estimate = run.runlog.load_json("estimate.json")
     if estimate is not None:
         run_info["estimate"] = estimate
+    run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last
     summary = build_summary(
         outdir,
         run_info,

@@ -12,10 +12,12 @@ from typing import Any
 import polars as pl
 
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
+from connectors.judges.catalog import prices_taken, providers
 from connectors.judges.prompts import item_messages, row_messages
 from connectors.sources import inspect_source
 from pipeline.config import Config
 from pipeline.planning import BatchPlanner, open_memo
+from pipeline.recheck import recheck_cost
 from storage.core.constants import STATUS_OK
 from storage.memo import judge_prefix
 from storage.report import seconds
@@ -32,7 +34,7 @@ def _no_key_needed(cfg: Config) -> Iterator[None]:
     """An estimate makes no call, so it needs no key: lend a placeholder while the judge is built
     (its identity, hence the memo keys, never includes the key)."""
     names = [cfg.judge.api_key_env] if cfg.judge.api_key_env else []
-    names += ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+    names += [v for spec in providers(cfg.judge.providers).values() for v in spec.key_env[:1]]
     lent = [n for n in names if not os.environ.get(n)]
     for name in lent:
         os.environ[name] = "estimate-makes-no-calls"
@@ -87,7 +89,9 @@ def estimate(
         calls=0,
         input_tokens=0,
         memo_output_tokens=0,
+        recheck_calls=0,
     )
+    rechecked: set[str] = set()  # --recheck: items already counted
     try:
         for planned in planner.planned(info):
             f["rows_already_scored"] += planned.dropped
@@ -104,6 +108,12 @@ def estimate(
                         per_row,
                         f,
                     )
+            if cfg.run.recheck > 0:  # --recheck asks a sample of the items again
+                calls, tokens = recheck_cost(
+                    planned.rows, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
+                )
+                f["recheck_calls"] += calls
+                f["input_tokens"] += tokens
     finally:
         if memo is not None:
             memo.close()
@@ -144,8 +154,9 @@ def _count_row(
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
     per_call_out = (f["memo_output_tokens"] / f["memo_hits"]) if f["memo_hits"] else None
+    sent = f["calls"] + f["recheck_calls"]  # --recheck's re-asks cost tokens and time too
     out_tokens = (
-        0 if provider == "offline" else round(f["calls"] * (per_call_out or DEFAULT_OUTPUT_TOKENS))
+        0 if provider == "offline" else round(sent * (per_call_out or DEFAULT_OUTPUT_TOKENS))
     )
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
@@ -159,9 +170,9 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     latency = (
         latency_s if latency_s is not None else DEFAULT_LATENCY_S.get(provider, _HTTP_LATENCY_S)
     )
-    bounds = {"concurrency": f["calls"] * latency / cfg.limits.concurrency}
+    bounds = {"concurrency": sent * latency / cfg.limits.concurrency}
     if cfg.limits.rpm:
-        bounds["rpm"] = f["calls"] / cfg.limits.rpm * 60.0
+        bounds["rpm"] = sent / cfg.limits.rpm * 60.0
     if cfg.limits.tpm:
         bounds["tpm"] = (in_tokens + out_tokens) / cfg.limits.tpm * 60.0
     limit = max(bounds, key=lambda k: bounds[k])
@@ -174,12 +185,14 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "memo_hits": f["memo_hits"],
         "in_run_duplicates": f["duplicates"],
         "calls": f["calls"],
+        "recheck_calls": f["recheck_calls"],  # --recheck's re-asks, beside `calls`
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
         "output_tokens_per_call": per_call_out
         or (0 if provider == "offline" else DEFAULT_OUTPUT_TOKENS),
         "cost_usd": None if cost is None else round(cost, 6),
         "price_known": price is not None or provider == "offline",
+        "price_source": _price_source(cfg, model, price is not None),
         "latency_s_assumed": latency,
         "wall_s": round(bounds[limit], 3),
         "bound_by": limit,
@@ -189,15 +202,28 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
     }
 
 
+def _price_source(cfg: Config, model: str, known: bool) -> str | None:
+    """Where the price came from: the config's [prices], or the provider registry (dated)."""
+    if not known:
+        return None
+    if model in cfg.prices:
+        return "[prices] of the config"
+    return f"provider registry, prices of {prices_taken()}"
+
+
 def _limit(value: float | None) -> str:
-    return "no limit" if value is None else f"{value:,g}"
+    """A limit as people write it: 2,000,000 (never 2e+06), 1.5."""
+    if value is None:
+        return "no limit"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
 
 
 def render_estimate(e: dict[str, Any]) -> str:
     cost = (
-        "unknown (add a [prices] entry for this model)"
+        f'no price known for {e["judge_model"]} (add a [prices."{e["judge_model"]}"] entry '
+        "with input_per_mtok and output_per_mtok to a config)"
         if e["cost_usd"] is None
-        else f"${e['cost_usd']:,.4f}"
+        else f"${e['cost_usd']:,.4f}" + (f" ({e['price_source']})" if e.get("price_source") else "")
     )
     return "\n".join(
         [
@@ -211,7 +237,9 @@ def render_estimate(e: dict[str, Any]) -> str:
                 else ""
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
-            f"in-run duplicates {e['in_run_duplicates']:,})",
+            f"in-run duplicates {e['in_run_duplicates']:,}"
+            + ")"
+            + (f", and {e['recheck_calls']:,} --recheck re-asks" if e.get("recheck_calls") else ""),
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",

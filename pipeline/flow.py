@@ -14,6 +14,7 @@ from pipeline.batch_run import score_batch
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunResult
+from pipeline.recheck import recheck_run
 from pipeline.run_frame import local_run, run_blocking
 from pipeline.stage import run_stage, shared_memo
 from storage.objpath import ObjPath, OutPath, out_path
@@ -52,4 +53,8 @@ async def run_score(
         if isinstance(plan.runlog.outdir, ObjPath):
             memo = partial(shared_memo, plan)
         result = await run_stage(plan, counters=counters, progress=progress, open_memo=memo)
+        if cfg.run.recheck > 0:  # --recheck: the judge against itself, once the stage is done
+            result.recheck = await recheck_run(
+                cfg, plan.info, plan.identity, plan.spec.per_row, plan.runlog.outdir, result.stats
+            )
         return await run.finish(result)

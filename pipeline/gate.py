@@ -11,6 +11,7 @@ import polars as pl
 
 from pipeline.paired import TIE_EPS
 from storage.core.constants import STATUS_EMPTY, STATUS_OK
+from storage.core.figures import round_figure
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
 
@@ -51,9 +52,10 @@ def under_gate(mean: float | None, rows: int, threshold: float) -> str | None:
     """The failure message when the mean is below `threshold` (a mean equal to it passes)."""
     if mean is None or not mean < threshold - TIE_EPS:
         return None
+    shown = round_figure(mean)  # as summary.md and --quiet show it; the gap adds up to it
     return (
         f"--fail-under {threshold:g} failed: the mean score of this run's {rows:,} scored rows "
-        f"is {mean:.4f}, {threshold - mean:.4f} below the threshold"
+        f"is {shown:.4f}, {round_figure(threshold - shown):.4f} below the threshold"
     )
 
 

@@ -24,8 +24,19 @@ _SPACE_RUN = "[" + "".join(f"\\x{{{ord(c):X}}}" for c in PY_WHITESPACE) + "]+"
 
 
 def _short(text: str) -> str:
-    text = " ".join(text.split())
+    text = _clause(text)
     return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 1] + "…"
+
+
+def _clause(text: str) -> str:
+    """Text without its closing punctuation, for a sentence that adds its own ("..", ".;")."""
+    return " ".join(text.split()).rstrip(" .;,:")
+
+
+def _sentence(text: str) -> str:
+    """Text closed by one full stop, or by its own ?, ! or … (a cut item reason)."""
+    text = _clause(text)
+    return text if text.endswith(("?", "!", "…")) else text + "."
 
 
 def _fmt(x: float) -> str:
@@ -58,7 +69,12 @@ def item_texts(
     """The "#1 relevant: why; #2 ..." part of `build_reason` for many rows at once (flat items,
     ordered by row then position; `row` numbers the rows 0, 1, ... as they come), in Polars
     instead of one Python string operation per item. Equal to `"; ".join(_item_lines(...))`."""
-    why = pl.col("why").str.replace_all(_SPACE_RUN, " ").str.strip_chars(" ")
+    why = (  # _clause: whitespace runs to one space, no closing punctuation
+        pl.col("why")
+        .str.replace_all(_SPACE_RUN, " ")
+        .str.strip_chars(" ")
+        .str.strip_chars_end(" .;,:")
+    )
     short = (
         pl.when(why.str.len_chars() <= _MAX_REASON_CHARS)
         .then(why)
@@ -105,9 +121,9 @@ def build_reason(
     head = f"Score {score:g} (scale {scale:g}): {r} of {n} context items judged relevant."
     if items_text is None:
         items_text = "; ".join(_item_lines(relevant, reasons))
-    items = f"Items: {items_text}."
+    items = _sentence("Items: " + items_text)
     ranking = _ranking(tuple(map(bool, relevant)), score, scale)
-    return f"{head} {items} {ranking} Criterion: {criterion}."
+    return f"{head} {items} {ranking} Criterion: {_sentence(criterion)}"
 
 
 @lru_cache(maxsize=8192)
@@ -142,5 +158,5 @@ def failed_reason(n_items: int, failed_positions: Sequence[int], error: str) -> 
     shown = ", ".join(f"#{p + 1}" for p in failed_positions[:_MAX_LISTED])
     return (
         f"Not scored: {len(failed_positions)} of {n_items} items could not be judged ({shown}). "
-        f"{error}. Re-run the same command to retry only the missing verdicts."
+        f"{_sentence(error)} Re-run the same command to retry only the missing verdicts."
     )

@@ -86,6 +86,9 @@ def atomic_write(target: OutPath, write: Callable[[Path], object]) -> None:
 
 def _put(target: OutPath, write: Callable[[Path], object]) -> None:
     assert isinstance(target, ObjPath)
+    if target.suffix in _IN_MEMORY and _MEMFD is not None:
+        _put_from_memory(target, write, _MEMFD)
+        return
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as folder:
         tmp = Path(folder) / target.name
         try:
@@ -94,6 +97,27 @@ def _put(target: OutPath, write: Callable[[Path], object]) -> None:
             target.put_file(tmp)
         except OSError as exc:
             raise write_error(target, exc) from exc
+
+
+# data files bound for an object store are made in memory (Linux): nothing lands on a worker's
+# disk, not even when the worker is killed between writing and sending
+_IN_MEMORY = (".parquet", ".arrow")
+_MEMFD = getattr(os, "memfd_create", None) if os.path.isdir("/proc/self/fd") else None
+
+
+def _put_from_memory(
+    target: ObjPath, write: Callable[[Path], object], memfd: Callable[[str], int]
+) -> None:
+    fd = memfd(f"{TMP_PREFIX}{target.name}")
+    try:
+        tmp = Path(f"/proc/self/fd/{fd}")  # a path to the anonymous in-memory file
+        fault_point(target)
+        write(tmp)
+        target.put_file(tmp)
+    except OSError as exc:
+        raise write_error(target, exc) from exc
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(target: OutPath, data: bytes) -> None:

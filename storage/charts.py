@@ -1,24 +1,36 @@
 """Pictures of a run summary: score distribution with the score bands, relevance rate by
 position, scores by group. Drawn from the summary dict alone, on matplotlib's Agg canvas.
+Also the layout helpers every chart uses (here, trend.py, compare_report.py): long labels cut in
+the middle, titles wrapped to the figure, labels that would overlap dropped.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import textwrap
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
 __all__ = [
     "BAND_COLORS",
     "CHART_FILES",
     "TREND_CHART",
+    "chart_figures",
+    "declutter",
+    "fit_title",
     "planned_charts",
+    "png",
     "preload",
     "render_charts",
+    "short_label",
+    "thin_ticks",
 ]
 
 BAND_COLORS: dict[str, str] = {
@@ -39,6 +51,51 @@ _SIZE = (8.0, 4.5)  # inches at 100 dpi: 800 x 450 px
 _INK = "#333333"
 _MAX_POSITIONS = 50
 _MAX_GROUPS = 20
+_MAX_LABEL = 32  # characters of a group label on an axis (cut in the middle beyond)
+_TITLE_CHARS = 80  # characters per title line at the default size on an 8-inch figure
+_MAX_TICK_LABELS = 16  # x tick labels shown at most (every k-th beyond)
+
+
+def short_label(text: str, limit: int = _MAX_LABEL) -> str:
+    """`text` cut in the middle to at most `limit` characters: both ends stay readable."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2 + (limit - 1) % 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
+def fit_title(fig: Figure, text: str, width: int = _TITLE_CHARS) -> None:
+    """The figure's title, centred on the figure and wrapped so that no line is cut."""
+    fig.suptitle(textwrap.fill(text, width, break_long_words=True))
+
+
+def thin_ticks(count: int, most: int = _MAX_TICK_LABELS) -> int:
+    """The step between labelled ticks so that at most `most` of `count` are labelled."""
+    return max(1, math.ceil(count / most))
+
+
+def declutter(fig: Figure, texts: Iterable[Text]) -> None:
+    """Hide each text that would overlap one kept before it (in the given order of priority)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()  # type: ignore[no-untyped-call]
+    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]
+    kept: list[Any] = []
+    for text in texts:
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer).expanded(1.05, 1.0)
+        if any(box.overlaps(other) for other in kept):
+            text.set_visible(False)
+        else:
+            kept.append(box)
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
 
 
 def planned_charts(summary: Mapping[str, Any]) -> list[str]:
@@ -65,60 +122,90 @@ def preload() -> None:
     threading.Thread(target=_import_plotting, name="ctxprec-preload", daemon=True).start()
 
 
-def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
-    """PNG bytes of each planned chart, keyed by file name. Leaves pyplot's state alone."""
+def chart_figures(summary: Mapping[str, Any]) -> dict[str, Figure]:
+    """The figure of each planned chart, keyed by file name. Leaves pyplot's state alone."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator, PercentFormatter, StrMethodFormatter
+    from matplotlib.ticker import PercentFormatter
 
-    out: dict[str, bytes] = {}
+    out: dict[str, Figure] = {}
     for name in planned_charts(summary):
         fig = Figure(figsize=_SIZE, dpi=100, layout="constrained")
-        ax = fig.add_subplot()
         if name == "score_distribution.png":
-            _score_distribution(ax, summary)
-            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+            _score_distribution(fig, summary)
         elif name == "relevance_by_position.png":
+            ax = fig.add_subplot()
             _relevance_by_position(ax, summary)
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            fit_title(fig, "Share of context items judged relevant, by position")
         else:
+            ax = fig.add_subplot()
             _scores_by_group(ax, summary)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        out[name] = buf.getvalue()
+            fit_title(fig, f"Score by {short_label(summary['by_group']['column'], 60)}")
+            declutter(fig, _ordered_labels(ax))
+        out[name] = fig
     return out
 
 
+def render_charts(summary: Mapping[str, Any]) -> dict[str, bytes]:
+    """PNG bytes of each planned chart, keyed by file name."""
+    return {name: png(fig) for name, fig in chart_figures(summary).items()}
+
+
+def _ordered_labels(ax: Axes) -> list[Text]:
+    """The band names on the top axis, widest band first: the narrow ones give way."""
+    tops = [child for child in ax.child_axes if getattr(child, "_ctxprec_bands", False)]
+    labels = [t for top in tops for t in top.get_xticklabels()]
+    widths = [w for top in tops for w in getattr(top, "_ctxprec_widths", [])]
+    return [t for _, t in sorted(zip(widths, labels, strict=False), key=lambda p: -p[0])]
+
+
 def _shade_bands(ax: Axes, summary: Mapping[str, Any]) -> None:
-    """Tint the score axis with the score bands and name each one at the top."""
+    """Tint the score axis with the score bands and name each one above the plot, on a top
+    axis of its own (names never sit on the data; `declutter` drops a name with no room)."""
     span = _span(summary)
+    centres, names, widths = [], [], []
     for band in summary["bands"]:
         lo, hi = band["lower"] * span, band["upper"] * span
         if hi > lo:
-            ax.axvspan(lo, hi, color=BAND_COLORS[band["band"]], alpha=0.18, lw=0)
-            _label_top(ax, (lo + hi) / 2, band["band"])
+            ax.axvspan(lo, hi, color=BAND_COLORS[band["band"]], alpha=0.18, lw=0, zorder=0)
+            centres.append((lo + hi) / 2)
+            names.append(band["band"])
+            widths.append(hi - lo)
+    top = ax.secondary_xaxis("top")
+    top.set_xticks(centres, names)
+    top.tick_params(length=0, labelsize=9, labelcolor=_INK)
+    top._ctxprec_bands = True  # type: ignore[attr-defined]
+    top._ctxprec_widths = widths  # type: ignore[attr-defined]
 
 
-def _label_top(ax: Axes, x: float, text: str) -> None:
-    ax.text(x, 0.98, text, transform=ax.get_xaxis_transform(), ha="center", va="top", color=_INK)
+def _score_distribution(fig: Figure, summary: Mapping[str, Any]) -> None:
+    """Histogram over (0, scale] in band colours; the exact zeros (band "none") as their own
+    bar in a narrow panel on the left, at 0, sharing the row axis."""
+    from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
-
-def _score_distribution(ax: Axes, summary: Mapping[str, Any]) -> None:
-    """Histogram over (0, scale] in band colours, with exact zeros as their own red bar."""
     hist, span = summary["score_histogram"], _span(summary)
     edges, counts, zero = hist["edges"], hist["counts"], hist["zero"]
+    left, ax = fig.subplots(1, 2, sharey=True, width_ratios=[1, 9])
     width = edges[1] - edges[0]
     _shade_bands(ax, summary)
     colors = [BAND_COLORS[_band_of(summary, lo / span)] for lo in edges[:-1]]
     ax.bar(edges[:-1], counts, width=width, align="edge", color=colors, edgecolor="white")
-    ax.bar([-width], [zero], width=width * 0.8, color=BAND_COLORS["none"])  # the zeros, apart
-    _label_top(ax, -width, "none")
-    ax.set_xlim(-width * 1.8, edges[-1])
-    ax.set_ylim(0, max([*counts, zero, 1]) * 1.15)
+    ax.set_xlim(0, edges[-1])
+    ax.set_xlabel(f"context precision score, above 0 (to {edges[-1]:g})")
+    left.bar([0], [zero], width=0.6, color=BAND_COLORS["none"])
+    left.set_xlim(-0.5, 0.5)
+    left.set_xticks([0], ["0"])
+    left.secondary_xaxis("top").set_xticks([0], ["none"])
+    left.child_axes[-1].tick_params(length=0, labelsize=9, labelcolor=_INK)
+    left.set_xlabel("exactly 0")
+    left.set_ylabel("rows")
+    left.set_ylim(0, max([*counts, zero, 1]) * 1.05)
+    left.yaxis.set_major_locator(MaxNLocator(integer=True))
+    left.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.tick_params(labelleft=False)
     scored = summary["rows"]["ok"] + summary["rows"]["empty_context"]
-    ax.set_title(f"Score distribution ({scored:,} scored rows)")
-    ax.set_xlabel(f"context precision score (0 to {edges[-1]:g})")
-    ax.set_ylabel("rows")
+    fit_title(fig, f"Score distribution ({scored:,} scored rows)")
+    declutter(fig, _ordered_labels(ax))
 
 
 def _relevance_by_position(ax: Axes, summary: Mapping[str, Any]) -> None:
@@ -137,8 +224,7 @@ def _relevance_by_position(ax: Axes, summary: Mapping[str, Any]) -> None:
                 color=_INK,
             )
     ax.set_ylim(0, 1.1)
-    ax.set_xticks(positions if len(rows) <= 20 else positions[::5])
-    ax.set_title("Share of context items judged relevant, by position")
+    ax.set_xticks(positions[:: thin_ticks(len(positions), 20)])
     ax.set_xlabel("position in the retrieved list (1 = first)")
     ax.set_ylabel("judged relevant")
 
@@ -149,7 +235,7 @@ def _scores_by_group(ax: Axes, summary: Mapping[str, Any]) -> None:
     groups = _groups_with_scores(summary)[:_MAX_GROUPS][::-1]
     stats = [
         {
-            "label": f"{g['group']} (n={g['rows']:,})",
+            "label": f"{short_label(str(g['group']))} (n={g['rows']:,})",
             "med": g["median"],
             "q1": g["p25"],
             "q3": g["p75"],
@@ -160,7 +246,6 @@ def _scores_by_group(ax: Axes, summary: Mapping[str, Any]) -> None:
         }
         for g in groups
     ]
-    _shade_bands(ax, summary)
     ax.bxp(
         stats,
         orientation="horizontal",
@@ -171,10 +256,12 @@ def _scores_by_group(ax: Axes, summary: Mapping[str, Any]) -> None:
         medianprops={"color": _INK, "lw": 2},
         meanprops={"marker": "o", "markerfacecolor": "#4575b4", "markeredgecolor": "white"},
     )
+    _shade_bands(ax, summary)  # after the boxes: a fake axes in a test still sees them
     ax.set_xlim(0, _span(summary))
-    ax.set_title(f"Score by {column} (box p25-p75, bar median, dot mean, whiskers p10-p90)")
     ax.set_xlabel("context precision score")
-    ax.set_ylabel(column)
+    key = "box: p25 to p75   bar: median   dot: mean   whiskers: p10 to p90"
+    ax.get_figure().supxlabel(key, fontsize=9, color=_INK)  # type: ignore[union-attr]
+    ax.set_ylabel(short_label(column))
 
 
 def _groups_with_scores(summary: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -4,19 +4,20 @@
 
 from __future__ import annotations
 
-import io
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from storage.atomic import atomic_write_bytes
+from storage.charts import fit_title, png, short_label
 from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
+from storage.core.figures import figure_text
 
 __all__ = [
     "CHART_FILE",
+    "chart_figure",
     "check_compare_target",
     "render_chart",
     "render_markdown",
@@ -77,14 +78,7 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
 
 def fmt(value: Any, digits: int = 4) -> str:
     """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    text = f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-    return "0" if text == "-0" else text
+    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
 
 
 def _signed(value: Any) -> str:
@@ -125,7 +119,8 @@ def _judge_lines(report: Mapping[str, Any]) -> list[str]:
     if j["differences"]:
         return [
             "**WARNING: the two sides were NOT scored with the same judge configuration; "
-            "the deltas mix a change of judge with a change of retrieval.**",
+            "the deltas mix a change of judge with a change of retrieval** (when both sides "
+            "hold the same rows, they measure the change of judge: see Judge against judge).",
             *(f"- {d}" for d in j["differences"]),
         ]
     return ["Same judge configuration on both sides."] + [f"- note: {n}" for n in j["notes"]]
@@ -150,6 +145,33 @@ def _left_out(report: Mapping[str, Any]) -> str:
     return f"{fmt(left['total'])} ids left out" + (f" ({', '.join(parts)})" if parts else "")
 
 
+def _honesty_lines(report: Mapping[str, Any], bullet: str) -> list[str]:
+    """Clustering, the smallest detectable difference, d_z and non-inferiority (issue 22)."""
+    c = report.get("clustering") or {}
+    out = []
+    if c.get("column"):
+        extra = report.get("design_effect")
+        deff = "" if extra is None else f", design effect {fmt(extra, 2)}"
+        out.append(f"{bullet}clustered by `{c['column']}`: {fmt(c['clusters'])} clusters resampled "
+                   f"whole ({c['how']}{deff})")  # fmt: skip
+    elif c:
+        out.append(f"{bullet}clusters: {c['how']}")
+    if report.get("mde_80") is not None:
+        out.append(
+            f"{bullet}smallest difference this comparison could detect (80% power, two-sided 5%): "
+            f"±{fmt(report['mde_80'])} at {fmt(report['n_pairs'])} pairs; a change smaller than "
+            f"that may go unseen. Cohen's d_z {fmt(report.get('cohens_dz'), 3)}"
+        )
+    if t := report.get("non_inferiority"):
+        shown = "SHOWN" if t["non_inferior"] else "NOT shown"
+        out.append(
+            f"{bullet}non-inferiority, margin {fmt(t['margin'])}: {shown} that B is no worse than "
+            f"A by more than {fmt(t['margin'])} (lower end of the 95% CI "
+            f"{_signed(t['lower_bound'])} vs -{fmt(t['margin'])}; bootstrap p {_p(t['p_value'])})"
+        )
+    return out
+
+
 def render_text(report: Mapping[str, Any]) -> str:
     """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics."""
     lines = [
@@ -167,6 +189,9 @@ def render_text(report: Mapping[str, Any]) -> str:
             f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
         )
     lines.append(f"  test: {report['test']}")
+    lines += _honesty_lines(report, "  ")
+    if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
+        lines += _agreement_text(agree)
     for d in report["judge_config"]["differences"]:
         lines.append(f"  WARNING judge configuration differs: {d}")
     if gate := _gate_message(report):
@@ -190,10 +215,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     ]
     if gate := _gate_message(report):
         lines += [f"> **Gate failed: {gate}**", ""]
+    agree = report.get("judge_agreement")
+    if agree and agree["judges_differ"]:  # judge against judge: what the reader came for
+        lines += _agreement_md(agree)
     lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
     lines += [
         f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
         f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",
+        "",
+        *_honesty_lines(report, "- "),
         "",
         f"![mean delta with 95% CI]({CHART_FILE})",
         "",
@@ -206,6 +236,66 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += _table(f"By {g['column']}", head, rows)
     lines += _changed_md(report)
     return "\n".join(lines).rstrip() + "\n"
+
+
+# -- judge against judge (item-level agreement) ----------------------------------------------
+def _pair(values: Any) -> str:
+    return "n/a" if not values else f"[{fmt(values[0])}, {fmt(values[1])}]"
+
+
+def _agreement_md(g: Mapping[str, Any]) -> list[str]:
+    """Item-level agreement of the two judges: table, κ, McNemar, score change, cost."""
+    t, m, d = g["table"], g["mcnemar"], g["score_delta"]
+    lines = [
+        "## Judge against judge",
+        "",
+        f"{fmt(g['items'])} items judged by both (paired by id and position, over "
+        f"{fmt(g['rows'])} rows).",
+        "",
+        "| | B relevant | B not relevant |",
+        "| --- | --- | --- |",
+        f"| **A relevant** | {fmt(t['both_relevant'])} | {fmt(t['only_a_relevant'])} |",
+        f"| **A not relevant** | {fmt(t['only_b_relevant'])} | {fmt(t['neither_relevant'])} |",
+        "",
+        f"- agreement {fmt(g['agreement'])} (flip rate {fmt(g['flip_rate'])}); Cohen's κ "
+        f"**{fmt(g['cohen_kappa'])}**, 95% CI {_pair(g['kappa_ci95'])} ({g['kappa_ci']}; "
+        f"asymptotic {_pair(g['kappa_ci95_asymptotic'])})",
+        f"- relevant rate: A {fmt(g['relevant_rate_a'])}, B {fmt(g['relevant_rate_b'])}; "
+        f"McNemar ({m['method']}, {fmt(m['discordant'])} discordant items) p {_p(m['p_value'])}",
+        f"- score change this causes: mean {fmt(d['mean_a'])} → {fmt(d['mean_b'])} "
+        f"({_signed(d['mean_delta'])}, 95% CI {_ci(d)}); {fmt(d['rows_changed'])} of "
+        f"{fmt(d['n_pairs'])} rows changed score",
+    ]
+    if g["rows_not_same_items"]:
+        lines.append(f"- {fmt(g['rows_not_same_items'])} paired rows hold different numbers of "
+                     "items on the two sides: left out")  # fmt: skip
+    rows = []
+    for s in ("a", "b"):
+        c = g["cost"][s]
+        rows.append([s.upper(), c["judge_model"] or "n/a", fmt(c["input_tokens"]),
+                     fmt(c["output_tokens"]), fmt(c["cost_usd"], 6),
+                     fmt(c["output_cost_usd"], 6)])  # fmt: skip
+    head = ["side", "judge", "tokens in", "tokens out", "cost USD (these rows)",
+            "cost USD (whole output, summary)"]  # fmt: skip
+    return [*lines, "", "Cost of each judge:", "", *_table("cost", head, rows)[2:]]
+
+
+def _agreement_text(g: Mapping[str, Any]) -> list[str]:
+    t, m = g["table"], g["mcnemar"]
+    cost = "; ".join(
+        f"{s.upper()} {g['cost'][s]['judge_model'] or 'n/a'} "
+        f"{fmt(g['cost'][s]['input_tokens'])}/{fmt(g['cost'][s]['output_tokens'])} tokens"
+        + (f" ${fmt(g['cost'][s]['cost_usd'], 6)}" if g["cost"][s]["cost_usd"] is not None else "")
+        for s in ("a", "b")
+    )
+    return [
+        f"  judge agreement: {fmt(g['items'])} items judged by both, agreement "
+        f"{fmt(g['agreement'])}, kappa {fmt(g['cohen_kappa'])} 95% CI {_pair(g['kappa_ci95'])}",
+        f"    A+B+ {fmt(t['both_relevant'])}  A+B- {fmt(t['only_a_relevant'])}  "
+        f"A-B+ {fmt(t['only_b_relevant'])}  A-B- {fmt(t['neither_relevant'])}; McNemar "
+        f"p {_p(m['p_value'])} ({m['method']})",
+        f"    cost: {cost}",
+    ]
 
 
 def _changed_md(report: Mapping[str, Any]) -> list[str]:
@@ -240,23 +330,29 @@ def _table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[s
 
 def render_chart(report: Mapping[str, Any]) -> bytes:
     """Mean delta (B − A) with its 95% CI per metric and, with --group-by, per group."""
+    return png(chart_figure(report))
+
+
+def chart_figure(report: Mapping[str, Any]) -> Any:
+    """The matplotlib figure of `render_chart`."""
     from matplotlib.figure import Figure
 
     metrics = {"score": report, **report["metrics"]}
     groups = (report.get("by_group") or {}).get("groups", [])[:_MAX_GROUPS]
     fig = Figure(figsize=_SIZE, dpi=100, layout="constrained")
     axes = fig.subplots(1, 2 if groups else 1, squeeze=False)[0]
-    _delta_bars(axes[0], list(metrics.items()), "metric")
+    _delta_bars(axes[0], list(metrics.items()), "score and rank metrics" if groups else "")
     if groups:
-        column = report["by_group"]["column"]
-        _delta_bars(axes[1], [(str(g["group"]), g) for g in groups], f"score by {column}")
-    fig.suptitle(f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return buf.getvalue()
+        labelled = [(short_label(str(g["group"]), 24), g) for g in groups]
+        _delta_bars(axes[1], labelled, "score by group")  # a half-width title stays short
+        axes[1].set_ylabel(short_label(report["by_group"]["column"], 40))
+    fit_title(fig, f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
+    return fig
 
 
 def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     items = [(n, m) for n, m in items if m["mean_delta"] is not None][::-1]
     ys = list(range(len(items)))
     deltas = [m["mean_delta"] for _, m in items]
@@ -267,6 +363,7 @@ def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str)
     ax.barh(ys, deltas, color=colors, alpha=0.8)
     ax.errorbar(deltas, ys, xerr=[lo, hi], fmt="none", ecolor=_INK, capsize=3)
     ax.axvline(0, color=_INK, lw=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a half-width panel: few, readable ticks
     ax.set_yticks(ys, [n for n, _ in items])
     ax.set_title(title)
     ax.set_xlabel("mean delta B − A")

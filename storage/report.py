@@ -15,6 +15,7 @@ import polars as pl
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.figures import figure_text, percent_text, round_figure
 from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
@@ -97,10 +98,12 @@ def _build(
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
     }
-    summary |= _judge(run, tokens)
+    summary |= _judge(run, tokens, _prompt_versions(lf, cols))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
+    summary["history"] = _history(run)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
+    summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
     return summary
 
 
@@ -270,15 +273,36 @@ def _labels(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     }
 
 
-def _judge(run: Mapping[str, Any], tokens: Mapping[str, int]) -> dict[str, Any]:
-    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput."""
+def _prompt_versions(lf: pl.LazyFrame, cols: set[str]) -> dict[str, int]:
+    """{prompt version: rows} over the rows the output holds, most rows first."""
+    if "prompt_version" not in cols:
+        return {}
+    got = (
+        lf.group_by("prompt_version")
+        .len()
+        .sort(["len", "prompt_version"], descending=[True, False])
+    )
+    return {str(v): int(n) for v, n in got.collect().iter_rows() if v is not None}
+
+
+def _judge(
+    run: Mapping[str, Any], tokens: Mapping[str, int], versions: Mapping[str, int]
+) -> dict[str, Any]:
+    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput;
+    the prompt versions the rows were judged with (the run's own when there are no rows)."""
     j, wall = run.get("judge") or {}, run.get("wall_s")
+    used = (
+        " / ".join(versions)
+        if len(versions) < 2
+        else " / ".join(f"{v} ({n:,} {'row' if n == 1 else 'rows'})" for v, n in versions.items())
+    )
     judge = {
         "model": run.get("judge_model"),
-        "prompt_version": run.get("prompt_version"),
+        "prompt_version": used or run.get("prompt_version"),
         "calls": run.get("judge_calls"),
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
+        "row_fallbacks": j.get("row_fallbacks"),  # --mode row: rows judged item by item
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
@@ -322,6 +346,37 @@ def _cost(
     }
 
 
+def _history(run: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every run that wrote the output (run.json "history", oldest first) with its cost, and
+    their totals: what the output cost and how fast it was scored, whatever the last run did."""
+    runs = []
+    for h in run.get("history") or []:
+        t_in, t_out = h.get("input_tokens"), h.get("output_tokens")
+        tokens = {"input": t_in or 0, "output": t_out or 0}
+        cost = _cost(h.get("price"), tokens, [t_in, t_out], h.get("cached_input_tokens") or 0)
+        wall = h.get("wall_s")
+        runs.append(
+            {
+                **{k: h.get(k) for k in ("finished_at", "rows_this_run", "judge_calls")},
+                **{k: h.get(k) for k in ("memo_hits", "input_tokens", "output_tokens")},
+                "cost_usd": (cost or {}).get("this_run"),
+                "wall_s": _r(wall),
+                "rows_per_s": _r(_ratio(h.get("rows_this_run"), wall)),
+            }
+        )
+    if not runs:
+        return None
+    costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
+    keys = ("rows_this_run", "judge_calls", "memo_hits", "input_tokens", "output_tokens")
+    total = {k: sum(r[k] or 0 for r in runs) for k in keys}
+    total |= {
+        "runs": len(runs),
+        "cost_usd": round(sum(costs), 6) if costs else None,
+        "wall_s": _r(sum(r["wall_s"] or 0.0 for r in runs)),
+    }
+    return {"runs": runs, "total": total}
+
+
 def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[str, Any] | None:
     """Estimate, actual and actual / estimate for calls, tokens, cost and wall time."""
     est = run.get("estimate")
@@ -345,9 +400,10 @@ def _ratio(num: Any, den: Any) -> float | None:
 
 
 def _r(value: Any) -> Any:
-    """A figure rounded to 4 decimals; NaN and inf become None; non-floats pass through."""
+    """A figure rounded as shown (`round_figure`: 4 decimals, half up); NaN and inf become None;
+    non-floats pass through."""
     if isinstance(value, float):
-        return round(value, 4) if math.isfinite(value) else None
+        return round_figure(value) if math.isfinite(value) else None
     return value
 
 
@@ -387,21 +443,19 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
     )
     lines += _md_table("Judge and cost", ["figure", "value"], _md_judge(summary))
+    lines += _md_history(summary)
     lines += [*_md_extras(summary), *img("scores_by_group.png")]
     lines += trend_markdown(summary.get("trend"), chart=charts)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _md_intro(s: Mapping[str, Any]) -> list[str]:
-    run, rows, tp = s["run"], s["rows"], s["throughput"]
+    run, rows = s["run"], s["rows"]
     causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
     failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
     source = f"`{run['input']}`" if run.get("input") else "the input"
     judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
-    this_run = (
-        f" This run handled {_fmt(run.get('rows_this_run'))} rows in {seconds(s['wall_s'])} "
-        f"({rate(tp['calls_per_s'])} judge calls/s, {rate(tp['rows_per_s'])} rows/s)."
-    )
+    this_run = _md_this_run(s)
     lines = [
         "# ctxprec run summary",
         "",
@@ -416,6 +470,53 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         noun = "row" if n == 1 else "rows"
         lines += [f"> **{n:,} {noun} failed — re-run the same command to retry only them.**", ""]
     return lines
+
+
+def _md_this_run(s: Mapping[str, Any]) -> str:
+    """The last run apart from the output's history: a run that found nothing new to score
+    says so, and the totals of every run stay in view."""
+    run, tp, total = s["run"], s["throughput"], (s.get("history") or {}).get("total")
+    if not run.get("rows_this_run") and s["rows"]["total"]:
+        text = (
+            f" The last run found nothing new to score: every row was already in the output "
+            f"({seconds(s['wall_s'])})."
+        )
+    else:
+        text = (
+            f" The last run handled {_fmt(run.get('rows_this_run'))} rows in "
+            f"{seconds(s['wall_s'])} ({rate(tp['calls_per_s'])} judge calls/s, "
+            f"{rate(tp['rows_per_s'])} rows/s)."
+        )
+    if total and total["runs"] > 1:
+        cost = total["cost_usd"]
+        text += (
+            f" {total['runs']} runs wrote it: {_fmt(total['rows_this_run'])} rows scored, "
+            f"{_fmt(total['judge_calls'])} judge calls, {seconds(total['wall_s'])} in all"
+            + ("" if cost is None else f", {_fmt(cost)} USD")
+            + " (see Runs)."
+        )
+    return text
+
+
+def _md_history(s: Mapping[str, Any]) -> list[str]:
+    """## Runs: one line per run that wrote the output, and the totals."""
+    history = s.get("history")
+    if not history or len(history["runs"]) < 2:
+        return []
+    head = ["run", "finished (UTC)", "rows scored", "judge calls", "memo hits",
+            "tokens in / out", "cost USD", "wall time", "rows/s"]  # fmt: skip
+
+    def line(label: Any, r: Mapping[str, Any], when: str) -> list[Any]:
+        tokens = f"{_fmt(r['input_tokens'])} / {_fmt(r['output_tokens'])}"
+        return [label, when, r["rows_this_run"], r["judge_calls"], r["memo_hits"], tokens,
+                r["cost_usd"], seconds(r["wall_s"]), rate(r.get("rows_per_s"))]  # fmt: skip
+
+    rows = [
+        line(i, r, str(r["finished_at"] or "—")[:19].replace("T", " "))
+        for i, r in enumerate(history["runs"], 1)
+    ]
+    rows.append(line("all", history["total"], ""))
+    return _md_table("Runs", head, rows)
 
 
 def _origin(run: Mapping[str, Any], source: str) -> str:
@@ -468,6 +569,7 @@ def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
         "requests": "HTTP requests",
         "rate_limited": "429 responses",
         "reasks": "re-asks",
+        "row_fallbacks": "rows judged per item after a wrong row reply",
         "adapted": "requests adapted for the run",
     }
     rows = [
@@ -502,6 +604,13 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
         out += _md_table("Provider batch API", ["figure", "value"], rows)
     if labels := s["labels"]:
         out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])
+    if again := s.get("self_agreement"):  # --recheck
+        wanted = ("fraction", "items", "flips", "flip_rate", "agreement", "cohen_kappa",
+                  "kappa_ci95", "failed", "input_tokens", "output_tokens", "cost_usd")  # fmt: skip
+        ci = again.get("kappa_ci95")
+        shown = {**again, "kappa_ci95": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else None}
+        rows = [[k.replace("_", " "), shown.get(k)] for k in wanted]
+        out += _md_table("Judge against itself (--recheck)", ["figure", "value"], rows)
     if g := s["by_group"]:
         head = ["group", "rows", "failed", "mean score", "median"]
         rows = [
@@ -524,12 +633,8 @@ def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> lis
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.4f}".rstrip("0").rstrip(".")
+    return figure_text(value)
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:.1%}"
+    return percent_text(value)

@@ -20,7 +20,25 @@ from storage.mismatch import describe_differences
 from storage.objpath import OutPath
 from storage.ownership import PARTS, SUCCESS
 
-__all__ = ["RunLog", "fingerprint_of"]
+__all__ = ["RunLog", "fingerprint_of", "history_entry"]
+
+# what each run adds to the output's history (run.json "history"), read by the summary
+_HISTORY_KEYS = (
+    "started_at", "finished_at", "wall_s", "incremental", "rows_this_run", "rows_skipped",
+    "judge_calls", "memo_hits", "reason_calls", "price",
+)  # fmt: skip
+
+
+def history_entry(run: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's line of the output's history: when, rows, calls, tokens, price, wall time."""
+    judge = run.get("judge") or {}
+    return {
+        **{k: run.get(k) for k in _HISTORY_KEYS},
+        "input_tokens": judge.get("input_tokens"),
+        "output_tokens": judge.get("output_tokens"),
+        "cached_input_tokens": judge.get("cached_input_tokens"),
+        "engine": (run.get("engine") or {}).get("name"),
+    }
 
 
 def fingerprint_of(parts: Mapping[str, Any]) -> str:
@@ -56,14 +74,21 @@ class RunLog:
                 f"output folder {self.outdir} was scored with another judge configuration "
                 f"({describe_differences((manifest or {}).get('describe', {}), self.describe)}); "
                 "--incremental adds rows only "
-                "under the same configuration: use a new folder for this one"
+                "under the same configuration: use a new folder for this one, or --overwrite "
+                "instead of --incremental to replace what it holds"
             )
         elif self._other_run(manifest) and not incremental:
             described = (manifest or {}).get("describe", {})
+            # only what will work: --incremental is refused when the configuration differs
+            fixes = (
+                "use a new folder, or --overwrite to replace it (--incremental adds rows only "
+                "under the same configuration)"
+                if self._other_config(manifest)
+                else "use a new folder, --overwrite to replace it, or --incremental to add to it"
+            )
             raise OutputError(
                 f"output folder {self.outdir} holds another run "
-                f"({describe_differences(described, self.describe)}); "
-                "use a new folder, --overwrite to replace it, or --incremental to add to it"
+                f"({describe_differences(described, self.describe)}); {fixes}"
             )
         try:
             (self.state / PARTS).mkdir(parents=True, exist_ok=True)
@@ -104,6 +129,16 @@ class RunLog:
             return None
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         return data
+
+    def history(self, run: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The runs that wrote this output, oldest first, this one (`run`) last: the previous
+        run.json's history (a run.json from before histories counts as one run) plus this run.
+        --overwrite removes run.json, so a replaced output starts a new history."""
+        before = self.load_json("run.json")
+        past: list[dict[str, Any]] = []
+        if before is not None:
+            past = list(before.get("history") or [history_entry(before)])
+        return [*past, history_entry(run)]
 
     def finish(self) -> None:
         self._write_manifest("complete")

@@ -5,7 +5,6 @@ of the night before. Part of the summary (JSON, Markdown, charts/trend.png, term
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -14,12 +13,13 @@ from typing import Any
 
 import polars as pl
 
-from storage.charts import TREND_CHART
+from storage.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
 from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.figures import figure_text, percent_text
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 
-__all__ = ["night_trend", "trend_chart", "trend_markdown", "trend_text"]
+__all__ = ["night_trend", "trend_chart", "trend_figure", "trend_markdown", "trend_text"]
 
 _Z95 = 1.959964
 _DATE_NAMES = ("dt", "date", "day", "ds", "night")
@@ -127,11 +127,7 @@ def _mark_moves(nights: list[dict[str, Any]]) -> None:
 
 
 def _f(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+    return figure_text(value, digits, missing="n/a")
 
 
 def _rows(trend: Mapping[str, Any]) -> list[list[str]]:
@@ -142,7 +138,7 @@ def _rows(trend: Mapping[str, Any]) -> list[list[str]]:
         out.append([
             str(n["night"]), _f(n["rows"]), _f(n["mean_score"]),
             "n/a" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _f(n["p_at_1"]),
-            "n/a" if n["coverage"] is None else f"{n['coverage']:.1%}", _f(n["items"]),
+            "n/a" if n["coverage"] is None else percent_text(n["coverage"]), _f(n["items"]),
             f"{_f(n['input_tokens'])} / {_f(n['output_tokens'])}", _f(n["cost_usd"], 6), moved,
         ])  # fmt: skip
     return out
@@ -179,6 +175,12 @@ def trend_text(trend: Mapping[str, Any] | None) -> str:
 
 def trend_chart(trend: Mapping[str, Any] | None) -> bytes | None:
     """Mean score per night with its CI band; nights that moved are marked."""
+    fig = trend_figure(trend)
+    return None if fig is None else png(fig)
+
+
+def trend_figure(trend: Mapping[str, Any] | None) -> Any:
+    """The matplotlib figure of `trend_chart` (None when no night has a mean)."""
     if not trend or not [n for n in trend["nights"] if n["mean_score"] is not None]:
         return None
     from matplotlib.figure import Figure
@@ -195,10 +197,11 @@ def trend_chart(trend: Mapping[str, Any] | None) -> bytes | None:
         if n["moved"]:
             color = "#1a9850" if n["moved"] == "up" else "#d73027"
             ax.scatter([x], [n["mean_score"]], s=120, facecolors="none", edgecolors=color, lw=2)
-    ax.set_xticks(xs, [str(n["night"]) for n in nights], rotation=45, ha="right")
-    ax.set_title(f"Mean score by {trend['column']} (circled: moved beyond the previous CI)")
+    step = thin_ticks(len(xs), 10)  # at most 10 dates (slanted): every k-th night beyond
+    ax.set_xticks(xs[::step], [str(n["night"]) for n in nights][::step], rotation=45, ha="right")
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    fit_title(fig, f"Mean score by {short_label(trend['column'], 60)} "
+                   "(circled: moved beyond the previous night's CI)")  # fmt: skip
     ax.set_ylabel("mean score")
     ax.legend(loc="best")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return buf.getvalue()
+    return fig

@@ -52,8 +52,10 @@ class VerdictStore:
         *,
         flush_s: float = FLUSH_S,
         clock: Callable[[], float] = time.monotonic,
+        prefix: str = "",
     ) -> None:
         self.directory = directory
+        self._prefix = prefix  # of each file's name (the key-sharded store names its shard)
         self._flush_s = flush_s
         self._clock = clock
         self._buffer: list[tuple[str, MemoEntry]] = []
@@ -67,15 +69,22 @@ class VerdictStore:
             return found
         files: list[OutPath] = list(self.directory.glob("*.arrow"))
         for path in sorted(files, key=str):
-            try:
-                with ipc.open_file(readable(path)) as reader:
-                    table = reader.read_all()
-            except (OSError, pa.ArrowInvalid):
-                continue  # unreadable: those verdicts are judged again, never made up
-            columns = [table.column(name).to_pylist() for name in _SCHEMA.names]
-            for key, rel, reason, tokens_in, tokens_out in zip(*columns, strict=True):
-                found.append((key, (rel, reason, tokens_in, tokens_out)))
+            found.extend(self.read_file(path))
         return found
+
+    @staticmethod
+    def read_file(path: OutPath) -> list[tuple[str, MemoEntry]]:
+        """The verdicts of one file; none if it cannot be read (they are judged again)."""
+        try:
+            with ipc.open_file(readable(path)) as reader:
+                table = reader.read_all()
+        except (OSError, pa.ArrowInvalid):
+            return []  # unreadable: those verdicts are judged again, never made up
+        columns = [table.column(name).to_pylist() for name in _SCHEMA.names]
+        return [
+            (key, (rel, reason, tokens_in, tokens_out))
+            for key, rel, reason, tokens_in, tokens_out in zip(*columns, strict=True)
+        ]
 
     def append(self, entries: Iterable[tuple[str, MemoEntry]]) -> None:
         """Buffer verdicts; write them out once `flush_s` passed since the last write."""
@@ -94,7 +103,7 @@ class VerdictStore:
             [pa.array(col, f.type) for col, f in zip(columns, _SCHEMA, strict=True)],
             schema=_SCHEMA,
         )
-        target = self.directory / f"{uuid.uuid4().hex}.arrow"
+        target = self.directory / f"{self._prefix}{uuid.uuid4().hex}.arrow"
         atomic_write(target, partial(_write_ipc, table))
         self._buffer = []
         self.files_written += 1

@@ -103,7 +103,8 @@ def _ctxprec_segments(line: str) -> list[str]:
 # Sections whose commands need a server of their own or a script's variables; each has a test
 # that runs every ctxprec command of the section as written.
 RUN_ELSEWHERE = {
-    "## Judges": "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)",
+    "## Judges": "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)"
+    " and tests/connectors/test_registry_providers.py (the registry examples)",
     "## Nightly quality gate": "tests/test_readme_gate.py (the script run whole)",
     "## Provider batch APIs": "tests/pipeline/test_batch_api.py (the loopback batch APIs)",
 }
@@ -153,10 +154,12 @@ def documented_commands() -> list[tuple[str, str, int]]:
     return [(page, c, code) for page, text in pages for c, code in readme_commands(text)]
 
 
-def test_commands_are_found() -> None:
+def test_commands_are_found(tmp_path: Path) -> None:
     found = [c for c, _ in readme_commands()]
     assert any(c.startswith("ctxprec score examples/sample.parquet") for c in found)
     assert any("--incremental" in c and "--sink delta:" in c for c in found)  # nightly + Airflow
+    assert any("--sink iceberg:" in c for c in found)  # the nightly recipe's Iceberg table
+    assert "PYICEBERG_CATALOG__LAKE__URI" in _exported(tmp_path)  # and its catalog
     assert sum("dt=" in c for c in found) >= 2
     in_docs = [c for page, c, _ in documented_commands() if page.startswith("docs/")]
     assert any("--engine dask" in c for c in in_docs)  # docs/dask.md's local cluster
@@ -219,10 +222,26 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+EXPORT = re.compile(r"^export (PYICEBERG_[A-Z0-9_]+)=(\S+)$", re.M)
+
+
+def _exported(root: Path) -> dict[str, str]:
+    """The README's `export PYICEBERG_...` lines (the nightly recipe's Iceberg catalog) with
+    absolute paths moved under `root`; a SQLite catalog's folder is made (the recipe's mkdir)."""
+    env = {}
+    for name, value in EXPORT.findall(README):
+        value = re.sub(r"(sqlite:///|file://)/(?=[A-Za-z])", lambda m: f"{m[1]}{root}/", value)
+        if value.startswith("sqlite:///"):
+            Path(value.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        env[name] = value
+    return env
+
+
 def _env(root: Path, fake_url: str) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
     env.pop("ANTHROPIC_API_KEY", None)
+    env |= _exported(root)  # the nightly recipe's Iceberg catalog
     return env | {
         "PATH": bindir + os.pathsep + env.get("PATH", ""),
         "OPENAI_API_KEY": KEY,

@@ -152,3 +152,20 @@ def test_ab_example_runs_as_written(workdir: Path, capsys: pytest.CaptureFixture
     assert one["n_pairs"] == 30  # paired on query_id across the two retrievers
     assert one["mean_delta"] == pytest.approx(report["mean_delta"], abs=1e-12)
     assert {g["group"] for g in one["by_group"]["groups"]} == {"people", "places", "things"}
+
+
+@pytest.mark.slow
+def test_judge_against_judge_example_runs_as_written(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cmds = commands(bash_blocks()[2])
+    assert [c[0] for c in cmds] == ["score", "score", "compare"]
+    for cmd in cmds[:2]:
+        assert main(cmd) == 0
+    capsys.readouterr()
+    assert main(cmds[2]) == 0
+    g = json.loads(capsys.readouterr().out)["judge_agreement"]
+    assert g["judges_differ"] is True  # two models
+    items = pl.read_parquet(workdir / "ab" / "bm25.parquet")["contexts"].list.len().sum()
+    assert g["items"] == items
+    assert g["agreement"] == 1.0  # the same loopback judge behind both model names

@@ -7,13 +7,12 @@ No JSON-schema structured output here: the prompt asks for JSON only and the tol
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from connectors.judges.base import Gate, JudgeStats
+from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import anthropic_shape, learn_anthropic
 from connectors.judges.transport import Transport, normalize_base_url
 from storage.core.settings import JudgeSettings
@@ -45,22 +44,22 @@ class AnthropicJudge(HttpJudgeBase):
         stats: JudgeStats,
         *,
         transport: Transport | None = None,
+        spec: ProviderSpec | None = None,
     ) -> None:
-        base = anthropic_base(
-            settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
-        )
-        model = f"anthropic/{model_name}"
-        self.key_env = settings.api_key_env or "ANTHROPIC_API_KEY"
-        key = api_key_from_env(self.key_env, base, model)
+        spec = spec or builtin_providers()["anthropic"]
+        base = anthropic_base(spec.base(settings.base_url))
+        model = f"{spec.id}/{model_name}"
+        key = spec.key(model, base, settings.api_key_env)
+        self.key_env = settings.api_key_env or " or ".join(spec.key_env)
         url = f"{base}/messages"
         super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
-        self.model, self._name, self._base = model, model_name, base
+        self.model, self._name, self._base, self.spec = model, model_name, base, spec
         self.shape = anthropic_shape(model_name)
 
     def identity(self) -> dict[str, object]:
         s = self.settings
         return {
-            "provider": "anthropic",
+            "provider": self.spec.id,
             "model": self._name,
             "base_url": self._base,
             "temperature": s.temperature,
@@ -74,8 +73,7 @@ class AnthropicJudge(HttpJudgeBase):
             "accept": "application/json",
             "anthropic-version": self.settings.anthropic_version,
         }
-        if self._api_key is not None:
-            headers["x-api-key"] = self._api_key
+        headers.update(self.spec.auth(self._api_key))  # x-api-key
         headers.update(dict(self.settings.extra_headers))
         return headers
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from storage.core.errors import JudgeError
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "Judge",
     "JudgeStats",
     "NullGate",
+    "RowItemsError",
     "SyncDecider",
     "estimate_tokens",
 ]
@@ -47,6 +49,7 @@ class JudgeStats:
     retries: int = 0
     rate_limited: int = 0
     reasks: int = 0
+    row_fallbacks: int = 0  # --mode row: rows judged item by item after a wrong row reply
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
@@ -62,6 +65,7 @@ class JudgeStats:
             "retries": self.retries,
             "rate_limited": self.rate_limited,
             "reasks": self.reasks,
+            "row_fallbacks": self.row_fallbacks,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_input_tokens": self.cached_input_tokens,
@@ -70,6 +74,16 @@ class JudgeStats:
             "errors_by_cause": dict(self.errors_by_cause),
             "adaptations": dict(self.adaptations),
         }
+
+
+class RowItemsError(JudgeError):
+    """A row judged item by item (`--mode row` fallback) where some items failed on their own:
+    `results` holds, per item in order, its reply or its error (the others are good)."""
+
+    def __init__(self, results: Sequence[JudgeReply | JudgeError]) -> None:
+        errors = [r for r in results if isinstance(r, JudgeError)]
+        super().__init__(str(errors[0]), cause=errors[0].cause)
+        self.results = list(results)
 
 
 class Gate(Protocol):

@@ -1,12 +1,12 @@
-"""OpenAI's Batch API (and any server with `/v1/files` + `/v1/batches`): upload a JSONL file with
-purpose=batch, create a batch on /v1/chat/completions with a 24h window, poll, download the output
+"""OpenAI's Batch API (and any server with its `/files` + `/batches`: Azure OpenAI, Groq): upload a
+JSONL file with purpose=batch, create a batch on the provider's chat-completions endpoint
+(`/v1/chat/completions`, Azure `/chat/completions`) with a 24h window, poll, download the output
 and error files. Each line's body is the one the online judge would POST.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -24,8 +24,7 @@ from connectors.judges.batch_client import (
 )
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.openai import DEFAULT_BASE_URL
-from connectors.judges.transport import normalize_base_url
+from connectors.judges.openai import OpenAIJudge
 from storage.core.errors import JudgeRetryableError
 from storage.core.settings import JudgeSettings
 
@@ -42,15 +41,17 @@ class OpenAIBatches(ProviderBatches):
 
     def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
         super().__init__(judge, settings, LIMITS)
-        self.base = normalize_base_url(
-            settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        )
+        if not isinstance(judge, OpenAIJudge):
+            raise TypeError(f"OpenAI batches need an OpenAI-compatible judge, not {judge!r}")
+        self.base = judge.base_url.partition("?")[0].rstrip("/")  # the judge's provider's API
+        self.endpoint = judge.spec.batch_endpoint
 
     def _batch_url(self, batch_id: str) -> str:
         return f"{self.base}/batches/{batch_id}"
 
     def line(self, custom_id: str, body: dict[str, Any]) -> bytes:
-        return json_line({"custom_id": custom_id, "method": "POST", "url": ENDPOINT, "body": body})
+        line = {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body}
+        return json_line(line)
 
     async def submit(
         self, name: str, path: Path, lines: int, on_file: Callable[[str], None],
@@ -74,7 +75,7 @@ class OpenAIBatches(ProviderBatches):
             f"{self.base}/batches",
             body={
                 "input_file_id": file_id,
-                "endpoint": ENDPOINT,
+                "endpoint": self.endpoint,
                 "completion_window": "24h",
                 "metadata": {"ctxprec_chunk": name},
             },

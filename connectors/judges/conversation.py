@@ -11,8 +11,10 @@ import abc
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import anyio
+
 from connectors.judges import prompts
-from connectors.judges.base import ItemRequest, estimate_tokens
+from connectors.judges.base import ItemRequest, RowItemsError, estimate_tokens
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
 from connectors.judges.secrets import redact
@@ -29,8 +31,9 @@ Row = tuple[str, str | None, Sequence[str]]
 
 _REASK_ITEM = 'Reply with JSON only: {"relevant": true|false, "reason": "..."}'
 _REASK_ROW = (
-    'Reply with JSON only: {"verdicts": [{"index": 0, "relevant": true|false, '
-    '"reason": "..."}, ...]} with one verdict per item, in order.'
+    'Reply with JSON only: {{"verdicts": [{{"index": 0, "relevant": true|false, '
+    '"reason": "..."}}, ...]}} with exactly {n} verdicts, one per item (index 0 to {last}), '
+    "in order: none missing, none repeated."
 )
 _REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
 
@@ -260,18 +263,61 @@ class HttpJudgeBase(HttpClient):
     async def judge_row(
         self, query: str, expected: str | None, items: Sequence[str]
     ) -> list[JudgeReply]:
-        """All items in one call; output budget max_output_tokens per item; usage split evenly."""
+        """All items in one call; output budget max_output_tokens per item; usage split evenly.
+
+        A reply with missing, extra or repeated verdicts (or otherwise unreadable) is re-asked
+        once, showing the model its reply; if it is still wrong the row is judged item by item
+        (`stats.row_fallbacks`), the row call's tokens shared by its items. An item that then
+        fails on its own fails alone: `RowItemsError` carries each item's reply or error."""
         if not items:
             return []
         n = len(items)
         system, user = prompts.row_messages(query, expected, items)
-        verdicts, tokens_in, tokens_out = await self._ask(
-            system, user, ("verdicts", prompts.ROW_SCHEMA),
-            lambda text: parse_row_verdicts(text, n), _REASK_ROW,
-            self.settings.max_output_tokens * n,
-        )  # fmt: skip
+        try:
+            verdicts, tokens_in, tokens_out = await self._conversation(
+                system, user, ("verdicts", prompts.ROW_SCHEMA),
+                lambda text: parse_row_verdicts(text, n), _REASK_ROW.format(n=n, last=n - 1),
+                self.settings.max_output_tokens * n,
+            )  # fmt: skip
+        except _Unreadable as bad:
+            return await self._row_per_item(query, expected, items, bad.tokens_in, bad.tokens_out)
         pairs = zip(verdicts, _split(tokens_in, n), _split(tokens_out, n), strict=True)
         return [JudgeReply(v, i, o) for v, i, o in pairs]
+
+    async def _row_per_item(
+        self, query: str, expected: str | None, items: Sequence[str], spent_in: int,
+        spent_out: int,
+    ) -> list[JudgeReply]:  # fmt: skip
+        """Judge a row's items one call each (concurrently, under the run's gate)."""
+        self.stats.row_fallbacks += 1
+        n = len(items)
+        results: list[JudgeReply | JudgeError | None] = [None] * n
+        other: list[Exception] = []
+
+        async def one(i: int) -> None:
+            try:
+                results[i] = await self.judge_item(ItemRequest(query, expected, items[i]))
+            except JudgeError as err:
+                results[i] = err
+            except Exception as err:  # e.g. the judge refused the run: raised as is, below
+                other.append(err)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(one, i)
+        if other:
+            raise other[0]
+        shares = zip(results, _split(spent_in, n), _split(spent_out, n), strict=True)
+        out: list[JudgeReply | JudgeError] = []
+        for r, extra_in, extra_out in shares:
+            if isinstance(r, JudgeReply):
+                r = JudgeReply(r.verdict, r.input_tokens + extra_in, r.output_tokens + extra_out)
+            assert r is not None
+            out.append(r)
+        replies = [r for r in out if isinstance(r, JudgeReply)]
+        if len(replies) < n:
+            raise RowItemsError(out)
+        return replies
 
     async def write_reason(self, prompt: str) -> str:
         messages = [{"role": "user", "content": prompt}]

@@ -1,19 +1,19 @@
-"""The OpenAI-compatible chat-completions judge (OpenAI, Azure, vLLM, Ollama, LiteLLM proxies):
-request and reply shapes only. Retries live in `judges.client`, parsing and re-ask in
+"""The OpenAI-compatible chat-completions judge (OpenAI and every "openai-chat" provider of the
+registry: Azure, Gemini, Groq, OpenRouter, ..., vLLM, Ollama, LiteLLM proxies): request and reply
+shapes only. Retries live in `judges.client`, parsing and re-ask in
 `judges.conversation`, the wire in `judges.transport`.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 from urllib.parse import urlsplit
 
 from connectors.judges.base import Gate, JudgeStats
+from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.secrets import api_key_from_env
 from connectors.judges.shapes import learn_openai, openai_shape
 from connectors.judges.transport import Transport, normalize_base_url
 from storage.core.settings import JudgeSettings
@@ -30,10 +30,13 @@ def _is_azure(base_url: str) -> bool:
 
 
 class OpenAIJudge(HttpJudgeBase):
-    """POST {base}/chat/completions. Key from $OPENAI_API_KEY (or settings.api_key_env), none
-    needed on loopback; base URL (with its /v1, as openai-python takes it) from
-    settings.base_url, $OPENAI_BASE_URL, or OpenAI's. The request shape follows the model family
-    (`shapes.openai_shape`) and adapts once per run to what the server rejects."""
+    """POST {base}/chat/completions. The provider (`spec`, OpenAI's by default) gives the base
+    URL (with its /v1, as openai-python takes it; settings.base_url wins, then its variable such as
+    $OPENAI_BASE_URL), the key variables (settings.api_key_env replaces them) and the key header
+    (a bearer token, Azure's `api-key`). A base URL with a query (an Azure deployment URL with
+    ?api-version=...) keeps it after /chat/completions. The request shape follows the model
+    name, whatever the provider (`shapes.openai_shape`), and adapts once per run to what the
+    server rejects."""
 
     provider = "openai"
 
@@ -45,22 +48,29 @@ class OpenAIJudge(HttpJudgeBase):
         stats: JudgeStats,
         *,
         transport: Transport | None = None,
+        spec: ProviderSpec | None = None,
     ) -> None:
-        base = normalize_base_url(
-            settings.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        )
-        model = f"openai/{model_name}"
-        self.key_env = settings.api_key_env or "OPENAI_API_KEY"
-        key = api_key_from_env(self.key_env, base, model)
-        url = f"{base}/chat/completions"
+        spec = spec or builtin_providers()["openai"]
+        base = normalize_base_url(spec.base(settings.base_url))
+        model = f"{spec.id}/{model_name}"
+        key = spec.key(model, base, settings.api_key_env)
+        self.key_env = settings.api_key_env or " or ".join(spec.key_env)
+        path, sep, query = base.partition("?")
+        url = f"{path.rstrip('/')}/chat/completions{sep}{query}"
         super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
-        self.model, self._name, self._base = model, model_name, base
+        self.model, self._name, self._base, self.spec = model, model_name, base, spec
+        self.provider = spec.id
         self.shape = openai_shape(model_name, settings.structured_output, settings.reasoning_effort)
+
+    @property
+    def base_url(self) -> str:
+        """The API root this judge posts under (its batch API lives there too)."""
+        return self._base
 
     def identity(self) -> dict[str, object]:
         s = self.settings
         ident: dict[str, object] = {
-            "provider": "openai",
+            "provider": self.spec.id,
             "model": self._name,
             "base_url": self._base,
             "temperature": s.temperature,
@@ -74,12 +84,11 @@ class OpenAIJudge(HttpJudgeBase):
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key is not None:
-            # Azure OpenAI takes its keys in `api-key`; everyone else in a bearer token.
-            if _is_azure(self._base):
-                headers["api-key"] = self._api_key
-            else:
-                headers["Authorization"] = f"Bearer {self._api_key}"
+        azure_host = _is_azure(self._base)
+        if self._api_key is not None and azure_host:
+            headers["api-key"] = self._api_key  # an Azure URL spoken to as openai/...: its header
+        else:
+            headers.update(self.spec.auth(self._api_key))
         headers.update(dict(self.settings.extra_headers))
         return headers
 

@@ -1,7 +1,8 @@
-"""Provider registry: `provider/model` strings to judge objects.
+"""`provider/model` strings to judge objects.
 
-Built-in providers register through the same path as any other (`register_provider`);
-the provider module is imported only when a judge of that provider is created.
+The providers of the data registry (`catalog`, providers.toml plus a config's [providers.NAME])
+get the judge of their API kind; `offline` and plugins register a factory (`register_provider`),
+which wins over the registry. A judge's module is imported only when a judge of it is created.
 """
 
 from __future__ import annotations
@@ -10,10 +11,18 @@ import importlib
 from typing import Protocol
 
 from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
+from connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
 
-__all__ = ["JudgeFactory", "create_judge", "provider_names", "register_provider", "split_model"]
+__all__ = [
+    "JudgeFactory",
+    "create_judge",
+    "provider_names",
+    "register_provider",
+    "resolve_model",
+    "split_model",
+]
 
 
 class JudgeFactory(Protocol):
@@ -25,8 +34,11 @@ class JudgeFactory(Protocol):
 # name -> "module:attribute" (imported lazily) or a factory registered by a plugin
 _PROVIDERS: dict[str, str | JudgeFactory] = {
     "offline": "connectors.judges.offline:OfflineJudge",
-    "openai": "connectors.judges.openai:OpenAIJudge",
-    "anthropic": "connectors.judges.anthropic:AnthropicJudge",
+}
+# a registry provider's API kind -> its judge class (called with spec=the provider)
+_KINDS = {
+    "openai-chat": "connectors.judges.openai:OpenAIJudge",
+    "anthropic-messages": "connectors.judges.anthropic:AnthropicJudge",
 }
 
 
@@ -35,23 +47,29 @@ def register_provider(name: str, factory: str | JudgeFactory) -> None:
     _PROVIDERS[name.lower()] = factory
 
 
-def provider_names() -> list[str]:
-    return sorted(_PROVIDERS)
+def provider_names(extra: ProviderTable = ()) -> list[str]:
+    return sorted({*_PROVIDERS, *providers(extra)})
 
 
-def split_model(model: str) -> tuple[str, str]:
-    """Split `openai/gpt-4o-mini` into ("openai", "gpt-4o-mini"); `offline` into ("offline", "")."""
+def resolve_model(model: str, extra: ProviderTable = ()) -> tuple[str, str, ProviderSpec | None]:
+    """(provider id, model name, registry entry): `groq/llama-3.3-70b-versatile` gives ("groq",
+    "llama-3.3-70b-versatile", groq's entry); `openrouter/openai/gpt-5-mini` keeps
+    "openai/gpt-5-mini" as the model name; `offline` and plugins have no entry (None). An
+    unknown provider is a ConfigError naming the closest known ones."""
     provider, _, name = model.strip().partition("/")
     provider = provider.lower()
+    spec = None
     if provider not in _PROVIDERS:
-        known = ", ".join(provider_names())
-        raise ConfigError(
-            f"unknown judge provider {provider!r} in model {model!r}; use one of: {known} "
-            "(e.g. --model openai/gpt-4o-mini; any OpenAI-compatible server is openai/<model> "
-            "with OPENAI_BASE_URL or [judge] base_url)"
-        )
+        spec = lookup(provider, model, extra, others=tuple(_PROVIDERS))
+        provider = spec.id
     if provider != "offline" and not name:
         raise ConfigError(f"model {model!r} names no model; write it as {provider}/<model-name>")
+    return provider, name, spec
+
+
+def split_model(model: str, extra: ProviderTable = ()) -> tuple[str, str]:
+    """Split `openai/gpt-4o-mini` into ("openai", "gpt-4o-mini"); `offline` into ("offline", "")."""
+    provider, name, _ = resolve_model(model, extra)
     return provider, name
 
 
@@ -67,6 +85,12 @@ def create_judge(
     settings: JudgeSettings, *, gate: Gate | None = None, stats: JudgeStats | None = None
 ) -> Judge:
     """Build the judge named by `settings.model`; raises ConfigError (e.g. missing key)."""
-    provider, name = split_model(settings.model)
-    factory = _resolve(_PROVIDERS[provider])
-    return factory(name, settings, gate or NullGate(), stats or JudgeStats())
+    provider, name, spec = resolve_model(settings.model, settings.providers)
+    gate, stats = gate or NullGate(), stats or JudgeStats()
+    if spec is None:
+        return _resolve(_PROVIDERS[provider])(name, settings, gate, stats)
+    module_name, _, attr = _KINDS[spec.kind].partition(":")
+    judge: Judge = getattr(importlib.import_module(module_name), attr)(
+        name, settings, gate, stats, spec=spec
+    )
+    return judge

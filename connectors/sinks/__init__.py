@@ -1,4 +1,5 @@
-"""Output sinks: warehouse tables a run's scored part files are appended to (Delta Lake, DuckDB).
+"""Output sinks: warehouse tables a run's scored part files are appended to (Delta Lake, DuckDB,
+Apache Iceberg).
 The engines are imported only when a sink is used, so importing this package stays cheap.
 """
 
@@ -7,18 +8,21 @@ from __future__ import annotations
 from connectors.sinks.base import Sink, SinkResult
 from connectors.sinks.delta import DeltaSink
 from connectors.sinks.duckdb import DuckDBSink
+from connectors.sinks.iceberg import IcebergSink, parse_identifier
 from storage.core.errors import ConfigError
 
 __all__ = ["Sink", "SinkResult", "parse_sink"]
 
 _FORMS = (
     "use delta:PATH (e.g. delta:/data/scores) "
-    "or duckdb:FILE:TABLE (e.g. duckdb:evals.duckdb:scores)"
+    "or duckdb:FILE:TABLE (e.g. duckdb:evals.duckdb:scores) "
+    "or iceberg:CATALOG/NAMESPACE.TABLE (e.g. iceberg:lake/analytics.scores)"
 )
 
 
 def parse_sink(spec: str) -> Sink:
-    """`delta:PATH` or `duckdb:FILE:TABLE` (the table is what follows the last colon)."""
+    """`delta:PATH`, `duckdb:FILE:TABLE` (the table is what follows the last colon) or
+    `iceberg:CATALOG/NAMESPACE.TABLE` (a catalog configured the pyiceberg way)."""
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ConfigError(f"sink {spec!r} is not understood; {_FORMS}")
@@ -29,4 +33,6 @@ def parse_sink(spec: str) -> Sink:
         if not sep or not file or not table:
             raise ConfigError(f"sink {spec!r} names no DuckDB file and table; {_FORMS}")
         return DuckDBSink(file, table)
+    if kind == "iceberg":
+        return IcebergSink(*parse_identifier(spec, rest))
     raise ConfigError(f"unknown sink kind {kind!r} in {spec!r}; {_FORMS}")

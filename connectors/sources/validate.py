@@ -113,6 +113,55 @@ _RULES: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
 }
 
 
+# column names that often hold a field under another name, most likely first (any case)
+_LIKELY: dict[str, tuple[str, ...]] = {
+    "id": ("id", "row_id", "uuid", "qid", "query_id", "question_id", "example_id", "sample_id"),
+    "query": ("query", "question", "user_input", "input", "prompt", "user_query", "query_text"),
+    "expected": (
+        "expected_output", "ground_truth", "answer", "reference", "expected", "expected_answer",
+        "gold_answer", "reference_answer", "ground_truths", "target",
+    ),
+    "context": (
+        "contexts", "context", "retrieved_contexts", "passages", "documents", "docs", "chunks",
+        "retrieved", "retrieved_docs",
+    ),
+    "labels": ("labels", "relevance", "relevance_labels", "gold_labels", "is_relevant"),
+}  # fmt: skip
+_WHY = {
+    "expected": "is the expected output: without it each item is judged against the query alone",
+    "labels": "are human relevance labels, optional: the summary then shows the judge's agreement",
+}
+
+
+def _likely(schema: pa.Schema, role: str, taken: set[str]) -> str | None:
+    """The column of `schema` that most likely holds `role` (right type, not mapped already)."""
+    by_name: dict[str, str] = {str(n).lower(): str(n) for n in schema.names if n not in taken}
+    for guess in _LIKELY.get(role, ()):
+        name = by_name.get(guess)
+        if name is not None and _RULES[role][0](schema.field(name).type):
+            return name
+    return None
+
+
+def _suggestion(schema: pa.Schema, wanted: Sequence[Wanted]) -> str:
+    """`--map` for every field of `wanted` whose column is absent and that the data seems to
+    hold under another name (an absent optional expected output included), or ""."""
+    taken = {w.column for w in wanted if w.column in schema.names}
+    roles = [w.role for w in wanted if w.column not in schema.names and w.role != "passthrough"]
+    if not any(w.role == "labels" for w in wanted):  # not mapped: offered when the data has them
+        roles.append("labels")
+    pairs, notes = [], []
+    for role in roles:
+        if (name := _likely(schema, role, taken)) is not None:
+            taken.add(name)
+            pairs.append(f"{role}={name}")
+            notes += [f"{role} {_WHY[role]}"] if role in _WHY else []
+    if not pairs:
+        return ""
+    why = f" ({'; '.join(notes)})" if notes else ""
+    return f"; the data seems to hold these fields: --map {','.join(pairs)}{why}"
+
+
 def _listed(names: Sequence[str]) -> str:
     extra = len(names) - _MAX_LISTED
     shown = ", ".join(names[:_MAX_LISTED])
@@ -178,7 +227,8 @@ def file_columns(path: InputFile, schema: pa.Schema, wanted: Iterable[Wanted]) -
         }.values()
     )[::-1]
     if absent:
-        raise _all_missing(path, schema, absent)
+        error = _all_missing(path, schema, absent)
+        raise InputError(f"{error}{_suggestion(schema, wanted)}")
     for want in wanted:
         if want.column not in schema.names:
             found.setdefault(want.column, (None, path))

@@ -31,13 +31,16 @@ from pipeline.driver import (
     prepare_run,
     release_outdir,
 )
+from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
-from pipeline.limits import GateStats
+from pipeline.limits import GateStats, RateGate
 from pipeline.run_frame import run_blocking
-from pipeline.stage import run_stage
+from pipeline.stage import MeteredGate, run_stage
+from storage.core.constants import STATE_DIR
 from storage.core.errors import ConfigError, UserError
+from storage.keyshards import remove_tree, shard_count, shuffle_dir
 from storage.memo import Memo, MemoStore, default_cache_dir
-from storage.objpath import out_path
+from storage.objpath import OutPath, out_path
 from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
 
 __all__ = [
@@ -53,6 +56,9 @@ __all__ = [
 
 TASK_ROWS = 50_000  # a file with more rows is split into tasks of about this many
 TASK_RETRIES = 2  # retries of a task that raised (a dead worker's tasks are rescheduled anyway)
+# the coordinator paces 1% under --rpm: the start-time jitter between workers (tens of ms) can
+# then never put one request more than the limit into a provider's minute
+RPM_GUARD = 0.01
 INSTALL_HINT = "pip install 'ctxprec[dask]'"
 
 
@@ -129,14 +135,20 @@ def _run_on_cluster(
         n_workers = len(client.scheduler_info().get("workers", {}))
         if run_id is not None:
             install_coordinator(client, run_id, cfg.limits.rpm, cfg.limits.tpm, cfg.limits.adaptive)
+        shards = shard_count(plan.info.total_rows, SHARD_ROWS, 2 * max(n_workers, 1))
         try:
-            results, errors = _run_tasks(client, plan, tasks, run_id, progress)
+            if keyed(plan):
+                results, errors = _run_keyed(client, plan, tasks, run_id, progress, shards)
+            else:  # --mode row: a call judges a whole row; de-duplication stays per task
+                results, errors = _run_tasks(client, plan, tasks, run_id, progress)
         finally:
             central = remove_coordinator(client, run_id) if run_id else None
     if errors:  # other tasks' parts are committed: the same command resumes with the rest
         raise errors[0]
     result = _merge(plan, results, central)
-    engine = {"name": "dask", "workers": n_workers, "tasks": len(tasks)}
+    engine: dict[str, Any] = {"name": "dask", "workers": n_workers, "tasks": len(tasks)}
+    if keyed(plan):
+        engine["shards"] = shards
     return finish_run(plan, result, started_at, time.monotonic() - started, engine)
 
 
@@ -192,16 +204,74 @@ def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         yield client
 
 
+def _run_keyed(
+    client: Any,
+    plan: RunPlan,
+    tasks: list[Task],
+    run_id: str | None,
+    progress: str,
+    shards: int,
+) -> tuple[list[StageResult], list[BaseException]]:
+    """Plan every slice's keys, judge every shard, then reduce every slice (pipeline/engines/
+    keyed.py). The scratch folder in OUTDIR goes once the run's parts are all committed."""
+    outdir = plan.runlog.outdir
+    remove_tree(outdir / STATE_DIR / "shuffle")  # an interrupted run's: this driver holds the lock
+    name = uuid.uuid4().hex[:12]
+    scratch = shuffle_dir(outdir, name)
+    prefix = f"ctxprec-{name}"
+    planned = [
+        client.submit(
+            _plan_task, plan, task, i, scratch, shards, key=f"{prefix}-plan-{task.name}",
+            pure=False, retries=TASK_RETRIES,
+        )
+        for i, task in enumerate(tasks)
+    ]  # fmt: skip
+    _, errors = _gather(planned, progress, "slices planned")
+    if errors:
+        return [], errors
+    judging = [
+        client.submit(
+            _judge_task, plan, shard, scratch, shards, run_id, key=f"{prefix}-judge-{shard:05d}",
+            pure=False, retries=TASK_RETRIES,
+        )
+        for shard in range(shards)
+    ]  # fmt: skip
+    judged, errors = _gather(judging, progress, "shards judged")
+    if errors:
+        return judged, errors
+    reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch)
+    if not errors:
+        remove_tree(outdir / STATE_DIR / "shuffle")
+    return judged + reduced, errors
+
+
+def _gather(futures: list[Any], progress: str, what: str) -> tuple[list[Any], list[BaseException]]:
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    for future in _distributed().as_completed(futures):
+        outcome = future.result() if future.status == "finished" else future.exception()
+        (errors if isinstance(outcome, BaseException) else results).append(outcome)
+        if progress != "off":
+            done = len(results) + len(errors)
+            print(f"ctxprec: {done}/{len(futures)} {what}", file=sys.stderr, flush=True)
+    return results, errors
+
+
 def _run_tasks(
-    client: Any, plan: RunPlan, tasks: list[Task], run_id: str | None, progress: str
+    client: Any,
+    plan: RunPlan,
+    tasks: list[Task],
+    run_id: str | None,
+    progress: str,
+    scratch: OutPath | None = None,
 ) -> tuple[list[StageResult], list[BaseException]]:
     prefix = f"ctxprec-{run_id or uuid.uuid4().hex[:12]}"
     futures = [
         client.submit(
-            _run_task, plan, task, run_id, key=f"{prefix}-{task.name}", pure=False,
+            _run_task, plan, task, run_id, scratch, i, key=f"{prefix}-{task.name}", pure=False,
             retries=TASK_RETRIES,
         )
-        for task in tasks
+        for i, task in enumerate(tasks)
     ]  # fmt: skip
     results: list[StageResult] = []
     errors: list[BaseException] = []
@@ -236,6 +306,7 @@ def _merge(
         gate = _sum_gate(gate, result.gate)
         for key, value in result.extra.items():
             extra[key] = extra.get(key, 0) + value
+    counters.dedup_hits = max(counters.dedup_hits, 0)  # a reduce read past its parts (retried)
     if central is not None:  # rates, pauses and waits are the coordinator's
         own = GateStats(**central["gate"])
         gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
@@ -266,26 +337,64 @@ def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
 # ---------------------------------------------------------------- on a worker
 
 
-def _run_task(plan: RunPlan, task: Task, run_id: str | None) -> StageResult | UserError:
-    """One task: the stage over the task's batches, on its own event loop in this thread. A
-    user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help."""
+def _plan_task(plan: RunPlan, task: Task, index: int, scratch: OutPath, shards: int) -> int:
+    return plan_slice(plan, task.file, task.skip(), index, scratch, shards)
+
+
+def _judge_task(
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None
+) -> StageResult | UserError:
+    """One shard's keys judged (a refused run is returned, like a task's user-facing error)."""
     try:
-        result: StageResult = run_blocking(partial(_task_main, plan, task, run_id))
+        result: StageResult = run_blocking(
+            partial(_judge_main, plan, shard, scratch, shards, run_id)
+        )
     except UserError as exc:
         return exc
     return result
 
 
-async def _task_main(plan: RunPlan, task: Task, run_id: str | None) -> StageResult:
+async def _judge_main(
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None
+) -> StageResult:
+    limits = plan.cfg.limits
+    if run_id is None:
+        gate: MeteredGate = RateGate(limits.concurrency, None, None, adaptive=limits.adaptive)
+        return await judge_shard(plan, shard, scratch, shards, gate)
+    leased = LeasedGate(scheduler_lease(run_id), limits.concurrency)
+    async with leased.running():
+        return await judge_shard(plan, shard, scratch, shards, leased)
+
+
+def _run_task(
+    plan: RunPlan, task: Task, run_id: str | None, scratch: OutPath | None = None, index: int = 0
+) -> StageResult | UserError:
+    """One task: the stage over the task's batches, on its own event loop in this thread. A
+    user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help.
+    With `scratch`, the reduce of a keyed run: its verdicts come from the shards' answers."""
+    try:
+        result: StageResult = run_blocking(partial(_task_main, plan, task, run_id, scratch, index))
+    except UserError as exc:
+        return exc
+    return result
+
+
+async def _task_main(
+    plan: RunPlan, task: Task, run_id: str | None, scratch: OutPath | None, index: int
+) -> StageResult:
     stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
-    if plan.cfg.run.memo:
+    hooks = ReduceHooks(plan, scratch, index) if scratch is not None else None
+    if hooks is not None:
+        stage = partial(stage, open_memo=hooks.open_memo, judge_factory=hooks.judge_factory)
+    elif plan.cfg.run.memo:
         stage = partial(stage, open_memo=partial(_shared_memo, plan, task.file))
     if run_id is None:
-        return await stage()
-    gate = LeasedGate(scheduler_lease(run_id), plan.cfg.limits.concurrency)
-    async with gate.running():
-        result: StageResult = await stage(gate=gate)
-    return result
+        result = await stage()
+    else:
+        gate = LeasedGate(scheduler_lease(run_id), plan.cfg.limits.concurrency)
+        async with gate.running():
+            result = await stage(gate=gate)
+    return hooks.settle(result) if hooks is not None else result
 
 
 def _shared_memo(plan: RunPlan, file: int) -> MemoStore:
@@ -333,7 +442,8 @@ def _op(run_id: str) -> str:
 def _install(
     run_id: str, rpm: float | None, tpm: float | None, adaptive: bool, dask_scheduler: Any = None
 ) -> None:
-    coordinator = LeaseCoordinator(rpm, tpm, adaptive=adaptive)
+    paced = None if rpm is None else rpm * (1 - RPM_GUARD)
+    coordinator = LeaseCoordinator(paced, tpm, adaptive=adaptive)
 
     async def lease(ests: list[int], debt: int, reports: list[list[Any]]) -> dict[str, Any]:
         told = [(r[0], r[1]) for r in reports]

@@ -92,13 +92,13 @@ class JudgeSettings:
         "OpenAI-compatible or Anthropic base URL",
         env="CTXPREC_BASE_URL",
         flag="--base-url",
-        unset="the provider's (OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
+        unset="the provider's (`ctxprec providers`; OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
     )
     api_key_env: str | None = setting(
         None,
         "name of the env var holding the API key",
         flag="--api-key-env",
-        unset="OPENAI_API_KEY or ANTHROPIC_API_KEY by provider",
+        unset="the provider's (`ctxprec providers`), e.g. OPENAI_API_KEY, GROQ_API_KEY",
     )
     temperature: float = setting(0.0, "sampling temperature of the judge")
     max_output_tokens: int = setting(200, "tokens the judge may write per call")
@@ -137,6 +137,11 @@ class JudgeSettings:
         False,
         "send the judge's calls through the provider's batch API (half price, up to 24 h)",
         flag="--batch-api",
+    )
+    # [providers.NAME] tables of the config (added or overridden registry providers), as
+    # (name, ((field, value), ...)) pairs; read by connectors/judges/catalog.py
+    providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = setting(
+        (), "providers added or changed by [providers.NAME] tables", unset="none"
     )
 
 
@@ -301,6 +306,17 @@ class RunSettings:
     )
     memo: bool = setting(True, "do not read or write the memo", flag="--no-memo")
     max_item_chars: int = setting(200_000, "a longer context item is not sent to the judge")
+    # the judge against itself (issue 22): a seeded sample of items asked again, past the memo
+    recheck: float = setting(
+        0.0,
+        "after scoring, ask the judge again (past the memo) about this share of the run's items "
+        "and report its self-agreement (flip rate, kappa)",
+        flag="--recheck",
+        rule=(lambda v: 0 <= v <= 1, "between 0 and 1"),
+        unset="no recheck",
+        metavar="FRACTION",
+    )
+    recheck_seed: int = setting(0, "seed of the --recheck sample")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +332,8 @@ class OutputSettings:
     )
     sinks: tuple[str, ...] = setting(
         (),
-        "also append to a table: delta:PATH or duckdb:FILE.duckdb:TABLE",
+        "also append to a table: delta:PATH, duckdb:FILE.duckdb:TABLE or "
+        "iceberg:CATALOG/NAMESPACE.TABLE",
         flag="--sink",
         unset="none",
         metavar="SPEC",

@@ -5,6 +5,7 @@ a restart on "other machines" (a fresh memo) that repeats no finished call, a fa
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -20,11 +21,15 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+import pipeline.engines.dask as engine
+import pipeline.engines.keyed as keyed
 from pipeline.cli import main
 from pipeline.config import load_config
 from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
+from pipeline.limits import RateGate
 from pipeline.stage import run_stage
+from storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
@@ -99,8 +104,36 @@ def test_same_output_and_summary_as_the_local_engine(
     for key in ("rows_this_run", "items_this_run", "judge_calls", "memo_hits", "calls_failed"):
         assert runs[0][key] == runs[1][key], key
     assert runs[0].keys() == runs[1].keys()
-    assert runs[1]["engine"] == {"name": "dask", "workers": 2, "tasks": 3}
+    assert runs[1]["engine"] == {"name": "dask", "workers": 2, "tasks": 3, "shards": 4}
     assert (tmp_path / "dask" / "_SUCCESS").exists()
+
+
+def test_a_pair_repeated_across_files_is_judged_once_for_the_cluster(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str
+) -> None:
+    """The same rows (under other ids) in three files, two workers: each distinct (query,
+    item) pair is one judge call, as with the local engine; the rest is de-duplication."""
+    src = tmp_path / "in"
+    src.mkdir()
+    rows = pl.read_parquet(hotpot).head(20)
+    for i in range(3):
+        copy = rows.with_columns(pl.format("f{}-{}", pl.lit(i), pl.col("id")).alias("id"))
+        copy.write_parquet(src / f"day{i}.parquet")
+    out = tmp_path / "out"
+    assert score(src, out, server, tmp_path / "c", "--batch-rows", 5, cluster=cluster) == 0
+    distinct = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
+    items = 3 * rows.get_column("contexts").list.len().sum()
+    run = run_json(out)
+    assert fake_stats(server)["total"] == run["judge_calls"] == distinct
+    assert run["dedup_hits"] == items - distinct
+    assert run["memo_hits"] == 0
+    assert table(out).height == 60
+    assert not (out / "_ctxprec" / "shuffle").exists()  # the run's scratch is gone
+    before = fake_stats(server)["total"]  # with the memo off: still once, nothing kept
+    args = ("--batch-rows", 5, "--no-memo")
+    assert score(src, tmp_path / "out2", server, tmp_path / "c", *args, cluster=cluster) == 0
+    assert fake_stats(server)["total"] - before == distinct
+    assert not (tmp_path / "out2" / "_ctxprec" / "verdicts").exists()
 
 
 def test_one_request_rate_for_the_whole_cluster(
@@ -260,7 +293,6 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import pipeline.engines.dask as engine
     from storage.lock import OutdirLock, live_holder
 
     src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"
@@ -298,3 +330,62 @@ def test_a_refused_run_exits_4_on_the_cluster_too(
     err = capsys.readouterr().err
     assert "the judge refused the run" in err
     assert "API key was refused" in err
+
+
+def test_a_slice_plans_each_key_once_in_parts(
+    hotpot: Path, tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A planning task writes its requests out in parts (its memory holds keys, not texts);
+    across parts and shards each distinct key of the slice appears once."""
+    src = tmp_path / "in.parquet"
+    rows = pl.read_parquet(hotpot).head(20)
+    pl.concat([rows, rows]).with_row_index("n").with_columns(
+        pl.format("{}-{}", pl.col("id"), pl.col("n")).alias("id")
+    ).drop("n").write_parquet(src)
+    flags = {"judge.model": "openai/judge", "judge.base_url": server, "run.batch_rows": 5}
+    flags |= {"columns.query": "question", "columns.expected": "ground_truth"}
+    cfg = load_config(None, flags | {"run.cache_dir": str(tmp_path / "c")})
+    plan = anyio.run(prepare_run, str(src), tmp_path / "out", cfg)
+    monkeypatch.setattr(keyed, "PLAN_PART_CHARS", 1)  # a part after every batch
+    scratch = tmp_path / "scratch"
+    distinct = keyed.plan_slice(plan, 0, frozenset(), 0, scratch, 4)
+    found = []
+    for shard in range(4):
+        files = request_files(scratch, shard)
+        assert len(files) > 1
+        found += [r[0] for path in files for r in read_requests(path)]
+        assert all(shard_of(k, 4) == shard for path in files for k, *_ in read_requests(path))
+    unique = rows.explode("contexts").select("question", "ground_truth", "contexts").n_unique()
+    assert distinct == len(found) == len(set(found)) == unique
+
+    async def judge_all() -> list[StageResult]:
+        gates = [RateGate(4, None, None) for _ in range(4)]
+        return [await keyed.judge_shard(plan, s, scratch, 4, gates[s]) for s in range(4)]
+
+    judged = anyio.run(judge_all)
+    assert sum(r.counters.judge_calls for r in judged) == unique
+    answers = {key: entry for key, entry, fresh, _ in read_answers(scratch, 0) if fresh}
+    assert set(answers) == set(found)  # every part's keys answered, not just the last part's
+
+
+def test_the_coordinator_paces_just_under_the_limit() -> None:
+    """Starts 1% under --rpm: the jitter between workers cannot make a minute one over."""
+
+    class Scheduler:
+        def __init__(self) -> None:
+            self.handlers: dict[str, Any] = {}
+
+    scheduler = Scheduler()
+    engine._install("run1", 1200, None, False, dask_scheduler=scheduler)
+
+    async def lease() -> dict[str, Any]:
+        reply: dict[str, Any] = await scheduler.handlers[engine._op("run1")](
+            ests=[1] * 10, debt=0, reports=[]
+        )
+        return reply
+
+    offsets = anyio.run(lease)["offsets"]
+    assert engine._uninstall("run1", dask_scheduler=scheduler)["permits"] == 10
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert gaps == pytest.approx([60 / (1200 * (1 - engine.RPM_GUARD))] * 9, rel=1e-3)
+    assert engine.RPM_GUARD > 0

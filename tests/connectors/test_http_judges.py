@@ -20,15 +20,18 @@ from typing import Any
 import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
+from connectors.judges.base import RowItemsError
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import RetryClock, set_testing
 from connectors.judges.transport import AiohttpTransport
 from storage.core.errors import (
+    JudgeError,
     JudgeFatalError,
     JudgeParseError,
     JudgeRefusedRunError,
     JudgeRetryableError,
 )
+from storage.core.verdict import JudgeReply
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import (
     FakeJudgeConfig,
@@ -319,12 +322,42 @@ async def test_unreadable_twice_then_a_fresh_conversation_succeeds(provider: str
     assert not r.stats.failures
 
 
-async def test_row_count_mismatch_fails_after_one_reask_per_conversation() -> None:
-    async with rig("openai", FakeJudgeConfig(script=["row_mismatch"] * 4)) as r:
-        with pytest.raises(JudgeParseError):
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_short_row_reply_is_reasked_then_judged_per_item(provider: str) -> None:
+    # the reply and its re-ask both lose a verdict: the row's items are judged one call each
+    async with rig(provider, FakeJudgeConfig(script=["row_mismatch"] * 2)) as r:
+        replies = await r.judge.judge_row("q", "e", ITEMS[:3])
+    assert [x.verdict.relevant for x in replies] == [expected_verdict(t) for t in ITEMS[:3]]
+    assert r.stats.reasks == 1
+    assert r.stats.row_fallbacks == 1
+    assert not r.stats.failures
+    assert r.server.stats.total == 2 + 3
+    reask = r.server.stats.bodies[1]["messages"][-1]["content"]
+    assert "exactly 3 verdicts" in reask
+    # every call's tokens are carried by the row's items: the two row calls' shared evenly
+    carried = sum(x.input_tokens for x in replies)
+    assert carried == r.stats.input_tokens == r.server.stats.input_tokens
+
+
+async def test_a_short_row_reply_fixed_by_the_reask_needs_no_fallback() -> None:
+    async with rig("openai", FakeJudgeConfig(script=["row_mismatch"])) as r:
+        replies = await r.judge.judge_row("q", "e", ITEMS[:3])
+    assert [x.verdict.relevant for x in replies] == [expected_verdict(t) for t in ITEMS[:3]]
+    assert (r.stats.reasks, r.stats.row_fallbacks, r.server.stats.total) == (1, 0, 2)
+
+
+async def test_an_item_of_a_fallen_back_row_fails_alone() -> None:
+    config = FakeJudgeConfig(script=["row_mismatch", "row_mismatch", "500"])
+    async with rig("openai", config, max_retries=0) as r:
+        with pytest.raises(RowItemsError) as caught:
             await r.judge.judge_row("q", "e", ITEMS[:3])
-    assert r.stats.reasks == 2
-    assert r.server.stats.total == 4
+    results = caught.value.results
+    failed = [x for x in results if isinstance(x, JudgeError)]
+    good = [(x, t) for x, t in zip(results, ITEMS[:3], strict=True) if isinstance(x, JudgeReply)]
+    assert len(failed) == 1
+    assert len(good) == 2
+    assert all(x.verdict.relevant == expected_verdict(t) for x, t in good)
+    assert caught.value.cause == failed[0].cause
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,7 @@ OPENAI_ENDPOINTS = frozenset(
     {
         "/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
         "/v1/moderations", "/v1/images/generations", "/v1/images/edits", "/v1/videos",
+        "/chat/completions",  # Azure OpenAI's v1 API names it without /v1
     }
 )  # fmt: skip
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -82,6 +83,10 @@ class BatchFakeConfig:
     anthropic_max_requests: int = 100_000
     anthropic_max_bytes: int = 256 * 1024 * 1024
     require_key: str | None = None
+    # where OpenAI's files and batches live (/v1; Groq /openai/v1, Azure /openai/v1) and the
+    # header its key comes in (a bearer token; Azure's api-key)
+    openai_root: str = "/v1"
+    key_header: str = "authorization"
     poll_errors: int = 0  # the next N status requests are answered 503
     results_url_lag: int = 0  # Anthropic: polls of an ended batch still without results_url
     content_404: int = 0  # the next N result downloads: 404 (a file gone after its retention)
@@ -169,12 +174,13 @@ class BatchFakeServer:
     async def start(self, port: int = 0) -> None:
         app = web.Application(client_max_size=1024**3)
         r = app.router
-        r.add_post("/v1/files", self._upload)
-        r.add_get("/v1/files/{id}/content", self._content)
-        r.add_post("/v1/batches", self._create_openai)
-        r.add_get("/v1/batches", self._list_openai)
-        r.add_get("/v1/batches/{id}", self._get_openai)
-        r.add_post("/v1/batches/{id}/cancel", self._cancel_openai)
+        o = self.config.openai_root.rstrip("/")
+        r.add_post(f"{o}/files", self._upload)
+        r.add_get(f"{o}/files/{{id}}/content", self._content)
+        r.add_post(f"{o}/batches", self._create_openai)
+        r.add_get(f"{o}/batches", self._list_openai)
+        r.add_get(f"{o}/batches/{{id}}", self._get_openai)
+        r.add_post(f"{o}/batches/{{id}}/cancel", self._cancel_openai)
         r.add_post("/v1/messages/batches", self._create_anthropic)
         r.add_get("/v1/messages/batches", self._list_anthropic)
         r.add_get("/v1/messages/batches/{id}", self._get_anthropic)
@@ -185,7 +191,7 @@ class BatchFakeServer:
         r.add_get("/_fake/stats", self._stats_view)
         r.add_post("/_fake/release", self._release)
         self._runner, self.root = await start_loopback(app, port, handler_cancellation=False)
-        self.url = f"{self.root}/v1"
+        self.url = f"{self.root}{o}"
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -214,6 +220,8 @@ class BatchFakeServer:
             return True
         if anthropic:
             return request.headers.get("x-api-key") == key
+        if self.config.key_header.lower() != "authorization":
+            return request.headers.get(self.config.key_header) == key
         return request.headers.get("Authorization") == f"Bearer {key}"
 
     def _fate(self, body: dict[str, Any]) -> str:

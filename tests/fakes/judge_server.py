@@ -32,6 +32,7 @@ __all__ = [
     "FakeJudgeStats",
     "FakeJudgeThread",
     "expected_verdict",
+    "flipped_item",
     "items_from_messages",
     "main",
     "running_fake_judge",
@@ -87,8 +88,16 @@ class FakeJudgeConfig:
     retry_after_mode: str = "seconds"  # seconds | ms | date | ratelimit | none
     retry_after_s: float = 1.0
     rpm_limit: int | None = None
+    rpm_window_s: float = 60.0  # rpm_limit enforced over sliding windows this long (pro rata)
     require_key: str | None = None  # 401 (echoing the key sent) unless this key is presented
     script: list[str] = field(default_factory=list)
+    # a judge that is not the truth: `flip_share` of items (chosen by a seeded hash of the item,
+    # the same at every call) get the wrong verdict; `p_flip_call` flips each judged item of
+    # each call at random (a judge that disagrees with itself); `p_row_drop` of multi-item row
+    # replies lose their last verdict (seeded, drawn per reply)
+    flip_share: float = 0.0
+    p_flip_call: float = 0.0
+    p_row_drop: float = 0.0
 
 
 @dataclass
@@ -132,6 +141,13 @@ def expected_verdict(item: str, config: FakeJudgeConfig | None = None) -> bool:
     return hashlib.sha256(item.encode("utf-8")).digest()[0] % 2 == 0
 
 
+def flipped_item(item: str, seed: int = 0) -> float:
+    """A uniform draw in [0, 1) fixed by the item and the seed: `flip_share` flips the items whose
+    draw is below it."""
+    digest = hashlib.sha256(f"{seed}:{item}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
 _ESCAPED_TAG = re.compile(r"&lt;(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
 
 
@@ -161,6 +177,7 @@ class FakeJudgeServer:
         self.stats = FakeJudgeStats()
         self.url = ""
         self._rng = random.Random(self.config.seed)
+        self._noise = random.Random(self.config.seed + 1)  # flips and drops: faults unchanged
         self._window: deque[float] = deque()
         self._runner: web.AppRunner | None = None
 
@@ -230,9 +247,10 @@ class FakeJudgeServer:
 
     def _admit(self, rpm: int) -> bool:
         now = time.monotonic()
-        while self._window and self._window[0] <= now - 60.0:
+        window = self.config.rpm_window_s
+        while self._window and self._window[0] <= now - window:
             self._window.popleft()
-        if len(self._window) >= rpm:
+        if len(self._window) >= rpm * window / 60.0:
             return False
         self._window.append(now)
         return True
@@ -262,16 +280,28 @@ class FakeJudgeServer:
         if outcome == "garbage_content":
             return "Hmm, that is hard to say without more context."
         items, per_row, _ = items_from_messages(body.get("messages"))
-        verdicts = [expected_verdict(item, self.config) for item in items]
+        verdicts = [self._verdict(item) for item in items]
         schema = "response_format" in body and not self.config.ignore_response_format
         style = outcome if outcome in ("prose", "fenced") else self.config.style
         if per_row:
-            kept = verdicts[:-1] if outcome == "row_mismatch" else verdicts
+            drop = len(verdicts) > 1 and self._noise.random() < self.config.p_row_drop
+            if drop:
+                self.stats.by_outcome["row_drop"] += 1
+            kept = verdicts[:-1] if outcome == "row_mismatch" or drop else verdicts
             rows = [{"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(kept)]
             return json.dumps({"verdicts": rows})
         if not items:  # not a judging prompt (e.g. the reason prompt): plain prose
             return "Relevant items came first, which keeps the precision high."
         return _styled(verdicts[0], items[0], "json" if schema else style)
+
+    def _verdict(self, item: str) -> bool:
+        c = self.config
+        verdict = expected_verdict(item, c)
+        if c.flip_share and flipped_item(item, c.seed) < c.flip_share:
+            verdict = not verdict
+        if c.p_flip_call and self._noise.random() < c.p_flip_call:
+            verdict = not verdict
+        return verdict
 
     def _error(self, outcome: str, anthropic: bool, request: web.Request) -> web.Response:
         status, message, headers = self._error_parts(outcome, request)
@@ -287,7 +317,8 @@ class FakeJudgeServer:
         if outcome in _FIXED_ERRORS:
             return *_FIXED_ERRORS[outcome], {}
         if outcome == "rpm_429":
-            wait = 60.0 - (time.monotonic() - self._window[0]) if self._window else 1.0
+            window = self.config.rpm_window_s
+            wait = window - (time.monotonic() - self._window[0]) if self._window else 1.0
             return 429, "Rate limit (requests/min).", {"Retry-After": str(max(1, math.ceil(wait)))}
         if outcome.startswith("429"):
             mode = outcome.partition("_")[2] or self.config.retry_after_mode

@@ -112,6 +112,10 @@ class StrictConfig:
     retry_after_s: float = 1.0
     latency_s: float = 0.0
     script: list[str] = field(default_factory=list)
+    # where the chat-completions endpoint lives ({path_root}/chat/completions), as each provider
+    # serves it: /v1, /openai/v1 (Groq, Azure), /v1beta/openai (Gemini), /api/v1 (OpenRouter)
+    path_root: str = "/v1"
+    key_header: str = "authorization"  # where require_key is looked for: bearer, or api-key
 
 
 @dataclass
@@ -124,6 +128,7 @@ class StrictStats:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)
 
 
 def _reasoning(model: str) -> bool:
@@ -182,10 +187,10 @@ class StrictServer:
 
     async def start(self, port: int = 0) -> None:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post(f"{self.config.path_root.rstrip('/')}/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
         self._runner, self.root = await start_loopback(app, port)
-        self.url = f"{self.root}/v1"
+        self.url = f"{self.root}{self.config.path_root.rstrip('/')}"
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -200,6 +205,7 @@ class StrictServer:
         s.bodies.append(body)
         s.headers.append(dict(request.headers))
         s.paths.append(request.path)
+        s.queries.append(request.query_string)
         items, _, _ = items_from_messages(body.get("messages"))
         s.asked.update(items)
         if self.config.latency_s:
@@ -265,7 +271,9 @@ class StrictServer:
         self, request: web.Request, body: dict[str, Any]
     ) -> tuple[int, dict[str, Any], str] | None:
         c = self.config
-        auth = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        auth = request.headers.get(c.key_header, "")
+        if c.key_header.lower() == "authorization":
+            auth = auth.removeprefix("Bearer ")
         if c.require_key is not None and auth != c.require_key:
             if c.flavor == "vllm":
                 return 401, {"error": "Unauthorized"}, "auth"

@@ -342,7 +342,11 @@ def test_bad_input_stops_before_any_judge_call(
 BAD_FLAGS: dict[str, tuple[list[str], list[str]]] = {
     "unknown_provider": (
         ["--model", "foo/bar"],
-        ["unknown judge provider 'foo' in model 'foo/bar'", "use one of: anthropic, offline"],
+        [
+            "unknown judge provider 'foo' in model 'foo/bar'",
+            "all known: anthropic, azure,",
+            "offline",
+        ],
     ),
     "model_without_name": (
         ["--model", "openai"],
@@ -490,7 +494,7 @@ CONFIGS: dict[str, tuple[str | None, list[str]]] = {
         ['[prices."openai/judge-1"] in {cfg} needs input_per_mtok and output_per_mtok'],
     ),
     "not_utf8": (None, ["config file {cfg} is not valid TOML"]),
-    "missing_file": ("", ["config file {cfg} does not exist", "see configs/"]),
+    "missing_file": ("", ["config file {cfg} does not exist", "ctxprec config NAME > my.toml"]),
 }
 
 
@@ -627,9 +631,10 @@ def test_output_folder_holding_another_run_loses_nothing(
     fragments = [
         f"output folder {out} holds another run",
         "--model: 'offline' there, 'openai/judge-1' here",
-        "use a new folder, --overwrite to replace it, or --incremental",
+        "use a new folder, or --overwrite to replace it",  # another judge: not --incremental
     ]
-    refused(capsys, fake, [source, "-o", out], fragments)
+    err = refused(capsys, fake, [source, "-o", out], fragments)
+    assert "--incremental to add" not in err
     assert _snapshot(out) == before
 
 

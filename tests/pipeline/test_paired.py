@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import ttest_rel
+from statsmodels.stats.power import TTestPower
 
 from pipeline.paired import bootstrap_ci, paired_figures, sign_flip_p
 
@@ -71,3 +73,69 @@ def test_both_resampling_paths_agree_with_normal_theory() -> None:
         half = 1.959964 * d.std(ddof=1) / math.sqrt(len(d))
         assert lo < d.mean() < hi
         assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
+
+
+# -- honest intervals: clusters, effect size, power, non-inferiority (issue 22) ---------------
+def clustered_night(rng: np.random.Generator, clusters: int, per: int, delta: float) -> tuple:
+    """Pairs in clusters that share a query: each query's own shift plus per-pair noise."""
+    shift = np.repeat(rng.normal(0, 0.2, size=clusters), per)
+    a = rng.beta(2, 3, size=clusters * per)
+    b = a + delta + shift + rng.normal(0, 0.05, size=clusters * per)
+    return a, b, np.repeat(np.arange(clusters), per)
+
+
+@pytest.mark.slow
+def test_clustered_ci_covers_where_the_per_pair_ci_is_too_narrow() -> None:
+    rng = np.random.default_rng(7)
+    trials, true_delta = 200, 0.03
+    covered = {"pairs": 0, "clusters": 0}
+    for t in range(trials):
+        a, b, codes = clustered_night(rng, clusters=40, per=5, delta=true_delta)
+        for how, clusters in (("pairs", None), ("clusters", codes)):
+            got = paired_figures(a, b, resamples=1000, seed=t, test=False, clusters=clusters)
+            covered[how] += got["ci95"][0] <= true_delta <= got["ci95"][1]
+    sd = math.sqrt(trials * 0.95 * 0.05)
+    # 40 clusters: the percentile bootstrap runs a little narrow; within 4 sd of 95 %
+    assert covered["clusters"] >= trials * 0.95 - 4 * sd, covered
+    assert covered["pairs"] < trials * 0.80, covered  # treating pairs as independent: too narrow
+
+
+def test_cluster_bootstrap_matches_drawing_whole_clusters_by_hand() -> None:
+    rng = np.random.default_rng(3)
+    a, b, codes = clustered_night(rng, clusters=30, per=4, delta=0.0)
+    got = paired_figures(a, b, resamples=4000, seed=1, clusters=codes)
+    assert got["clusters"] == 30
+    d = b - a
+    draws = np.random.default_rng(9).integers(0, 30, size=(4000, 30))
+    means = [np.concatenate([d[codes == c] for c in row]).mean() for row in draws]
+    ref_lo, ref_hi = np.percentile(means, [2.5, 97.5])
+    assert got["ci95"][0] == pytest.approx(ref_lo, abs=0.01)
+    assert got["ci95"][1] == pytest.approx(ref_hi, abs=0.01)
+    assert got["se"] == pytest.approx(float(np.std(means, ddof=1)), rel=0.08)
+    assert got["design_effect"] > 2  # a shared shift per query: far from independent
+
+
+def test_effect_size_matches_scipy_and_power_matches_statsmodels() -> None:
+    rng = np.random.default_rng(11)
+    a = rng.beta(2, 3, size=400)
+    b = a + 0.02 + rng.normal(0, 0.2, size=400)
+    got = paired_figures(a, b, resamples=10_000, seed=0)
+    t = ttest_rel(b, a).statistic
+    assert got["cohens_dz"] == pytest.approx(t / math.sqrt(400), rel=1e-9)
+    # the smallest detectable difference (80 % power, two-sided 5 %) as statsmodels solves it
+    effect = TTestPower().solve_power(nobs=400, alpha=0.05, power=0.8)
+    mde = effect * float(np.std(b - a, ddof=1))
+    assert got["mde_80"] == pytest.approx(mde, rel=0.05)  # bootstrap SE vs t-test SE
+
+
+def test_non_inferiority_is_shown_only_when_the_ci_clears_the_margin() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.beta(2, 3, size=300)
+    b = a - 0.01 + rng.normal(0, 0.05, size=300)  # slightly worse, tightly measured
+    shown = paired_figures(a, b, resamples=4000, seed=0, margin=0.03)["non_inferiority"]
+    assert shown["non_inferior"] is True
+    assert shown["lower_bound"] > -0.03
+    assert shown["p_value"] < 0.025
+    not_shown = paired_figures(a, b, resamples=4000, seed=0, margin=0.005)["non_inferiority"]
+    assert not_shown["non_inferior"] is False
+    assert not_shown["p_value"] > 0.025

@@ -1,0 +1,272 @@
+"""The provider registry as data: `providers.toml` (shipped in the package) says, for each
+`provider/` prefix of `--model`, its API kind, base URL, key variables, key header, whether a
+key is required, its batch API and its known prices; a config's `[providers.NAME]` tables add
+providers or override fields (`JudgeSettings.providers`). Judges read a `ProviderSpec`; nothing
+here makes a request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from connectors.judges.secrets import is_loopback, register_secret
+from storage.core.errors import ConfigError
+from storage.core.settings import Price
+
+__all__ = [
+    "DATA_FILE",
+    "KINDS",
+    "ProviderSpec",
+    "ProviderTable",
+    "builtin_providers",
+    "closest",
+    "known_price",
+    "lookup",
+    "prices_taken",
+    "provider_table",
+    "providers",
+]
+
+DATA_FILE = "providers.toml"
+KINDS = ("openai-chat", "anthropic-messages")
+KEY_REQUIRED = ("always", "remote", "never")
+BATCH_KINDS = ("openai", "anthropic")
+_LISTS = ("key_env", "aliases")
+# [providers.NAME] as JudgeSettings carries it: (name, ((field, value), ...)) with lists joined
+ProviderTable = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+_VAR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_HOW_TO_ADD = (
+    'add one in a config: [providers.NAME] base_url = "https://.../v1", key_env = ["NAME_API_KEY"]'
+    " (kind, key_header and key_required optional; `ctxprec providers` lists the known ones)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """One provider of the registry (fields as in providers.toml)."""
+
+    id: str
+    name: str
+    kind: str
+    base_url: str
+    key_env: tuple[str, ...]
+    key_header: str = "Authorization"
+    key_required: str = "always"
+    base_url_env: str | None = None
+    batch: str | None = None
+    batch_endpoint: str = "/v1/chat/completions"
+    aliases: tuple[str, ...] = ()
+
+    def base(self, given: str | None) -> str:
+        """The base URL: `given` (--base-url, [judge] base_url) wins, then base_url_env, then
+        the registry's, with each {VAR} read from the environment (ConfigError when unset)."""
+        if given:
+            return given
+        if self.base_url_env and os.environ.get(self.base_url_env, "").strip():
+            return os.environ[self.base_url_env].strip()
+
+        def var(found: re.Match[str]) -> str:
+            value = os.environ.get(found.group(1), "").strip()
+            if not value:
+                raise ConfigError(
+                    f"provider {self.id} needs the environment variable {found.group(1)} for its "
+                    f"URL {self.base_url} (or give the whole URL with --base-url)"
+                )
+            return value
+
+        return _VAR.sub(var, self.base_url)
+
+    def key(self, model: str, base_url: str, key_env: str | None = None) -> str | None:
+        """The API key from the first of the provider's variables that is set (`key_env`, i.e.
+        --api-key-env, replaces them); missing is a ConfigError before any request, naming the
+        variables, unless the provider needs none (here, or on localhost for "remote")."""
+        names = (key_env,) if key_env else self.key_env
+        for name in names:
+            value = os.environ.get(name, "").strip()
+            if value:
+                register_secret(value)
+                return value
+        if self.key_required == "never" or (
+            self.key_required == "remote" and is_loopback(base_url)
+        ):
+            return None
+        first, others = names[0] if names else "", " or ".join(names[1:])
+        also = f" (or {others})" if others else ""
+        local = "; servers on localhost need none" if self.key_required == "remote" else ""
+        raise ConfigError(
+            f"judge {model} needs an API key: set the environment variable {first}{also}; "
+            f"--api-key-env / [judge] api_key_env names another variable{local}"
+        )
+
+    def auth(self, key: str | None) -> dict[str, str]:
+        """The key's header: a bearer token in Authorization, else the key as it is."""
+        if key is None:
+            return {}
+        if self.key_header.lower() == "authorization":
+            return {"Authorization": f"Bearer {key}"}
+        return {self.key_header: key}
+
+
+# ---------------------------------------------------------------- reading the data
+
+
+@functools.cache
+def _data() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _fields(name: str, entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A [providers.NAME] table as ProviderSpec fields, checked (ConfigError naming `where`)."""
+    known = {f.name for f in dataclasses.fields(ProviderSpec)} - {"id"}
+    out: dict[str, Any] = {}
+    for field, value in entry.items():
+        if field not in known:
+            raise ConfigError(
+                f"[providers.{name}] in {where}: unknown field {field!r}; known: "
+                + ", ".join(sorted(known))
+            )
+        if field in _LISTS:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list | tuple) or not all(isinstance(v, str) for v in items):
+                raise ConfigError(f"[providers.{name}] {field} in {where}: a list of strings")
+            out[field] = tuple(v.strip() for v in items if v.strip())
+        elif isinstance(value, str):
+            out[field] = value.strip()
+        else:
+            raise ConfigError(f"[providers.{name}] {field} in {where} must be a string")
+    rules = (("kind", KINDS), ("key_required", KEY_REQUIRED), ("batch", BATCH_KINDS))
+    for field, allowed in rules:
+        if field in out and out[field] not in allowed:
+            raise ConfigError(
+                f"[providers.{name}] {field} in {where} must be one of {', '.join(allowed)}, "
+                f"got {out[field]!r}"
+            )
+    return out
+
+
+def _spec(name: str, fields: Mapping[str, Any], base: ProviderSpec | None) -> ProviderSpec:
+    if base is not None:
+        return dataclasses.replace(base, **fields)
+    missing = [f for f in ("base_url",) if not fields.get(f)]
+    if missing:
+        raise ConfigError(
+            f"[providers.{name}] is a new provider: it needs base_url (and key_env unless it "
+            'needs no key: key_required = "never")'
+        )
+    defaults: dict[str, Any] = {
+        "name": name,
+        "kind": "openai-chat",
+        "key_env": (f"{re.sub(r'[^A-Z0-9]', '_', name.upper())}_API_KEY",),
+    }
+    return ProviderSpec(id=name, **{**defaults, **fields})
+
+
+@functools.cache
+def builtin_providers() -> dict[str, ProviderSpec]:
+    """The registry shipped in providers.toml, by id."""
+    table = _data()["providers"]
+    return {
+        name.lower(): _spec(name.lower(), _fields(name, entry, DATA_FILE), None)
+        for name, entry in table.items()
+    }
+
+
+def provider_table(raw: Any, where: str) -> ProviderTable:
+    """A config's [providers] table checked and frozen into the form JudgeSettings carries."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"[providers] in {where} must be a table of [providers.NAME] tables")
+    out = []
+    for name, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"[providers.{name}] in {where} must be a table")
+        fields = _fields(name, entry, where)
+        flat = tuple(
+            (k, ",".join(v) if isinstance(v, tuple) else str(v)) for k, v in fields.items()
+        )
+        out.append((name.lower(), flat))
+    providers(tuple(out))  # a new provider lacking its base URL fails here, with the file
+    return tuple(out)
+
+
+@functools.cache
+def providers(extra: ProviderTable = ()) -> dict[str, ProviderSpec]:
+    """The registry with a config's [providers.NAME] tables applied, by id."""
+    out = dict(builtin_providers())
+    for name, flat in extra:
+        fields = _fields(name, dict(flat), "the config")
+        base = out.get(name) or _by_alias(out).get(name)
+        spec = _spec(name, fields, base)
+        out[spec.id] = spec
+    return out
+
+
+def _by_alias(table: Mapping[str, ProviderSpec]) -> dict[str, ProviderSpec]:
+    return {alias.lower(): spec for spec in table.values() for alias in spec.aliases}
+
+
+def closest(name: str, names: list[str]) -> list[str]:
+    """Up to three known names nearest to `name` (difflib), best first."""
+    found = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5)
+    return found or difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.3)
+
+
+def lookup(
+    provider: str, model: str, extra: ProviderTable = (), others: tuple[str, ...] = ()
+) -> ProviderSpec:
+    """The provider named by a model's prefix (an id or an alias); an unknown one is a
+    ConfigError naming the closest known names and how to add one. `others` are prefixes known
+    outside the registry (offline, plugins), offered as suggestions too."""
+    table = providers(extra)
+    spec = table.get(provider) or _by_alias(table).get(provider)
+    if spec is not None:
+        return spec
+    names = sorted({*table, *_by_alias(table), *others})
+    near = closest(provider, names)
+    hint = f"the closest known: {', '.join(near)}; " if near else ""
+    raise ConfigError(
+        f"unknown judge provider {provider!r} in model {model!r}; {hint}all known: "
+        f"{', '.join(sorted({*table, *others}))}. For another OpenAI-compatible server, "
+        f"{_HOW_TO_ADD}, or use openai/<model> with --base-url"
+    )
+
+
+# ---------------------------------------------------------------- prices
+
+
+@functools.cache
+def _prices() -> dict[str, Price]:
+    out = {}
+    for model, entry in _data().get("prices", {}).items():
+        out[model] = Price(
+            input_per_mtok=float(entry["input"]),
+            output_per_mtok=float(entry["output"]),
+            cached_input_per_mtok=None
+            if entry.get("cached_input") is None
+            else float(entry["cached_input"]),
+        )
+    return out
+
+
+def known_price(model: str) -> Price | None:
+    """The registry's price of a `provider/model` (an alias prefix counts as its provider)."""
+    prices = _prices()
+    if model in prices:
+        return prices[model]
+    provider, _, name = model.partition("/")
+    spec = _by_alias(builtin_providers()).get(provider.lower())
+    return prices.get(f"{spec.id}/{name}") if spec is not None else None
+
+
+def prices_taken() -> str:
+    """When the registry's prices were taken (YYYY-MM-DD)."""
+    return str(_data().get("prices_taken", "unknown"))

@@ -1,0 +1,73 @@
+"""The `ctxprec` console script, kept outside ctxprec's three packages on purpose.
+
+ctxprec installs the top-level packages `pipeline`, `connectors` and `storage`; PyPI has other
+projects with exactly those names. When one of them (or a folder of that name on PYTHONPATH)
+shadows ours, a console script that imports `pipeline.cli` directly dies with a traceback
+before any ctxprec code runs. This module runs first: it imports each package, checks the
+marker our `__init__.py` files set (`__ctxprec__`), and says what to do when one is not ours;
+only then does it load the CLI (the one import of a ctxprec module inside a function).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+
+__all__ = ["check_packages", "main"]
+
+PACKAGES = ("storage", "connectors", "pipeline")  # leaf first: each imports those before it
+CLASH_EXIT = 2  # an environment problem found before any judge call, like a bad config
+
+
+def _where(name: str) -> str:
+    """Where the package `name` that Python finds first lives (found, not imported)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    where = spec.origin if spec.origin not in (None, "namespace") else None
+    where = where or ", ".join(spec.submodule_search_locations or [])
+    return f" ({where})" if where else ""
+
+
+def _problem(name: str) -> str | None:
+    try:
+        module: ModuleType = importlib.import_module(name)
+    except Exception as exc:  # another project's package may fail in any way
+        return f"the package `{name}` found first{_where(name)} fails to import: {exc!r}"
+    if getattr(module, "__ctxprec__", False) is not True:
+        return f"the package `{name}` found first is not ctxprec's{_where(name)}"
+    return None
+
+
+def check_packages() -> str | None:
+    """None when pipeline, connectors and storage are ctxprec's own; else what to do."""
+    for name in PACKAGES:
+        if (problem := _problem(name)) is not None:
+            return (
+                f"ctxprec: cannot start: {problem}. ctxprec installs the top-level packages "
+                "pipeline, connectors and storage, and other PyPI projects use the same names "
+                "(another distribution installed into this environment, or a folder of that "
+                "name on PYTHONPATH or in the current folder). Install ctxprec in a virtual "
+                "environment of its own (python3 -m venv .venv && .venv/bin/pip install ctxprec), "
+                f"or remove the other one (pip uninstall {name}, then "
+                "pip install --force-reinstall ctxprec)"
+            )
+    return None
+
+
+def main() -> int:
+    if (message := check_packages()) is not None:
+        print(message, file=sys.stderr)
+        return CLASH_EXIT
+    cli = importlib.import_module("pipeline.cli")
+    code: int = cli.main()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
