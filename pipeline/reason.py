@@ -63,18 +63,23 @@ def _item_lines(relevant: Sequence[bool], reasons: Sequence[str]) -> list[str]:
     return lines
 
 
+def _clause_expr(text: pl.Expr) -> pl.Expr:
+    """`_clause` in Polars: whitespace runs to one space, no closing punctuation."""
+    return text.str.replace_all(_SPACE_RUN, " ").str.strip_chars(" ").str.strip_chars_end(" .;,:")
+
+
 def item_texts(
-    row: Sequence[int] | pl.Series, relevant: Sequence[bool], reasons: Sequence[str]
+    row: Sequence[int] | pl.Series,
+    relevant: Sequence[bool],
+    reasons: Sequence[str],
+    *,
+    sentence: bool = False,
 ) -> list[str]:
     """The "#1 relevant: why; #2 ..." part of `build_reason` for many rows at once (flat items,
     ordered by row then position; `row` numbers the rows 0, 1, ... as they come), in Polars
-    instead of one Python string operation per item. Equal to `"; ".join(_item_lines(...))`."""
-    why = (  # _clause: whitespace runs to one space, no closing punctuation
-        pl.col("why")
-        .str.replace_all(_SPACE_RUN, " ")
-        .str.strip_chars(" ")
-        .str.strip_chars_end(" .;,:")
-    )
+    instead of one Python string operation per item. Equal to `"; ".join(_item_lines(...))`;
+    with `sentence`, to `_sentence("Items: " + that)`, as `build_reason` writes it."""
+    why = _clause_expr(pl.col("why"))
     short = (
         pl.when(why.str.len_chars() <= _MAX_REASON_CHARS)
         .then(why)
@@ -98,10 +103,14 @@ def item_texts(
             pl.when(pl.col("len") > _MAX_LISTED)
             .then(pl.format("{}; … and {} more items", "text", pl.col("len") - _MAX_LISTED))
             .otherwise(pl.col("text"))
+            .alias("text")
         )
-        .collect()
     )
-    return grouped.to_series().to_list()
+    if sentence:
+        clause = _clause_expr(pl.lit("Items: ") + pl.col("text"))
+        closed = clause.str.ends_with("?") | clause.str.ends_with("!") | clause.str.ends_with("…")
+        grouped = grouped.select(pl.when(closed).then(clause).otherwise(clause + pl.lit(".")))
+    return grouped.collect().to_series().to_list()
 
 
 def build_reason(
@@ -111,19 +120,25 @@ def build_reason(
     score: float,
     scale: float,
     criterion: str,
-    items_text: str | None = None,
+    items_sentence: str | None = None,
 ) -> str:
     """Explain a scored row. Positions are given 1-based (#1 is the first retrieved item).
-    `items_text`: the row's `item_texts` entry when the caller built them for a whole batch."""
+    `items_sentence`: the row's `item_texts(..., sentence=True)` entry when the caller built
+    them for a whole batch."""
     n, r = len(relevant), sum(relevant)
     if n == 0:
         return f"Score {score:g}: the context list is empty, so no item could be judged."
     head = f"Score {score:g} (scale {scale:g}): {r} of {n} context items judged relevant."
-    if items_text is None:
-        items_text = "; ".join(_item_lines(relevant, reasons))
-    items = _sentence("Items: " + items_text)
+    items = items_sentence
+    if items is None:
+        items = _sentence("Items: " + "; ".join(_item_lines(relevant, reasons)))
     ranking = _ranking(tuple(map(bool, relevant)), score, scale)
-    return f"{head} {items} {ranking} Criterion: {_sentence(criterion)}"
+    return f"{head} {items} {ranking} Criterion: {_criterion(criterion)}"
+
+
+@lru_cache(maxsize=64)
+def _criterion(criterion: str) -> str:
+    return _sentence(criterion)
 
 
 @lru_cache(maxsize=8192)

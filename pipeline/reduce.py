@@ -55,7 +55,7 @@ def _reduce(
     scored = map_stage(items, scale=spec.scale, ks=spec.ks)
     metrics = {int(d["row"]): d for d in scored.iter_rows(named=True)}
     reasons = [e[1] for e in entries]  # type: ignore[index]
-    texts = item_texts(items.get_column("row"), relevant, reasons)
+    texts = item_texts(items.get_column("row"), relevant, reasons, sentence=True)
     return metrics, dict(zip(ok, texts, strict=True))
 
 
@@ -66,7 +66,10 @@ def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
 
 
 def _row_columns(
-    plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec, items_text: str | None = None
+    plan: RowPlan,
+    metrics: dict[str, Any] | None,
+    spec: TableSpec,
+    items_sentence: str | None = None,
 ) -> dict[str, Any]:
     criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
     version = prompt_version_for(plan.expected, spec.per_row)
@@ -88,11 +91,11 @@ def _row_columns(
         base.update(metrics)  # the rank columns, score and relevant_count (and "row": unused)
         base["reason"] = build_reason(
             rel,
-            [e[1] for e in got] if items_text is None else (),  # type: ignore[index]
+            [e[1] for e in got] if items_sentence is None else (),  # type: ignore[index]
             score=metrics["score"],
             scale=spec.scale,
             criterion=criterion,
-            items_text=items_text,
+            items_sentence=items_sentence,
         )
     elif plan.status == STATUS_EMPTY:
         base.update(_empty_metrics(spec.ks))
