@@ -228,3 +228,20 @@ def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_version_through_the_console_script_loads_only_the_version() -> None:
+    """`ctxprec --version` (the console script, ctxprec_entry) answers without the parser."""
+    probe = (
+        "import sys\n"
+        "import ctxprec_entry\n"
+        "sys.argv = ['ctxprec', '--version']\n"
+        "code = ctxprec_entry.main()\n"
+        "print(code, 'pipeline.cli' in sys.modules, 'polars' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    from pipeline.version import __version__
+
+    assert out.stdout.splitlines() == [f"ctxprec {__version__}", "0 False False"]
