@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
+import storage.memo as memo_module
 from storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
 
 
@@ -78,4 +81,26 @@ def test_batched_reads_and_writes_share_diskcache_format(tmp_path: Path) -> None
     assert memo._cache.get("k9") == (True, "k9", 1, 1)
     assert memo._cache.get("big") == big
     assert len(memo) == 2_002  # diskcache's count (kept by its triggers) sees every insert
+    memo.close()
+
+
+def test_writes_and_reads_are_one_statement_per_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
+    per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
+    in as a handful of multi-row INSERTs, and the one-row-per-key read (for an SQLite without
+    JSON functions) finds the same entries as the JSON one."""
+    memo = Memo(tmp_path / "m")
+    statements: list[str] = []
+    memo._cache._con.set_trace_callback(statements.append)
+    entries = [(f"k{i}", (i % 2 == 0, f"why {i}", i, 1)) for i in range(2_000)]
+    assert memo.set_many(entries) == 2_000
+    # (SQLite also reports each trigger run with the text of the statement that fired it)
+    inserts = {s for s in statements if s.startswith("INSERT")}
+    assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
+    keys = [k for k, _ in entries] + ["missing"]
+    by_json = memo.get_many(keys)
+    monkeypatch.setattr(memo_module, "_SELECT_JSON", "SELECT no_such_function({}) > ?")
+    assert memo.get_many(keys) == by_json == dict(entries)
     memo.close()
