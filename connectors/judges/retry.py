@@ -370,11 +370,18 @@ class RetryPolicy:
         wait = getattr(err, "retry_after", None)
         return wait if wait is not None and wait > PAUSE_CEILING_S else None
 
-    def wait(self, err: JudgeError, retries: int, elapsed: float) -> float | None:
+    def wait(
+        self,
+        err: JudgeError,
+        retries: int,
+        elapsed: float,
+        *,
+        rand: Callable[[], float] | None = None,
+    ) -> float | None:
         """Seconds before retry number `retries + 1` (Retry-After, else jittered backoff), or
         None when that wait would pass the budget."""
         retry_after = getattr(err, "retry_after", None)
-        wait = backoff(retries + 1, self.backoff_base_s, self.backoff_max_s, retry_after)
+        wait = backoff(retries + 1, self.backoff_base_s, self.backoff_max_s, retry_after, rand=rand)
         return None if elapsed + wait > self.retry_budget_s else wait
 
     def describe(self) -> str:

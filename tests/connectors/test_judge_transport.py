@@ -17,6 +17,7 @@ from connectors.judges.openai import OpenAIJudge
 from connectors.judges.retry import RetryClock
 from connectors.judges.transport import HttpRequest, HttpResponse
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.transport import (
     MockTransport,
@@ -29,7 +30,7 @@ from tests.fakes.transport import (
     verdict_json,
 )
 
-pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
+pytestmark = pytest.mark.usefixtures("judge_keys")
 
 REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
 
@@ -54,19 +55,27 @@ class RecordingGate:
 
 
 def openai_judge(
-    transport: MockTransport, model: str = "gpt-4o-mini", **settings: Any
+    transport: MockTransport,
+    model: str = "gpt-4o-mini",
+    clock: RetryClock | None = None,
+    **settings: Any,
 ) -> tuple[OpenAIJudge, JudgeStats, RecordingGate]:
+    """An OpenAI judge over `transport`, waiting between attempts on `clock` (instant)."""
     stats, gate = JudgeStats(), RecordingGate()
     judge_settings = JudgeSettings(model=f"openai/{model}", **settings)
-    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport)
+    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport,
+                        retry_clock=clock or instant_retries())  # fmt: skip
     return judge, stats, gate
 
 
-def anthropic_judge(transport: MockTransport) -> tuple[AnthropicJudge, JudgeStats]:
+def anthropic_judge(
+    transport: MockTransport, clock: RetryClock | None = None
+) -> tuple[AnthropicJudge, JudgeStats]:
     stats = JudgeStats()
     settings = JudgeSettings(model="anthropic/claude-haiku-4-5")
-    return AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
-                          transport=transport), stats  # fmt: skip
+    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
+                           transport=transport, retry_clock=clock or instant_retries())  # fmt: skip
+    return judge, stats
 
 
 # ---------------------------------------------------------------- retries
@@ -74,7 +83,7 @@ def anthropic_judge(transport: MockTransport) -> tuple[AnthropicJudge, JudgeStat
 
 async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(rate_limited(2.0), openai_completion(verdict_json(True))))
-    judge, stats, gate = openai_judge(transport)
+    judge, stats, gate = openai_judge(transport, clock=retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert retry_clock.waits == [2.0]
@@ -90,7 +99,7 @@ async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryC
 
 async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(rate_limited(4.0)))
-    judge, stats, _ = openai_judge(transport, retry_budget_s=10.0)
+    judge, stats, _ = openai_judge(transport, clock=retry_clock, retry_budget_s=10.0)
     with pytest.raises(JudgeRetryableError) as caught:
         await judge.judge_item(REQUEST)
     assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
@@ -102,7 +111,7 @@ async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
 
 async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:
     script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
-    judge, stats, _ = openai_judge(MockTransport(script))
+    judge, stats, _ = openai_judge(MockTransport(script), clock=retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is False
     assert dict(stats.errors_by_cause) == {"connection": 1}
@@ -116,10 +125,11 @@ async def test_anthropic_overloaded_529_is_retried(retry_clock: RetryClock) -> N
         anthropic_message(verdict_json(True)),
     )
     transport = MockTransport(script)
-    judge, stats = anthropic_judge(transport)
+    judge, stats = anthropic_judge(transport, retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert stats.retries == 1
+    assert len(retry_clock.waits) == 1
     assert dict(stats.errors_by_cause) == {"http_529": 1}
     assert transport.requests[0].headers["x-api-key"] == KEY
 
@@ -140,7 +150,7 @@ async def test_401_and_404_refuse_the_run_without_retrying(
     reply: HttpResponse, words: str, retry_clock: RetryClock
 ) -> None:
     transport = MockTransport(replies(reply))
-    judge, stats, _ = openai_judge(transport)
+    judge, stats, _ = openai_judge(transport, clock=retry_clock)
     with pytest.raises(JudgeRefusedRunError) as caught:
         await judge.judge_item(REQUEST)
     assert words in str(caught.value)

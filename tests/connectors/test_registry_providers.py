@@ -31,8 +31,6 @@ from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread, running_strict
 
-pytestmark = pytest.mark.usefixtures("retry_clock")
-
 REGISTRY = builtin_providers()
 OPENAI_KIND = sorted(p for p, s in REGISTRY.items() if s.kind == "openai-chat")
 ALL_KEY_VARS = sorted({v for s in REGISTRY.values() for v in s.key_env} | {"AZURE_RESOURCE_NAME"})
