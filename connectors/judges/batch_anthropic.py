@@ -1,12 +1,11 @@
 """Anthropic Message Batches: POST /v1/messages/batches with `requests: [{custom_id, params}]`,
 poll `processing_status` until `ended`, then stream `results_url`. Each `params` is the body the
 online judge would POST to /v1/messages. The base URL is taken as the Anthropic SDK takes it
-(without `/v1`); a trailing `/v1` is tolerated.
+(without `/v1`); a trailing `/v1` is tolerated: the batches live under the judge's own API root.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -21,26 +20,16 @@ from connectors.judges.batch_client import (
 )
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.transport import normalize_base_url
 from storage.core.errors import JudgeFatalError, JudgeRetryableError
 from storage.core.settings import JudgeSettings
 
-__all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
+__all__ = ["LIMITS", "AnthropicBatches"]
 
-DEFAULT_ROOT = "https://api.anthropic.com"
 LIMITS = BatchLimits(100_000, 256 * 1024 * 1024)
 _FATAL_TYPES = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
 )
 _COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
-
-
-def api_root(settings: JudgeSettings) -> str:
-    """The API root without `/v1` (as the SDK takes ANTHROPIC_BASE_URL)."""
-    base = normalize_base_url(
-        settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ROOT
-    )
-    return base.removesuffix("/v1")
 
 
 def _time(value: Any) -> float | None:
@@ -57,7 +46,7 @@ class AnthropicBatches(ProviderBatches):
     provider_limits = LIMITS
 
     def _locate(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
-        self.root = api_root(settings)
+        self.root = judge.base_url.removesuffix("/v1")  # the API root, as the SDK takes it
         self.url = f"{self.root}/v1/messages/batches"
 
     def _batch_url(self, batch_id: str) -> str:

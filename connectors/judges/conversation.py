@@ -101,6 +101,11 @@ class HttpJudgeBase(HttpClient):
         self.provider = spec.id
         self.shape = self._first_shape()
 
+    @property
+    def base_url(self) -> str:
+        """The API root this judge posts under (its provider's batch API lives there too)."""
+        return self._base
+
     # -- provider hooks
     @staticmethod
     @abc.abstractmethod

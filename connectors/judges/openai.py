@@ -43,11 +43,6 @@ class OpenAIJudge(HttpJudgeBase):
         s = self.settings
         return openai_shape(self._name, s.structured_output, s.reasoning_effort)
 
-    @property
-    def base_url(self) -> str:
-        """The API root this judge posts under (its batch API lives there too)."""
-        return self._base
-
     def identity(self) -> dict[str, object]:
         s = self.settings
         ident: dict[str, object] = {
