@@ -6,6 +6,7 @@ is learned for the rest of the run. The real aiohttp path is tested in test_http
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,9 +14,10 @@ import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
 from connectors.judges.anthropic import AnthropicJudge
+from connectors.judges.batch_client import BatchHttp
 from connectors.judges.openai import OpenAIJudge
-from connectors.judges.retry import RetryClock
-from connectors.judges.transport import HttpRequest, HttpResponse
+from connectors.judges.retry import RetryClock, RetryPolicy
+from connectors.judges.transport import HttpRequest, HttpResponse, multipart_form
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
@@ -238,3 +240,76 @@ async def test_a_caller_given_transport_is_the_callers_to_close() -> None:
     other, _, _ = openai_judge(transport)
     assert (await other.judge_item(REQUEST)).verdict.relevant is True
     assert [b["model"] for b in transport.bodies] == ["gpt-4o-mini", "gpt-4o-mini"]
+
+
+# ---------------------------------------------------------------- batch endpoints, same path
+
+
+def batch_http(transport: MockTransport, clock: RetryClock, **settings: Any) -> BatchHttp:
+    policy = RetryPolicy.of(JudgeSettings(**settings))
+    return BatchHttp({"Authorization": f"Bearer {KEY}"}, "openai/m", transport, policy, clock)
+
+
+async def test_batch_requests_wait_what_retry_after_says_on_the_judges_clock(
+    retry_clock: RetryClock,
+) -> None:
+    batch = HttpResponse(200, '{"id": "batch_1", "status": "in_progress"}')
+    transport = MockTransport(replies(rate_limited(2.0), batch))
+    http = batch_http(transport, retry_clock)
+    assert await http.json("GET", "https://api.example/v1/batches/batch_1") == {
+        "id": "batch_1",
+        "status": "in_progress",
+    }
+    assert retry_clock.waits == [2.0]
+    assert [r.method for r in transport.requests] == ["GET", "GET"]
+    assert transport.requests[0].content == b""  # no body on a GET
+    assert transport.requests[0].headers["Authorization"] == f"Bearer {KEY}"
+
+
+async def test_batch_requests_stop_at_the_judges_max_retries(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(HttpResponse(503, "busy")))
+    http = batch_http(transport, retry_clock, max_retries=2)
+    with pytest.raises(JudgeRetryableError, match=r"^openai/m: POST https://x/v1/batches failed"):
+        await http.json("POST", "https://x/v1/batches", body={"input_file_id": "f"})
+    assert len(transport.requests) == 3
+    assert retry_clock.waits == [0.0, 0.0]  # plain backoff, jitter draw 0
+    assert transport.bodies == [{"input_file_id": "f"}] * 3
+
+
+async def test_batch_requests_keep_to_the_retry_budget(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(rate_limited(4.0)))
+    http = batch_http(transport, retry_clock, retry_budget_s=10.0)
+    with pytest.raises(JudgeRetryableError):
+        await http.json("GET", "https://x/v1/batches")
+    assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
+
+
+async def test_a_result_file_is_downloaded_through_the_transport_and_retried(
+    retry_clock: RetryClock,
+) -> None:
+    jsonl = '{"custom_id":"k1"}\n\n{"custom_id":"k2","x":"' + "y" * 40 + '"}\n{"custom_id":"k3"}'
+    transport = MockTransport(replies(HttpResponse(502, "<html>bad gateway</html>"),
+                                      HttpResponse(200, jsonl)))  # fmt: skip
+    http = batch_http(transport, retry_clock)
+    got = [json.loads(line)["custom_id"] async for line in http.lines("https://x/files/f/content")]
+    assert got == ["k1", "k2", "k3"]
+    assert len(retry_clock.waits) == 1
+    assert len(transport.requests) == 2
+
+
+async def test_a_multipart_upload_is_built_again_for_each_attempt(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(HttpResponse(500, "oops"), HttpResponse(200, '{"id": "f"}')))
+    http = batch_http(transport, retry_clock)
+    built: list[int] = []
+
+    def form() -> tuple[bytes, str]:
+        built.append(1)
+        return multipart_form({"purpose": "batch"}, {"file": ("c.jsonl", b"{}\n", "text/x")})
+
+    assert await http.json("POST", "https://x/v1/files", content=form) == {"id": "f"}
+    assert len(built) == 2
+    sent = transport.requests[1]
+    assert sent.headers["content-type"].startswith("multipart/form-data; boundary=ctxprec-")
+    assert sent.content is not None
+    assert b'name="purpose"\r\n\r\nbatch\r\n' in sent.content
+    assert b'filename="c.jsonl"\r\nContent-Type: text/x\r\n\r\n{}\n\r\n' in sent.content
