@@ -15,7 +15,7 @@ import anyio
 
 from connectors.judges import prompts
 from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
-from connectors.judges.catalog import ProviderSpec, builtin_providers
+from connectors.judges.catalog import KeySource, ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
 from connectors.judges.retry import RetryClock
@@ -84,14 +84,16 @@ class HttpJudgeBase(HttpClient):
         transport: Transport | None = None,
         spec: ProviderSpec | None = None,
         retry_clock: RetryClock | None = None,
+        key_source: KeySource | None = None,
     ) -> None:
         """The registry provider `spec`'s judge of `model_name` (`default_provider`'s without
         one): its API root (settings.base_url, then the provider's variable, then its URL), its
-        key from the provider's variables (or settings.api_key_env), its first request shape."""
+        key from the provider's variables (or settings.api_key_env) as `key_source` (the
+        environment unless given) holds them, its first request shape."""
         spec = spec or builtin_providers()[self.default_provider]
         base = self._api_root(spec.base(settings.base_url))
         model = f"{spec.id}/{model_name}"
-        key = spec.key(model, base, settings.api_key_env)
+        key = spec.key(model, base, settings.api_key_env, key_source)
         self.key_env = settings.api_key_env or " or ".join(spec.key_env)
         super().__init__(
             settings, gate, stats, url=self._endpoint(base), api_key=key, transport=transport,
