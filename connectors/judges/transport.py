@@ -123,8 +123,8 @@ class AiohttpTransport:
 
     @staticmethod
     def _body(request: HttpRequest) -> dict[str, Any]:
-        if request.content is not None:
-            return {"data": request.content}
+        if request.content is not None:  # b"": no body at all (no content-type either)
+            return {"data": request.content} if request.content else {}
         return {"json": request.json}
 
     async def send(self, request: HttpRequest) -> HttpResponse:

@@ -11,16 +11,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
 from connectors.judges.anthropic import AnthropicJudge
 from connectors.judges.batch_client import BatchHttp
 from connectors.judges.openai import OpenAIJudge
 from connectors.judges.retry import RetryClock, RetryPolicy
-from connectors.judges.transport import HttpRequest, HttpResponse, multipart_form
+from connectors.judges.transport import (
+    AiohttpTransport,
+    HttpRequest,
+    HttpResponse,
+    multipart_form,
+)
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
+from tests.fakes.judge_server import start_loopback
 from tests.fakes.transport import (
     MockTransport,
     anthropic_error,
@@ -313,3 +320,42 @@ async def test_a_multipart_upload_is_built_again_for_each_attempt(retry_clock: R
     assert sent.content is not None
     assert b'name="purpose"\r\n\r\nbatch\r\n' in sent.content
     assert b'filename="c.jsonl"\r\nContent-Type: text/x\r\n\r\n{}\n\r\n' in sent.content
+
+
+async def test_the_aiohttp_transport_sends_raw_bodies_and_streams_replies() -> None:
+    """On a real loopback server: no body (nor content type) for b"", a multipart form the
+    server reads as one, and a reply body handed over block by block."""
+    seen: list[tuple[str, str | None, bytes, dict[str, str]]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body, fields = b"", {}
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            upload = form["file"]
+            assert isinstance(upload, web.FileField)
+            fields = {"purpose": str(form["purpose"]), "filename": upload.filename,
+                      "file": upload.file.read().decode()}  # fmt: skip
+        else:
+            body = await request.read()
+        seen.append((request.method, request.headers.get("Content-Type"), body, fields))
+        return web.Response(body=b'{"custom_id":"a"}\n' * 3)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner, url = await start_loopback(app, 0)
+    transport = AiohttpTransport(5.0, per_read=True)
+    try:
+        reply = await transport.send(HttpRequest("GET", f"{url}/b", {}, content=b""))
+        assert reply.status == 200
+        data, kind = multipart_form({"purpose": "batch"}, {"file": ("c.jsonl", b"{}\n", "x/y")})
+        upload = HttpRequest("POST", f"{url}/files", {"content-type": kind}, content=data)
+        await transport.send(upload)
+        async with transport.stream(HttpRequest("GET", f"{url}/f", {}, content=b"")) as got:
+            blocks = [block async for block in got.blocks]
+    finally:
+        await transport.aclose()
+        await runner.cleanup()
+    assert seen[0][:3] == ("GET", None, b"")
+    assert seen[1][3] == {"purpose": "batch", "filename": "c.jsonl", "file": "{}\n"}
+    assert got.status == 200
+    assert b"".join(blocks) == b'{"custom_id":"a"}\n' * 3
