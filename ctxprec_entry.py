@@ -64,6 +64,10 @@ def main() -> int:
     if (message := check_packages()) is not None:
         print(message, file=sys.stderr)
         return CLASH_EXIT
+    if sys.argv[1:] == ["--version"]:  # what argparse prints, without building the parser
+        version: str = importlib.import_module("pipeline.version").__version__
+        print(f"ctxprec {version}")
+        return 0
     cli = importlib.import_module("pipeline.cli")
     code: int = cli.main()
     return code

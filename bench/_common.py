@@ -23,7 +23,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
-DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa_dev_distractor_500.parquet"
+_DATA_NAME = "datasets/hotpotqa_dev_distractor_500.parquet"
+# the checkout's sibling `shared` folder; a git worktree (/work/wt/NAME) finds it at /work/shared
+DATA = next(
+    (
+        p
+        for p in (ROOT.parent / "shared" / _DATA_NAME, ROOT.parents[1] / "shared" / _DATA_NAME)
+        if p.is_file()
+    ),
+    ROOT.parent / "shared" / _DATA_NAME,
+)
 PYTHON = sys.executable
 CTXPREC = str(Path(PYTHON).with_name("ctxprec"))
 SUFFIX_WIDTH = 13  # " #RRRRRRRR.PP": makes every generated item unique
@@ -214,6 +223,8 @@ def child_env(**extra: str) -> dict[str, str]:
     for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         env.pop(k, None)
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    # the code of this checkout, whichever checkout the venv's `ctxprec` was installed from
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     env.update(extra)
     return env
 

@@ -40,6 +40,7 @@ PLAN: dict[str, list[str]] = {
     "memory": ["--rows", "20000", "200000"],
     "rate_limit": [],
     "dask_scaling": ["--rows", "500"],
+    "startup": [],
     "dask_backfill": [],
 }
 

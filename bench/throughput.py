@@ -11,9 +11,11 @@ measurement gets a fresh server with the same settings. Figures per concurrency:
 * client CPU (user+sys of that process, from wait4) per call, total and marginal (a 1-row run of
   each client measures the fixed start-up cost, which the marginal figure leaves out);
   goal ≤ 1.5 ms per call for ctxprec;
-* the server's own CPU per call (it shares the two cores with the client).
+* the server's own CPU per call (it shares the two cores with the client);
+* client CPU of a whole 2,000-call run at 64 in flight, ctxprec ÷ bare (goal ≤ 1.25x): start-up,
+  imports and the summary included, as a user pays them.
 
-Usage: python bench/throughput.py [--quick] [--concurrency 64 256] [--calls 8000 25000]
+Usage: python bench/throughput.py [--quick] [--concurrency 64 256 1024] [--calls 8000 25000 30000]
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from _common import (
 
 GOAL_RATIO = 0.95
 GOAL_CPU_MS = 1.5
+GOAL_CPU_RATIO = 1.25  # whole-process CPU of a 2,000-call run, ctxprec ÷ bare
 MODEL = "fake"
 
 
@@ -163,12 +166,36 @@ def compare(
     }
 
 
+def cpu_compare(
+    work: Path, calls: int, concurrency: int, server_args: Sequence[str]
+) -> dict[str, Any]:
+    """Whole-process client CPU of the same `calls` calls, ctxprec ÷ bare, side by side."""
+    data = make_dataset(work / f"cpu-{calls}.parquet", calls // 10)
+    runs = {
+        k: measure(k, data, work / f"out-cpu-{k}", calls, concurrency, server_args)
+        for k in ("bare", "ctxprec")
+    }
+    c, b = runs["ctxprec"]["client_cpu_s"], runs["bare"]["client_cpu_s"]
+    return {"calls": calls, "concurrency": concurrency, "ctxprec_cpu_s": c, "bare_cpu_s": b,
+            "ratio": c / b}  # fmt: skip
+
+
 def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def report(results: list[dict[str, Any]], fixed: dict[str, dict[str, Any]]) -> list[str]:
-    lines = [
+def report(
+    results: list[dict[str, Any]], fixed: dict[str, dict[str, Any]], cpu: dict[str, Any] | None
+) -> list[str]:
+    lines = []
+    if cpu is not None:
+        lines.append(
+            f"client CPU of {cpu['calls']:,} calls at {cpu['concurrency']} in flight, whole "
+            f"process: ctxprec {cpu['ctxprec_cpu_s']:.2f} s, bare {cpu['bare_cpu_s']:.2f} s, "
+            f"ratio {cpu['ratio']:.2f}x (goal ≤ {GOAL_CPU_RATIO}x) "
+            f"{verdict(cpu['ratio'] <= GOAL_CPU_RATIO)}"
+        )
+    lines += [
         f"fixed cost (10-call run): ctxprec {fixed['ctxprec']['wall_s']:.2f} s wall, "
         f"{fixed['ctxprec']['client_cpu_s']:.2f} s CPU; bare {fixed['bare']['wall_s']:.2f} s "
         f"wall, {fixed['bare']['client_cpu_s']:.2f} s CPU",
@@ -203,21 +230,27 @@ def report(results: list[dict[str, Any]], fixed: dict[str, dict[str, Any]]) -> l
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument(
         "--calls",
         type=int,
         nargs="+",
-        default=[8000, 25000],
+        default=[8000, 25000, 30000],
         help="calls per concurrency level (same order)",
+    )
+    parser.add_argument(
+        "--cpu-calls", type=int, default=2000, help="calls of the CPU comparison (0: skip it)"
     )
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--jitter-ms", type=float, default=50.0)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1,500 / 4,000 calls")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 16 calls per place in flight, ≤ 4,000"
+    )
     parser.add_argument("--workdir", type=Path, help="keep inputs/outputs here (default: temp)")
     args = parser.parse_args(argv)
     audit = CpuAudit()  # other processes' CPU use: timing figures need an idle machine
-    calls = [-(-n // 10) * 10 for n in ([1500, 4000] if args.quick else args.calls)]
+    quick = [min(16 * c, 4000) for c in args.concurrency]
+    calls = [-(-n // 10) * 10 for n in (quick if args.quick else args.calls)]
     if len(calls) != len(args.concurrency):
         parser.error("give one --calls figure per --concurrency level")
     server_args = ["--latency-ms", f"{args.latency_ms:g}", "--jitter-ms", f"{args.jitter_ms:g}"]
@@ -230,7 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             compare(work, n, c, args.latency_ms / 1000, server_args, fixed)
             for c, n in zip(args.concurrency, calls, strict=True)
         ]
-    lines = report(results, fixed)
+        cpu_calls = -(-min(args.cpu_calls, 500 if args.quick else args.cpu_calls) // 10) * 10
+        cpu = cpu_compare(work, cpu_calls, 64, server_args) if cpu_calls > 0 else None
+    lines = report(results, fixed, cpu)
     print_block(
         "throughput: ctxprec vs a bare aiohttp loop (fake judge, separate process)",
         [*lines, load_line(audit)],
@@ -244,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "jitter_ms": args.jitter_ms,
             "fixed": fixed,
             "results": results,
+            "cpu": cpu,
         },
     )
     print(f"\nresult: {path}")

@@ -28,19 +28,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
-import polars as pl
 
 from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
 from connectors.judges.base import Gate
 from connectors.judges.batch_api import check_batch_support, create_batch_client
 from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_for
 from connectors.judges.registry import resolve_model
-from connectors.sources import iter_batches
 from pipeline.config import Config, parse_duration
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunPlan, RunResult
-from pipeline.extractor import load_extractor
-from pipeline.rows import attach_keys, plan_rows
+from pipeline.planning import BatchPlanner, open_memo
 from pipeline.run_frame import LocalRun, local_run, run_blocking
 from pipeline.stage import run_stage
 from storage.batches import BatchStore, ChunkWriter
@@ -54,7 +51,7 @@ from storage.core.errors import (
     JudgeRetryableError,
 )
 from storage.core.settings import JudgeSettings, Price
-from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
+from storage.memo import Memo, MemoEntry, judge_prefix, memo_key
 from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
@@ -235,9 +232,8 @@ class _Collector:
         self._troubles = 0  # polls in a row that failed after their HTTP retries
 
     def open_memo(self) -> Memo:
-        if self.cfg.run.memo:
-            return Memo(self.cfg.run.cache_dir or default_cache_dir())
-        return Memo(self.store.dir.parent / "batch-memo")  # --no-memo: answers stay with the run
+        memo = open_memo(self.cfg)  # (not `or`: an empty Memo is falsy, it has a __len__)
+        return memo if memo is not None else Memo(self.store.dir.parent / "batch-memo")
 
     # -- the whole collection
     async def run(self) -> dict[str, Any]:
@@ -284,20 +280,13 @@ class _Collector:
 
     # -- phase 1: which calls are missing
     def _rows(self) -> Iterator[Any]:
-        plan, cfg = self.plan, self.cfg
-        extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
-        batches = iter_batches(
-            plan.info, cfg.column_map, batch_rows=cfg.run.batch_rows, skip=plan.skip_parts
+        plan = self.plan
+        assert self.memo is not None
+        planner = BatchPlanner(
+            self.cfg, self.prefix, per_row=self.per_row, memo=self.memo, skip_ids=plan.skip_ids
         )
-        for batch in batches:
-            frame = batch.frame
-            if plan.skip_ids is not None and plan.skip_ids.len():
-                frame = frame.filter(~pl.col("id").is_in(plan.skip_ids.implode()))
-            rows = plan_rows(frame, extractor, cfg.run.max_item_chars)
-            keys = attach_keys(rows, self.prefix, self.per_row)
-            assert self.memo is not None
-            found = self.memo.get_many(keys) if keys else {}
-            yield rows, found
+        for planned in planner.planned(plan.info, skip=plan.skip_parts):
+            yield planned.rows, planned.found
 
     def _scan(self, live: set[str]) -> None:
         limits = self.client.limits

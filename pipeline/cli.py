@@ -14,7 +14,7 @@ closed early (`ctxprec summary OUT | head`): nothing more is printed, as `head` 
 from __future__ import annotations
 
 import argparse
-import functools
+import importlib
 import json
 import logging
 import os
@@ -26,32 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from connectors.judges.secrets import RedactingFilter
-from pipeline.batch_run import (
-    BatchOptions,
-    batch_estimate,
-    batch_line,
-    check_batch_provider,
-    list_batches,
-    parse_duration,
-    render_batch_estimate,
-    render_batches,
-    score_batch,
-)
-from pipeline.cache_cmd import add_cache_command, run_cache_command
+from pipeline.cache_cmd import add_cache_command
 from pipeline.cli_help import Parser, show_defaults
-from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.config import FLAGS, Config, flag_type, load_config
-from pipeline.config_cmd import add_config_command, example_configs, run_config_command
-from pipeline.driver import RunResult
-from pipeline.engines import score_dask
-from pipeline.estimate import estimate, render_estimate
-from pipeline.flow import score
-from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
-from pipeline.providers_cmd import add_providers_command, run_providers_command
+from pipeline.config_cmd import add_config_command, example_configs
+from pipeline.providers_cmd import add_providers_command
 from pipeline.version import __version__
-from storage.atomic import atomic_write_text
-from storage.compare_report import check_compare_target, render_text, write_compare
-from storage.core.constants import STATE_DIR, STATUS_FAILED
 from storage.core.errors import (
     BatchesPendingError,
     CtxprecError,
@@ -59,16 +39,24 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     UserError,
 )
-from storage.core.figures import figure_text
-from storage.core.settings import DEFAULT_KS, settings
-from storage.dataset import scored_ids
-from storage.objpath import out_path, with_options
-from storage.ownership import check_claimable
-from storage.report import build_summary, seconds, write_summary
-from storage.status import unfinished
-from storage.trend import trend_text
+from storage.core.settings import settings
 
-__all__ = ["build_parser", "main"]
+__all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
+
+# Subcommand -> "module:function" running it, imported only when that command runs: `--version`,
+# `--help` and a mistyped command load no Polars, aiohttp, Dask or judge (docs/performance.md,
+# start-up). A new subcommand adds its parser in `build_parser` and one line here; its code and
+# its heavy imports live in that module. tests/test_layers.py checks every target like an import.
+COMMANDS: dict[str, str] = {
+    "score": "pipeline.commands:cmd_score",
+    "summary": "pipeline.commands:cmd_summary",
+    "estimate": "pipeline.commands:cmd_estimate",
+    "compare": "pipeline.commands:cmd_compare",
+    "batches": "pipeline.commands:cmd_batches",
+    "cache": "pipeline.cache_cmd:run_cache_command",
+    "providers": "pipeline.providers_cmd:run_providers_command",
+    "config": "pipeline.config_cmd:run_config_command",
+}
 
 SETTINGS = {s.key: s for s in settings()}
 MAP_FIELDS = {s.name for s in SETTINGS.values() if s.flag and s.flag.startswith("--map ")}
@@ -168,11 +156,6 @@ def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     )
 
 
-def _batch_options(args: argparse.Namespace) -> Any:
-    wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
-    return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="ctxprec",
@@ -240,20 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _RefusedOutdir:
-    """An OUTDIR argument that cannot be used; `main` raises its error (exit 2)."""
-
-    def __init__(self, error: UserError) -> None:
-        self.error = error
+class OutdirArg(str):
+    """An OUTDIR argument as given: a local folder, or an s3:// gs:// az:// abfs[s]:// file://
+    URI. The command turns it into a path (`storage.objpath.out_path`) before it runs, so that
+    parsing the command line loads no storage library."""
 
 
 def _outdir(text: str) -> Any:
-    """OUTDIR: a local folder, or an s3:// gs:// az:// abfs[s]:// file:// URI (storage.objpath)."""
-
-    try:
-        return out_path(text)
-    except UserError as exc:
-        return _RefusedOutdir(exc)
+    return OutdirArg(text)
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
@@ -318,170 +295,6 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(args.config, _flags(args))
 
 
-def _cmd_score(args: argparse.Namespace) -> int:
-    cfg = _config(args)
-    args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
-    progress = "off" if args.quiet else args.progress
-    run: Callable[..., RunResult] = score
-    if args.engine == "dask":
-        run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
-    elif args.scheduler or args.workers:
-        raise UserError("--scheduler and --workers are for --engine dask; add it")
-
-    before = (
-        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
-    )
-    if cfg.judge.batch_api:
-        check_batch_provider(cfg)
-        if args.engine == "dask":
-            raise UserError("--batch-api runs on the local engine; drop --engine dask")
-        run = functools.partial(score_batch, options=_batch_options(args))
-    elif args.batch_wait is not None or args.batch_fallback != "batch":
-        raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
-    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
-        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
-        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
-    result = run(
-        args.input,
-        args.output,
-        cfg,
-        overwrite=args.overwrite,
-        incremental=args.incremental,
-        progress=progress,
-        wait_lock=args.wait_lock,
-    )
-    batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
-    if args.quiet:
-        line = _quiet_line(result.summary, args.output)
-        if batch:
-            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
-        print(json.dumps(line))
-    else:
-        print(_human_line(result.summary, args.output))
-        if batch:
-            print(batch_line(batch))
-    for error in result.sink_errors:
-        print(
-            f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
-            "it was: fix the cause and run the same command again to load it",
-            file=sys.stderr,
-        )
-    if cfg.gate.fail_under is None:
-        return result.exit_code
-    mean, rows = run_mean(args.output, before)
-    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
-
-
-def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
-    run = summary.get("run", {})
-    return {
-        "outdir": str(outdir),
-        "rows": summary.get("rows"),
-        "score_mean": summary.get("score", {}).get("mean"),
-        "rows_this_run": run.get("rows_this_run"),
-        "judge_calls": run.get("judge_calls"),
-        "memo_hits": run.get("memo_hits"),
-        "retries": run.get("judge", {}).get("retries"),
-        "rate_limited": run.get("judge", {}).get("rate_limited"),
-        "failures": summary.get("failures"),
-        "sinks": run.get("sinks"),
-        "sink_errors": run.get("sink_errors"),
-        "wall_s": run.get("wall_s"),
-        "notices": run.get("notices") or [],
-        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
-    }
-
-
-def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False) -> str:
-    """What `score` prints (this run apart from the output's history) or, `rebuilt`, what
-    `summary` prints (the output's runs; nothing said as if it had just run)."""
-    rows = summary.get("rows", {})
-    sc = summary.get("score", {})
-    figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
-    lines = [
-        *(f"ctxprec: {notice}" for notice in (summary.get("run") or {}).get("notices") or []),
-        f"ctxprec: {rows.get('total', 0):,} rows -> {outdir}  (ok {rows.get('ok', 0):,}, "
-        f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
-        f"  score {figures}",
-        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
-        f"  summary: {outdir / 'summary.md'}",
-    ]
-    if rows.get("failed"):
-        causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
-        lines.append(
-            f"  {rows['failed']} rows failed ({causes}); re-run the same command to retry only them"
-        )
-    return "\n".join(lines)
-
-
-def _this_run_lines(summary: dict[str, Any]) -> list[str]:
-    run = summary.get("run", {})
-    judge = run.get("judge") or {}
-    wall = seconds(run.get("wall_s") or 0)
-    if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
-        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
-    else:
-        lines = [
-            f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
-            f"judge calls, {run.get('memo_hits') or 0:,} memo hits, "
-            f"{judge.get('retries') or 0:,} retries, {judge.get('rate_limited') or 0:,} 429s, "
-            f"{wall}"
-        ]
-    total = (summary.get("history") or {}).get("total") or {}
-    if total.get("runs", 0) > 1:
-        lines += _runs_lines(summary)
-    for loaded in run.get("sinks") or []:
-        lines.append(
-            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
-            f"{loaded['rows_skipped']} already there"
-        )
-    return lines
-
-
-def _runs_lines(summary: dict[str, Any]) -> list[str]:
-    """The output's history in one line: runs, rows scored, judge calls, wall time, cost."""
-    total = (summary.get("history") or {}).get("total")
-    if not total:
-        return []
-    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
-    runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
-    return [
-        f"  all runs: {runs}, {total['rows_this_run']:,} rows scored, "
-        f"{total['judge_calls']:,} judge calls, {total['memo_hits']:,} memo hits, "
-        f"{seconds(total['wall_s'])}{cost}"
-    ]
-
-
-def _num(value: Any) -> str:
-    return figure_text(value)  # the one rounding rule (storage/core/figures.py)
-
-
-def _cmd_summary(args: argparse.Namespace) -> int:
-    problem = unfinished(args.outdir)
-    if problem:
-        raise UserError(problem)
-    state = args.outdir / STATE_DIR / "run.json"
-    run = json.loads(state.read_text(encoding="utf-8"))
-    manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
-    describe = manifest.get("describe", {})
-    group_by = args.group_by or run.get("group_by")
-    summary = build_summary(
-        args.outdir,
-        run,
-        scale=float(describe.get("scale", 1.0)),
-        group_by=group_by,
-        ks=describe.get("ks", list(DEFAULT_KS)),
-    )
-    if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
-        raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
-    write_summary(args.outdir, summary)
-    print(_human_line(summary, args.outdir, rebuilt=True))
-
-    if text := trend_text(summary.get("trend")):
-        print(text)
-    return 0
-
-
 # settings that change how rows are scored or written, not which judge calls a run makes
 _NOT_FOR_ESTIMATE = {
     key: FLAGS[key]
@@ -497,66 +310,6 @@ _NOT_FOR_ESTIMATE = {
         "run.batch_rows",
     )
 }
-
-
-def _refuse_estimate_flags(args: argparse.Namespace) -> None:
-    given = [flag for key, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, key) is not None]
-    if given:
-        raise UserError(
-            f"`ctxprec estimate` does not use {', '.join(given)}: they change how rows are "
-            "scored or written, not which judge calls a run makes; drop them here"
-        )
-
-
-def _cmd_estimate(args: argparse.Namespace) -> int:
-    import polars as pl
-
-    _refuse_estimate_flags(args)
-    if args.incremental and args.output is None:
-        raise UserError("estimate --incremental needs -o OUTDIR: the folder to add to")
-    cfg = _config(args)
-    skip = None
-    if args.output is not None and args.output.is_dir():
-        have = scored_ids(args.output)
-        skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
-    est = estimate(args.input, cfg, skip_ids=skip)
-    if cfg.judge.batch_api:
-        check_batch_provider(cfg)
-        est = batch_estimate(est, cfg)
-    text = render_estimate(est)
-    if "batch_api" in est:
-        text += "\n" + render_batch_estimate(est)
-    print(json.dumps(est, indent=2) if args.json else text)
-    if args.output is not None:
-        check_claimable(args.output)
-        state = args.output / STATE_DIR
-        atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
-    return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    a, b = sides_from_args(args.outputs, args.a, args.b)
-    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict,
-                          cluster_by=args.cluster_by, margin=args.margin)  # fmt: skip
-    if args.output is not None:
-        check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
-    report = compare(a, b, opts)
-    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
-    if args.fail_drop is not None:
-        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
-        if args.margin is not None:
-            report["gate"]["margin"] = args.margin
-    if args.output is not None:
-        write_compare(args.output, report)
-    print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
-
-    return gate_exit(0, message)
-
-
-def _cmd_batches(args: argparse.Namespace) -> int:
-    rows = list_batches(args.outdir, cancel=args.cancel)
-    print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
-    return 0
 
 
 def _setup_logging() -> None:
@@ -576,6 +329,12 @@ def _setup_logging() -> None:
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    module, _, function = COMMANDS[name].partition(":")
+    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
+    return run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
     try:
@@ -592,21 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging()
-    commands = {
-        "score": _cmd_score,
-        "summary": _cmd_summary,
-        "estimate": _cmd_estimate,
-        "compare": _cmd_compare,
-        "batches": _cmd_batches,
-        "cache": run_cache_command,
-        "providers": run_providers_command,
-        "config": run_config_command,
-    }
     try:
-        for value in (getattr(args, "output", None), getattr(args, "outdir", None)):
-            if isinstance(value, _RefusedOutdir):
-                raise value.error
-        return commands[args.command](args)
+        return _command(args.command)(args)
     except BatchesPendingError as exc:
         print(f"ctxprec: {exc}", file=sys.stderr)
         if getattr(args, "quiet", False):  # cron logs get their one JSON line

@@ -4,8 +4,9 @@ of identical items, and a memo writer that group-commits verdicts as calls compl
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -19,7 +20,7 @@ from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
 
-_MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most
+_MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most (then senders wait)
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
@@ -53,6 +54,9 @@ class ItemOutcome:
         self.error: str | None = None
 
 
+_Verdicts = list[tuple[str, MemoEntry]]
+
+
 @dataclass(slots=True)
 class _Job:
     key: str
@@ -81,9 +85,13 @@ class Dispatcher:
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
         # bounded: a judge faster than the memo's disk (the offline one) waits for the writer
-        msend, mrecv = anyio.create_memory_object_stream[tuple[str, MemoEntry]](_MEMO_QUEUE)
-        self._memo_send: MemoryObjectSendStream[tuple[str, MemoEntry]] = msend
-        self._memo_recv: MemoryObjectReceiveStream[tuple[str, MemoEntry]] = mrecv
+        # unbounded stream of lists (one call's verdicts, or a batch judged inline), bounded by
+        # the verdicts queued: a judge faster than the memo's disk waits for the writer
+        msend, mrecv = anyio.create_memory_object_stream[_Verdicts](math.inf)
+        self._queued = 0
+        self._drained = anyio.Event()
+        self._memo_send: MemoryObjectSendStream[_Verdicts] = msend
+        self._memo_recv: MemoryObjectReceiveStream[_Verdicts] = mrecv
 
     def start(self, tg: TaskGroup) -> None:
         for _ in range(self.concurrency):
@@ -123,13 +131,19 @@ class Dispatcher:
 
     async def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
         """Judge inline with a synchronous judge: no stream, no task switch, no event."""
+        entry = self.decide_inline(key, request.query, request.expected, request.item)
+        await self.to_memo([(key, entry)])
+        return entry
+
+    def decide_inline(self, key: str, query: str, expected: str | None, item: str) -> MemoEntry:
+        """`decide_now` without the memo write: the caller sends a batch's new verdicts to the
+        memo writer at once (`to_memo`)."""
         assert self.decider is not None
-        verdict = self.decider.decide(request.query, request.expected, request.item)
+        verdict = self.decider.decide(query, expected, item)
         entry: MemoEntry = (verdict.relevant, verdict.reason, 0, 0)
         self.counters.judge_calls += 1
         self.counters.calls_done += 1
         self._remember(key, entry)
-        await self._to_memo(((key, entry),))
         return entry
 
     async def submit_row(
@@ -156,7 +170,7 @@ class Dispatcher:
                     self._fail(job, exc)
                 else:
                     self._succeed(job, entries)
-                    await self._to_memo(zip(job.keys, entries, strict=True))
+                    await self.to_memo(list(zip(job.keys, entries, strict=True)))
 
     async def _call(self, job: _Job) -> list[MemoEntry]:
         if job.request is not None:
@@ -177,10 +191,20 @@ class Dispatcher:
             self._pending.pop(key, None)
             outcome.event.set()
 
-    async def _to_memo(self, entries: Iterable[tuple[str, MemoEntry]]) -> None:
-        if self.memo is not None:
-            for pair in entries:
-                await self._memo_send.send(pair)
+    async def to_memo(self, entries: list[tuple[str, MemoEntry]]) -> None:
+        """Queue verdicts for the memo writer (one message however many: a batch judged inline
+        costs one task switch, not one per item)."""
+        if self.memo is None or not entries:
+            return
+        while self._queued >= _MEMO_QUEUE:
+            await self._drained.wait()
+        self._queued += len(entries)
+        self._memo_send.send_nowait(entries)
+
+    def _written(self, n: int) -> None:
+        self._queued -= n
+        self._drained.set()  # wake the senders waiting for room; they look again
+        self._drained = anyio.Event()
 
     def _fail(self, job: _Job, exc: JudgeError) -> None:
         self.counters.calls_failed += 1
@@ -206,7 +230,7 @@ class Dispatcher:
                 entry = (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens)
                 self._succeed(part, [entry])
                 good.append((key, entry))
-        await self._to_memo(good)
+        await self.to_memo(good)
 
     def _remember(self, key: str, entry: MemoEntry) -> None:
         self._recent[key] = entry
@@ -225,24 +249,25 @@ class Dispatcher:
                         first = await recv.receive()
                     except anyio.EndOfStream:
                         return
-                    batch = [first]
+                    batch = list(first)
                     while True:
                         try:
-                            batch.append(recv.receive_nowait())
+                            batch += recv.receive_nowait()
                         except (anyio.WouldBlock, anyio.EndOfStream):
                             break
-                    if memo is not None:
+                    if memo is not None:  # (a failed write ends the run: nobody waits on)
                         await anyio.to_thread.run_sync(memo.set_many, batch)
+                    self._written(len(batch))
                     self.counters.memo_writes += len(batch)
         finally:
             await self._flush_left()
 
     async def _flush_left(self) -> None:
         """On cancellation (Ctrl-C), write what was already queued before giving up."""
-        left: list[tuple[str, MemoEntry]] = []
+        left: _Verdicts = []
         while True:
             try:
-                left.append(self._memo_recv.receive_nowait())
+                left += self._memo_recv.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
         if left and self.memo is not None:

@@ -14,13 +14,12 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
 from connectors.judges.catalog import prices_taken, providers
 from connectors.judges.prompts import item_messages, row_messages
-from connectors.sources import inspect_source, iter_batches
+from connectors.sources import inspect_source
 from pipeline.config import Config
-from pipeline.extractor import load_extractor
+from pipeline.planning import BatchPlanner, open_memo
 from pipeline.recheck import recheck_cost
-from pipeline.rows import attach_keys, plan_rows
 from storage.core.constants import STATUS_OK
-from storage.memo import Memo, default_cache_dir, judge_prefix
+from storage.memo import judge_prefix
 from storage.report import seconds
 
 __all__ = ["DEFAULT_LATENCY_S", "DEFAULT_OUTPUT_TOKENS", "estimate", "render_estimate"]
@@ -76,9 +75,9 @@ def estimate(
     with _no_key_needed(cfg):
         judge = create_judge(cfg.judge, stats=JudgeStats())
     prefix = judge_prefix(judge.identity())
-    extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
-    memo = Memo(cfg.run.cache_dir or default_cache_dir()) if cfg.run.memo else None
     per_row = cfg.judge.mode == "row"
+    memo = open_memo(cfg)
+    planner = BatchPlanner(cfg, prefix, per_row=per_row, memo=memo, skip_ids=skip_ids)
     seen: set[int] = set()
     f: dict[str, Any] = dict(
         rows=0,
@@ -94,30 +93,24 @@ def estimate(
     )
     rechecked: set[str] = set()  # --recheck: items already counted
     try:
-        for batch in iter_batches(info, cfg.column_map, batch_rows=cfg.run.batch_rows):
-            frame = batch.frame
-            if skip_ids is not None and skip_ids.len():
-                frame = frame.filter(~pl.col("id").is_in(skip_ids.implode()))
-                f["rows_already_scored"] += batch.frame.height - frame.height
-            plans = plan_rows(frame, extractor, cfg.run.max_item_chars)
-            keys = attach_keys(plans, prefix, per_row)
-            found = memo.get_many(keys) if memo is not None and keys else {}
-            f["rows"] += len(plans)
-            for plan in plans:
+        for planned in planner.planned(info):
+            f["rows_already_scored"] += planned.dropped
+            f["rows"] += len(planned.rows)
+            for plan in planned.rows:
                 if plan.status == STATUS_OK:
                     _count_row(
                         plan.query or "",
                         plan.expected,
                         plan.items,
                         plan.keys,
-                        found,
+                        planned.found,
                         seen,
                         per_row,
                         f,
                     )
             if cfg.run.recheck > 0:  # --recheck asks a sample of the items again
                 calls, tokens = recheck_cost(
-                    plans, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
+                    planned.rows, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
                 )
                 f["recheck_calls"] += calls
                 f["input_tokens"] += tokens

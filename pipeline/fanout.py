@@ -28,6 +28,9 @@ async def resolve_items(
     Submitting and collecting run side by side, so rows complete (and show in the progress bar)
     while later rows of the batch are still being sent out.
     """
+    if dispatcher.decider is not None and not per_row:
+        await _resolve_inline(plans, found, dispatcher)
+        return
     send, recv = anyio.create_memory_object_stream[RowPlan](math.inf)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_collect, recv, dispatcher.counters)
@@ -37,6 +40,55 @@ async def resolve_items(
                 send.send_nowait(plan)
 
 
+def _all_found(plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher) -> bool:
+    """The common case of a re-run: every item of the row is in the memo. Fills the row at once
+    (the tokens of a verdict go to the first row that uses it; a verdict without tokens needs
+    no such bookkeeping)."""
+    entries = [found.get(key) for key in plan.keys]
+    if None in entries:
+        return False
+    plan.entries = entries
+    dispatcher.counters.memo_hits += len(entries)
+    for i, entry in enumerate(entries):
+        if entry[2] or entry[3]:  # type: ignore[index]
+            plan.paid[i] = dispatcher.credit(plan.keys[i])
+    return True
+
+
+async def _resolve_inline(
+    plans: Sequence[RowPlan], found: dict[str, MemoEntry], dispatcher: Dispatcher
+) -> None:
+    """A synchronous judge (offline): every row resolved in order, its misses judged on the
+    spot, and the batch's new verdicts sent to the memo writer in one message."""
+    counters = dispatcher.counters
+    fresh: list[tuple[str, MemoEntry]] = []
+    for plan in plans:
+        counters.rows_judged += 1
+        if plan.status != STATUS_OK:
+            continue
+        counters.items += len(plan.items)
+        if _all_found(plan, found, dispatcher):
+            continue
+        assert plan.query is not None
+        for i, key in enumerate(plan.keys):
+            entry = found.get(key)
+            if entry is not None:
+                counters.memo_hits += 1
+                plan.entries[i] = entry
+                plan.paid[i] = dispatcher.credit(key)
+                continue
+            known = dispatcher.known(key)  # nothing is ever in flight with a synchronous judge
+            if isinstance(known, tuple):
+                counters.dedup_hits += 1
+                plan.entries[i] = known
+                continue
+            plan.paid[i] = True
+            entry = dispatcher.decide_inline(key, plan.query, plan.expected, plan.items[i])
+            plan.entries[i] = entry
+            fresh.append((key, entry))
+    await dispatcher.to_memo(fresh)
+
+
 async def _lookup(
     plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
 ) -> None:
@@ -44,6 +96,8 @@ async def _lookup(
         return
     counters = dispatcher.counters
     counters.items += len(plan.items)
+    if _all_found(plan, found, dispatcher):
+        return
     missing: list[int] = []
     for i, key in enumerate(plan.keys):
         entry = found.get(key)

@@ -198,6 +198,11 @@ class RateGate:
         )
 
     async def _admit(self, est_tokens: int) -> None:
+        if not self._queue and self._next_start()[1] <= self._clock.now():
+            # nobody waiting and every limit allows a start now: what the queue below does
+            # in that case, without an Event and a queue entry per call
+            self._commit(est_tokens, False)
+            return
         turn = anyio.Event()
         self._queue.append(turn)
         try:

@@ -24,12 +24,13 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge
 from connectors.judges.base import estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
-from connectors.sources import SourceInfo, iter_batches
+from connectors.sources import SourceInfo
 from pipeline.agreement import agreement_figures
 from pipeline.config import Config
 from pipeline.extractor import load_extractor
 from pipeline.limits import RateGate
-from pipeline.rows import RowPlan, attach_keys, plan_rows
+from pipeline.planning import BatchPlanner
+from pipeline.rows import RowPlan
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
 from storage.memo import judge_prefix
@@ -138,11 +139,10 @@ async def recheck_run(
 
     def collect() -> list[_Ask]:
         asks: list[_Ask] = []
-        for batch in iter_batches(info, cfg.column_map, batch_rows=cfg.run.batch_rows):
-            plans = plan_rows(batch.frame, extractor, cfg.run.max_item_chars)
-            attach_keys(plans, prefix, per_row)
-            ids = batch.frame.get_column("id").to_list()
-            asks.extend(_asks(plans, ids, fraction, seed, per_row, seen))
+        planner = BatchPlanner(cfg, prefix, per_row=per_row, memo=None, extractor=extractor)
+        for planned in planner.planned(info):
+            ids = planned.frame.get_column("id").to_list()
+            asks.extend(_asks(planned.rows, ids, fraction, seed, per_row, seen))
         return asks
 
     asks = await anyio.to_thread.run_sync(collect)

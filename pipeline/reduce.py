@@ -14,7 +14,7 @@ import polars as pl
 import pyarrow as pa
 
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
-from pipeline.reason import build_reason, failed_reason
+from pipeline.reason import build_reason, failed_reason, item_texts
 from pipeline.rows import BatchJob, RowPlan
 from storage.core.constants import STATUS_EMPTY, STATUS_OK
 from storage.core.metric import map_score, map_stage, rank_column_names
@@ -34,22 +34,29 @@ class TableSpec:
 
 def reduce_rows(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
     """The Polars stage over every judged item of the batch: row index -> its metrics."""
-    rows, positions, relevant = [], [], []
-    for r, plan in enumerate(plans):
-        if plan.status == STATUS_OK:
-            for p, entry in enumerate(plan.entries):
-                assert entry is not None
-                rows.append(r)
-                positions.append(p)
-                relevant.append(entry[0])
-    if not rows:
-        return {}
+    return _reduce(plans, spec)[0]
+
+
+def _reduce(
+    plans: Sequence[RowPlan], spec: TableSpec
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Row index -> its metrics, and -> the items part of its reason (`item_texts`), for the
+    rows whose verdicts are all in; both built over the batch's flat items at once."""
+    ok = [r for r, plan in enumerate(plans) if plan.status == STATUS_OK and plan.entries]
+    entries = [e for r in ok for e in plans[r].entries]
+    if not entries:
+        return {}, {}
+    lengths = [len(plans[r].entries) for r in ok]
+    rows = pl.Series("row", ok, dtype=pl.Int64).repeat_by(pl.Series(lengths)).explode()
+    relevant = [e[0] for e in entries]  # type: ignore[index]
     items = pl.DataFrame(
-        {"row": rows, "position": positions, "relevant": relevant},
-        schema={"row": pl.Int64, "position": pl.Int64, "relevant": pl.Boolean},
-    )
+        {"row": rows, "relevant": relevant}, schema={"row": pl.Int64, "relevant": pl.Boolean}
+    ).with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
     scored = map_stage(items, scale=spec.scale, ks=spec.ks)
-    return {int(d["row"]): d for d in scored.iter_rows(named=True)}
+    metrics = {int(d["row"]): d for d in scored.iter_rows(named=True)}
+    reasons = [e[1] for e in entries]  # type: ignore[index]
+    texts = item_texts(items.get_column("row"), relevant, reasons, sentence=True)
+    return metrics, dict(zip(ok, texts, strict=True))
 
 
 def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
@@ -58,11 +65,16 @@ def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
     return out
 
 
-def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec) -> dict[str, Any]:
+def _row_columns(
+    plan: RowPlan,
+    metrics: dict[str, Any] | None,
+    spec: TableSpec,
+    items_sentence: str | None = None,
+) -> dict[str, Any]:
     criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
     version = prompt_version_for(plan.expected, spec.per_row)
     entries = plan.entries
-    got = [e for e in entries if e is not None]
+    got = [e for e in entries if e is not None] if None in entries else entries
     base: dict[str, Any] = {
         "status": plan.status,
         "error": plan.error,
@@ -71,17 +83,19 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
         "context_count": len(plan.items),
         "judge_model": spec.judge_model,
         "prompt_version": version,
-        "input_tokens": _paid(plan, 2),
-        "output_tokens": _paid(plan, 3),
     }
+    base["input_tokens"], base["output_tokens"] = _paid_tokens(plan)
     if plan.status == STATUS_OK:
         assert metrics is not None
-        rel = [bool(e[0]) for e in got]
-        base.update({k: metrics[k] for k in rank_column_names(spec.ks)})
-        base["score"] = metrics["score"]
-        base["relevant_count"] = metrics["relevant_count"]
+        rel = [bool(e[0]) for e in got]  # type: ignore[index]
+        base.update(metrics)  # the rank columns, score and relevant_count (and "row": unused)
         base["reason"] = build_reason(
-            rel, [e[1] for e in got], score=metrics["score"], scale=spec.scale, criterion=criterion
+            rel,
+            [e[1] for e in got] if items_sentence is None else (),  # type: ignore[index]
+            score=metrics["score"],
+            scale=spec.scale,
+            criterion=criterion,
+            items_sentence=items_sentence,
         )
     elif plan.status == STATUS_EMPTY:
         base.update(_empty_metrics(spec.ks))
@@ -97,17 +111,26 @@ def _row_columns(plan: RowPlan, metrics: dict[str, Any] | None, spec: TableSpec)
     return base
 
 
-def _paid(plan: RowPlan, index: int) -> int:
+def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
     """Tokens of the calls this row carries: a call shared by several rows counts once."""
-    entries, paid = plan.entries, plan.paid or [True] * len(plan.entries)
-    own = sum(int(e[index]) for e, p in zip(entries, paid, strict=True) if e is not None and p)
-    return own + plan.extra_tokens[index - 2]
+    extra_in, extra_out = plan.extra_tokens
+    paid = plan.paid
+    if paid and True not in paid:  # e.g. a re-run: every verdict came from the memo for free
+        return extra_in, extra_out
+    t_in = t_out = 0
+    for e, p in zip(plan.entries, paid or [True] * len(plan.entries), strict=True):
+        if e is not None and p:
+            t_in += int(e[2])
+            t_out += int(e[3])
+    return t_in + extra_in, t_out + extra_out
 
 
 def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
     """The batch's rows in the documented output schema."""
-    metrics = reduce_rows(job.rows, spec)
-    cols = [_row_columns(plan, metrics.get(r), spec) for r, plan in enumerate(job.rows)]
+    metrics, texts = _reduce(job.rows, spec)
+    cols = [
+        _row_columns(plan, metrics.get(r), spec, texts.get(r)) for r, plan in enumerate(job.rows)
+    ]
     now = datetime.now(UTC)
     data: dict[str, Any] = {}
     frame = job.frame

@@ -16,7 +16,7 @@ from connectors.sources import INPUT_ERROR
 from pipeline.dispatch import ItemOutcome
 from pipeline.extractor import Extractor
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.memo import MemoEntry, memo_key
+from storage.memo import MemoEntry, item_keys, row_hasher
 
 __all__ = ["BatchJob", "RowPlan", "attach_keys", "plan_rows"]
 
@@ -135,7 +135,7 @@ def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[
             continue
         version = prompt_version_for(plan.expected, per_row)
         assert plan.query is not None
-        plan.keys = [memo_key(prefix, version, plan.query, plan.expected, it) for it in plan.items]
+        plan.keys = item_keys(row_hasher(prefix, version, plan.query, plan.expected), plan.items)
         plan.entries = [None] * len(plan.items)
         plan.paid = [False] * len(plan.items)
         every.extend(plan.keys)

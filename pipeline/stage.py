@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import polars as pl
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
-from connectors.sources import SourceBatch, iter_batches
+from connectors.sources import SourceBatch
 from pipeline.config import Config
 from pipeline.dispatch import Dispatcher, RunCounters
 from pipeline.driver import RunPlan, StageResult
@@ -26,13 +25,14 @@ from pipeline.fanout import resolve_items
 from pipeline.limits import GateStats, RateGate
 from pipeline.llm_reason import write_llm_reasons
 from pipeline.partition import partition_tables
+from pipeline.planning import BatchPlanner, PlannedBatch, open_memo
 from pipeline.progress import Progress
 from pipeline.reduce import scored_table
-from pipeline.rows import BatchJob, attach_keys, plan_rows
+from pipeline.rows import BatchJob
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError
-from storage.memo import Memo, MemoStore, default_cache_dir, judge_prefix
+from storage.memo import MemoStore, judge_prefix
 from storage.verdicts import open_shared
 
 __all__ = ["MeteredGate", "run_stage", "shared_memo"]
@@ -53,6 +53,7 @@ class _Stage:
     extractor: Extractor | None
     counters: RunCounters
     skip: frozenset[str]
+    planner: BatchPlanner
 
 
 async def run_stage(
@@ -91,7 +92,15 @@ async def run_stage(
         dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
-        stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped)
+        planner = BatchPlanner(
+            cfg,
+            prefix,
+            per_row=plan.spec.per_row,
+            memo=memo,
+            skip_ids=plan.skip_ids,
+            extractor=extractor,
+        )
+        stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped, planner)
         try:
             await _execute(stage, files, stats, progress)
         finally:
@@ -122,7 +131,7 @@ async def _done_by_earlier_attempt(
 
 
 def _open_memo(cfg: Config) -> MemoStore | None:
-    return Memo(cfg.run.cache_dir or default_cache_dir()) if cfg.run.memo else None
+    return open_memo(cfg)
 
 
 def shared_memo(plan: RunPlan) -> MemoStore | None:
@@ -148,14 +157,11 @@ async def _execute(
 
 
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:
-    """Read batches in a thread and process up to `in_flight` of them at once."""
+    """Read and plan batches in a worker thread (`pipeline.planning`: one hop for reading, the
+    row checks, the memo keys and the memo lookup) and process up to `in_flight` at once."""
     cfg = run.plan.cfg
-    batches: Iterator[SourceBatch] = iter_batches(
-        run.plan.info,
-        cfg.column_map,
-        batch_rows=cfg.run.batch_rows,
-        skip=run.skip,
-        only_files=files,
+    batches: Iterator[SourceBatch] = run.planner.batches(
+        run.plan.info, skip=run.skip, only_files=files
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
     failure: UserError | None = None
@@ -163,13 +169,13 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
         while True:
             await in_flight.acquire()
             try:
-                batch = await anyio.to_thread.run_sync(next, batches, None)
+                planned = await anyio.to_thread.run_sync(run.planner.next_planned, batches)
             except UserError as exc:  # unreadable data: finish the batches in flight first
-                failure, batch = exc, None
-            if batch is None:
+                failure, planned = exc, None
+            if planned is None:
                 in_flight.release()
                 break
-            tg.start_soon(_process_then_release, run, batch, in_flight)
+            tg.start_soon(_process_then_release, run, planned, in_flight)
     if failure is not None:
         raise failure
 
@@ -194,29 +200,22 @@ def _batches_in_flight(cfg: Config) -> int:
     return max(2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
-async def _process_then_release(run: _Stage, batch: SourceBatch, slot: anyio.Semaphore) -> None:
+async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:
     try:
-        await _process(run, batch)
+        await _process(run, planned)
     finally:
         slot.release()
 
 
-async def _process(run: _Stage, batch: SourceBatch) -> None:
+async def _process(run: _Stage, planned: PlannedBatch) -> None:
     plan = run.plan
-    frame = batch.frame
-    if plan.skip_ids is not None and plan.skip_ids.len():
-        frame = frame.filter(~pl.col("id").is_in(plan.skip_ids.implode()))
-        skipped = batch.frame.height - frame.height
-        run.counters.rows_done += skipped
-        run.counters.rows_skipped += skipped
-        if frame.is_empty():
-            return
-    plans = plan_rows(frame, run.extractor, plan.cfg.run.max_item_chars)
-    keys = attach_keys(plans, run.prefix, plan.spec.per_row)
-    found = {}
-    if run.memo is not None and keys:
-        found = await anyio.to_thread.run_sync(run.memo.get_many, keys)
-    await resolve_items(plans, found, run.dispatcher, plan.spec.per_row)
+    batch, frame, plans = planned.batch, planned.frame, planned.rows
+    if planned.dropped:
+        run.counters.rows_done += planned.dropped
+        run.counters.rows_skipped += planned.dropped
+    if run.planner.skip_ids is not None and frame.is_empty():
+        return
+    await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
     table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
     if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,8 +26,10 @@ __all__ = [
     "MemoEntry",
     "MemoStore",
     "default_cache_dir",
+    "item_keys",
     "judge_prefix",
     "memo_key",
+    "row_hasher",
 ]
 
 MEMO_RECIPE = "ctxprec-memo-v1"  # change when the recipe below changes
@@ -53,13 +57,29 @@ def _field(text: str | None) -> bytes:
     return b"%d:" % len(raw) + raw  # length-prefixed: no two field lists share an encoding
 
 
+def row_hasher(prefix: bytes, prompt_version: str, query: str, expected: str | None) -> Any:
+    """The key recipe up to the item: hashed once per row, copied for each of its items."""
+    h = hashlib.sha256(prefix)
+    h.update(_field(prompt_version) + _field(query) + _field(expected))
+    return h
+
+
+def item_keys(row: Any, items: Iterable[str]) -> list[str]:
+    """The memo keys of a row's items, from the row's `row_hasher` (the same keys as
+    `memo_key`, without hashing the row's fields again for every item)."""
+    keys = []
+    for item in items:
+        h = row.copy()
+        raw = item.encode("utf-8", "surrogatepass")
+        h.update(b"%d:%b" % (len(raw), raw))
+        keys.append("v1-" + h.hexdigest())
+    return keys
+
+
 def memo_key(
     prefix: bytes, prompt_version: str, query: str, expected: str | None, item: str
 ) -> str:
-    h = hashlib.sha256(prefix)
-    for part in (prompt_version, query, expected, item):
-        h.update(_field(part))
-    return "v1-" + h.hexdigest()
+    return item_keys(row_hasher(prefix, prompt_version, query, expected), (item,))[0]
 
 
 class MemoStore(Protocol):
@@ -82,8 +102,45 @@ def _write_failed(directory: Path, exc: BaseException) -> OutputError:
     )
 
 
+# Batched access to diskcache's table (diskcache 5: `Cache(key, raw, store_time, expire_time,
+# access_time, access_count, tag, size, mode, filename, value)`, unique index on (key, raw)).
+# String keys are stored as they are (raw = 1); a verdict tuple is pickled into `value`, or into a
+# file named by `filename` when it is large (`Disk.fetch` reads both). One query per chunk of
+# keys replaces one query per key, and new keys go in with multi-row INSERTs.
+#
+# Each SQLite step releases the GIL and takes it back: a query returning one row per key, or an
+# `executemany`, hands the GIL over once per row. While another thread runs Python (the judge,
+# the rows of another batch) each hand-back waits for that thread's switch interval (5 ms): a
+# convoy that made 100,000 inserts take 570 s instead of 2 s. So reads come back as one JSON row
+# per chunk and writes go in as one statement per chunk of rows: one step, one hand-over.
+_CHUNK = 900  # under SQLite's oldest limit of 999 bound parameters (the time is one more)
+_MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
+_WHERE = "raw = 1 AND key IN ({}) AND (expire_time IS NULL OR expire_time > ?)"
+_SELECT = "SELECT key, mode, filename, value FROM Cache WHERE " + _WHERE
+_SELECT_JSON = (
+    "SELECT json_group_array(json_array(key, mode, hex(value))) FROM Cache WHERE " + _WHERE
+)
+_EXISTING = "SELECT key FROM Cache WHERE raw = 1 AND key IN ({})"
+_INSERT = (
+    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
+    " mode, filename, value) VALUES "
+)
+_ROW = "(?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)"
+_INSERT_ROWS = 999 // 7  # rows of 7 parameters in one INSERT
+
+
+def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(keys), _CHUNK):
+        yield keys[start : start + _CHUNK]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
 class Memo:
-    """A thin wrapper over diskcache.Cache; call its methods from a worker thread."""
+    """A wrapper over diskcache.Cache that reads and writes in batches; call its methods from a
+    worker thread. Entries stay readable (and writable) by diskcache's own `get`/`set`."""
 
     def __init__(self, directory: Path):
         import diskcache
@@ -105,25 +162,80 @@ class Memo:
         # plain reads, no transaction: in WAL mode they never wait for the memo writer
         # (a `transact()` here would take SQLite's write lock and stall behind every write)
         found: dict[str, MemoEntry] = {}
-        get = self._cache.get
-        for key in keys:
-            value = get(key)
-            if value is not None:
-                found[key] = value
+        sql = self._cache._sql
+        loads, unhex = pickle.loads, bytes.fromhex
+        now = time.time()
+        for chunk in _chunks(keys):
+            try:
+                (packed,) = sql(_SELECT_JSON.format(_marks(len(chunk))), (*chunk, now)).fetchone()
+            except sqlite3.OperationalError:  # an SQLite without JSON functions
+                self._get_rows(chunk, now, found)
+                continue
+            for key, mode, data in json.loads(packed):
+                if mode == _MODE_PICKLE and data:
+                    entry = loads(unhex(data))
+                else:  # a big entry kept in its own file, or a value stored raw
+                    entry = self._cache.get(key)
+                if entry is not None:
+                    found[key] = entry
         return found
 
+    def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
+        """The same read, one row per key."""
+        fetch = self._cache.disk.fetch
+        rows = self._cache._sql(_SELECT.format(_marks(len(keys))), (*keys, now)).fetchall()
+        for key, mode, filename, value in rows:
+            try:
+                entry = fetch(mode, filename, value, False)
+            except OSError:  # removed since the query: a miss, as Cache.get has it
+                continue
+            if entry is not None:
+                found[key] = entry
+
     def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:
-        """Store verdicts in one transaction: on a full disk none of them is kept."""
+        """Store verdicts in one transaction: on a full disk none of them is kept. New keys go
+        in with multi-row INSERTs; a key already there is replaced by `Cache.set` (it may own a
+        file to clean up)."""
+        rows: dict[str, MemoEntry] = {}
         n = 0
         cache = self._cache
+        for key, value in entries:
+            if type(key) is not str:  # not stored raw: diskcache's own path
+                cache.set(key, value)
+            else:
+                rows[key] = value
+            n += 1
+        if not rows:
+            return n
         try:
             with cache.transact():
-                for key, value in entries:
-                    cache.set(key, value)
-                    n += 1
+                sql = cache._sql
+                for chunk in _chunks(list(rows)):
+                    for (key,) in sql(_EXISTING.format(_marks(len(chunk))), chunk).fetchall():
+                        cache.set(key, rows.pop(key))
+                params = self._new_rows(rows)
+                for start in range(0, len(params), _INSERT_ROWS):
+                    part = params[start : start + _INSERT_ROWS]
+                    sql(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(self.directory, exc) from exc
         return n
+
+    def _new_rows(self, rows: Mapping[str, MemoEntry]) -> list[tuple[Any, ...]]:
+        """INSERT parameters, each value stored as `Disk.store` stores it (pickled in the row,
+        or in a file when large)."""
+        disk = self._cache.disk
+        protocol, small = disk.pickle_protocol, disk.min_file_size
+        now = time.time()
+        out: list[tuple[Any, ...]] = []
+        for key, value in rows.items():
+            data = pickle.dumps(value, protocol=protocol) if type(value) is tuple else None
+            if data is not None and len(data) < small:
+                out.append((key, now, now, 0, _MODE_PICKLE, None, sqlite3.Binary(data)))
+            else:
+                size, mode, filename, db_value = disk.store(value, False, key=key)
+                out.append((key, now, now, size, mode, filename, db_value))
+        return out
 
     def __len__(self) -> int:
         return len(self._cache)

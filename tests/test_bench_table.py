@@ -91,6 +91,7 @@ RESULTS: dict[str, dict[str, Any]] = {
             "limit_10s": 500.0,
         },
     },
+    "startup": {"python": 0.021, "version": 0.092, "help": 0.171},
     "dask_backfill": {
         "items": 1_000_000,
         "files": 8,
@@ -165,14 +166,14 @@ def test_only_the_marked_block_changes(
     text = readme.read_text(encoding="utf-8")
     assert _outside(text) == _outside(PAGE)
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`python" in line]
-    assert len(rows) == 15  # 2 + 1 + 4 + 1 + 2 + 2 + 3: one row per figure
+    assert len(rows) == 18  # 2 + 2 + 4 + 1 + 2 + 2 + 3 + 2: one row per figure
     assert "| old |" not in _inside(text)
     assert "(old footer)" not in text
     assert "| dask_scaling | judge calls/s, 2 workers ÷ 1 (100 ms judge) | – | 1.99x" in text
     assert "| dask_backfill | judge requests ÷ distinct pairs, 1,000,000 items in 8 files" in text
     assert "✅ 42.5 M |" in text
     assert "❌ 1.5x (loop 28.1 M/s" in text
-    assert "(`python bench/run_all.py` finished 2026-11-30 21:40 UTC, 1.2 min:" in text
+    assert "(`python bench/run_all.py` finished 2026-11-30 21:40 UTC, 1.3 min:" in text
     assert "⚠" not in text
 
 

@@ -6,11 +6,19 @@ A module may import its own layer and the layers below it, never one above; the 
 other ctxprec package; no module imports a ctxprec module inside a function (the old way to
 dodge a cycle) — `if TYPE_CHECKING:` blocks are the one exception, and they obey the layers
 too. Module-level imports between ctxprec modules form no cycle.
+
+Start-up needs one more kind of import: a module-level *table* naming modules to load on first
+use (`pipeline._EXPORTS`, PEP 562; the CLI's subcommand table `pipeline.cli.COMMANDS`), so that
+`ctxprec --version` loads no Polars. A table is an import in all but syntax, so its targets obey
+the layers like imports; a ctxprec module named as a literal in an importlib call is refused.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,3 +169,76 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path: Path) -> None:
     assert ("pipeline.flow", 1, "module") in found
     assert ("storage.core.errors", 3, "function") in found
     assert ("storage.core.errors", 4, "module") in found
+
+
+# module -> its table of lazily loaded names ({name: "module" or "module:attribute"})
+LAZY_TABLES = {"pipeline": "_EXPORTS", "pipeline.cli": "COMMANDS"}
+
+
+@pytest.mark.parametrize(("module", "table"), sorted(LAZY_TABLES.items()))
+def test_lazy_tables_point_down_and_resolve(module: str, table: str) -> None:
+    entries = getattr(importlib.import_module(module), table)
+    assert entries
+    for name, target in entries.items():
+        target_module, _, attr = target.partition(":")
+        assert target_module in ALL, (name, target)
+        assert layer(target_module) <= layer(module), (name, target)
+        assert hasattr(importlib.import_module(target_module), attr or name), (name, target)
+
+
+def test_no_ctxprec_module_is_imported_by_a_literal_name() -> None:
+    """`importlib.import_module("pipeline.x")` outside a table would dodge every check above."""
+
+    def by_name(path: Path) -> list[str]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        return [
+            arg.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute | ast.Name)
+            and getattr(n.func, "attr", getattr(n.func, "id", None))
+            in ("import_module", "__import__")
+            for arg in n.args[:1]
+            if isinstance(arg, ast.Constant)
+            and isinstance(arg.value, str)
+            and arg.value.split(".")[0] in PACKAGES
+        ]
+
+    assert {m: found for m, p in ALL.items() if (found := by_name(p))} == {}
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["score", "--help"]])
+def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
+    """`ctxprec --version` and `--help` stay fast: no Polars, PyArrow, aiohttp, Dask, judge."""
+    heavy = ["polars", "pyarrow", "aiohttp", "dask", "distributed", "numpy", "matplotlib"]
+    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.flow"]
+    probe = (
+        "import sys\n"
+        "from pipeline.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print([m for m in {heavy!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_version_through_the_console_script_loads_only_the_version() -> None:
+    """`ctxprec --version` (the console script, ctxprec_entry) answers without the parser."""
+    probe = (
+        "import sys\n"
+        "import ctxprec_entry\n"
+        "sys.argv = ['ctxprec', '--version']\n"
+        "code = ctxprec_entry.main()\n"
+        "print(code, 'pipeline.cli' in sys.modules, 'polars' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    from pipeline.version import __version__
+
+    assert out.stdout.splitlines() == [f"ctxprec {__version__}", "0 False False"]

@@ -272,7 +272,8 @@ class HttpClient(abc.ABC):
     async def _send(
         self, url: str, headers: Mapping[str, str], payload: dict[str, Any]
     ) -> tuple[int, str, Mapping[str, str]]:
-        _log.debug("POST %s headers=%s", url, redacted_headers(headers))
+        if _log.isEnabledFor(logging.DEBUG):  # not built for every call when nobody logs it
+            _log.debug("POST %s headers=%s", url, redacted_headers(headers))
         try:
             reply = await self.transport.send(HttpRequest("POST", url, headers, payload))
         except Exception as exc:

@@ -6,6 +6,7 @@ shapes only. Retries live in `judges.client`, parsing and re-ask in
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,12 @@ from connectors.judges.transport import normalize_base_url
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@functools.lru_cache(maxsize=16)
+def _is_azure(base_url: str) -> bool:
+    """Azure OpenAI (keys in `api-key`): asked for every call's headers, parsed once."""
+    return (urlsplit(base_url).hostname or "").endswith(".azure.com")
 
 
 class OpenAIJudge(HttpJudgeBase):
@@ -60,7 +67,7 @@ class OpenAIJudge(HttpJudgeBase):
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        azure_host = (urlsplit(self._base).hostname or "").endswith(".azure.com")
+        azure_host = _is_azure(self._base)
         if self._api_key is not None and azure_host:
             headers["api-key"] = self._api_key  # an Azure URL spoken to as openai/...: its header
         else:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import NoReturn, Protocol
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from storage.core.errors import ConfigError, OutputError, UserError
@@ -68,6 +67,9 @@ def read_parts(
     status `failed` are held back: a sink keeps each id once, so a failed row loaded now would
     block the scored row of the re-run that fills it in.
     """
+    # here, not at the top: pyarrow.dataset imports pandas (~0.15 s), and only a sink needs it
+    import pyarrow.dataset as ds
+
     paths = [outdir / rel for rel in files]
     _check_part_columns(outdir, paths, schema, partition_by)
     as_read = pa.schema(

@@ -17,16 +17,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
-import polars as pl
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
 from connectors.judges.base import ItemRequest
 from connectors.judges.prompts import prompt_version_for
-from connectors.sources import iter_batches
 from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.driver import RunPlan, StageResult
 from pipeline.extractor import load_extractor
-from pipeline.rows import attach_keys, plan_rows
+from pipeline.planning import BatchPlanner, open_memo
 from pipeline.stage import MeteredGate
 from storage.core.errors import ConfigError, JudgeError, UserError
 from storage.core.verdict import JudgeReply
@@ -41,7 +39,7 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import Memo, MemoEntry, default_cache_dir, judge_prefix, memo_key
+from storage.memo import Memo, MemoEntry, judge_prefix, memo_key
 from storage.objpath import OutPath
 from storage.verdicts import VerdictStore
 
@@ -79,24 +77,16 @@ def plan_slice(
     cfg = plan.cfg
     extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
     prefix = judge_prefix(plan.identity)
-    batches = iter_batches(
-        plan.info,
-        cfg.column_map,
-        batch_rows=cfg.run.batch_rows,
-        skip=plan.skip_parts | skip,
-        only_files=[file],
+    planner = BatchPlanner(
+        cfg, prefix, per_row=False, memo=None, skip_ids=plan.skip_ids, extractor=extractor
     )
+    batches = planner.planned(plan.info, skip=plan.skip_parts | skip, only_files=[file])
     seen: set[str] = set()  # the slice's keys (their texts go out in parts)
     requests: list[Request] = []
     chars, part = 0, 0
     try:
-        for batch in batches:
-            frame = batch.frame
-            if plan.skip_ids is not None and plan.skip_ids.len():
-                frame = frame.filter(~pl.col("id").is_in(plan.skip_ids.implode()))
-            rows = plan_rows(frame, extractor, cfg.run.max_item_chars)
-            attach_keys(rows, prefix, per_row=False)
-            for row in rows:
+        for planned in batches:
+            for row in planned.rows:
                 for key, item in zip(row.keys, row.items, strict=False):
                     if key not in seen:
                         assert row.query is not None
@@ -173,7 +163,7 @@ def _read_shard(
     found = _Shard(_verdicts(plan, scratch).read(shard, shards))
     for path in request_files(scratch, shard):
         found.add(task_of(path), read_requests(path))
-    local = Memo(plan.cfg.run.cache_dir or default_cache_dir()) if plan.cfg.run.memo else None
+    local = open_memo(plan.cfg)
     hits: dict[str, MemoEntry] = {}
     if local is not None and found.todo:
         hits = local.get_many(list(found.todo))

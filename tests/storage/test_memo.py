@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
-from storage.memo import Memo, judge_prefix, memo_key
+import pytest
+
+import storage.memo as memo_module
+from storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
 
 
 def test_key_changes_with_everything_that_changes_a_verdict() -> None:
@@ -46,3 +50,57 @@ def test_memo_roundtrip_and_no_eviction_policy(tmp_path: Path) -> None:
     again = Memo(tmp_path / "m")
     assert len(again) == 2
     again.close()
+
+
+def test_item_keys_from_one_row_hasher_equal_memo_key() -> None:
+    p = judge_prefix({"provider": "offline", "model": "offline"})
+    items = ["a", "", "é\ud800x", "item " * 300]
+    row = row_hasher(p, "v1", "q", None)
+    assert item_keys(row, items) == [memo_key(p, "v1", "q", None, it) for it in items]
+    # the recipe itself is pinned: a change here orphans every memo on disk
+    assert memo_key(p, "v1", "q", "e", "item") == (
+        "v1-" + hashlib.sha256(p + b"2:v11:q1:e4:item").hexdigest()
+    )
+
+
+def test_batched_reads_and_writes_share_diskcache_format(tmp_path: Path) -> None:
+    """Entries written by diskcache's own `set` are read by the batched `get_many`, and the
+    other way round; a big entry (kept in a file) and a replaced key work too."""
+    memo = Memo(tmp_path / "m")
+    big = (True, "r" * 100_000, 1, 2)  # over diskcache's 32 KiB: stored in its own file
+    memo._cache.set("old", (False, "from diskcache", 5, 6))
+    keys = [f"k{i}" for i in range(2_000)]  # more than one chunk of the IN (...) query
+    assert memo.set_many([(k, (True, k, 1, 1)) for k in keys] + [("big", big)]) == 2_001
+    assert memo.set_many([("old", (True, "replaced", 7, 8)), ("k5", (False, "again", 0, 0))]) == 2
+    found = memo.get_many([*keys, "big", "old", "missing"])
+    assert len(found) == 2_002
+    assert found["big"] == big
+    assert found["k7"] == (True, "k7", 1, 1)
+    assert found["old"] == (True, "replaced", 7, 8)
+    assert found["k5"] == (False, "again", 0, 0)
+    assert memo._cache.get("k9") == (True, "k9", 1, 1)
+    assert memo._cache.get("big") == big
+    assert len(memo) == 2_002  # diskcache's count (kept by its triggers) sees every insert
+    memo.close()
+
+
+def test_writes_and_reads_are_one_statement_per_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
+    per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
+    in as a handful of multi-row INSERTs, and the one-row-per-key read (for an SQLite without
+    JSON functions) finds the same entries as the JSON one."""
+    memo = Memo(tmp_path / "m")
+    statements: list[str] = []
+    memo._cache._con.set_trace_callback(statements.append)
+    entries = [(f"k{i}", (i % 2 == 0, f"why {i}", i, 1)) for i in range(2_000)]
+    assert memo.set_many(entries) == 2_000
+    # (SQLite also reports each trigger run with the text of the statement that fired it)
+    inserts = {s for s in statements if s.startswith("INSERT")}
+    assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
+    keys = [k for k, _ in entries] + ["missing"]
+    by_json = memo.get_many(keys)
+    monkeypatch.setattr(memo_module, "_SELECT_JSON", "SELECT no_such_function({}) > ?")
+    assert memo.get_many(keys) == by_json == dict(entries)
+    memo.close()
