@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from connectors.judges.base import Gate
 from connectors.judges.batch_api import check_batch_support, create_batch_client
 from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_for
 from connectors.judges.registry import resolve_model
-from pipeline.config import Config
+from pipeline.config import Config, parse_duration
 from pipeline.dispatch import RunCounters
 from pipeline.driver import RunPlan, RunResult
 from pipeline.planning import BatchPlanner, open_memo
@@ -67,30 +66,6 @@ __all__ = [
 DEFAULT_ROUNDS = 8
 _MAX_TROUBLES = 20
 _log = logging.getLogger("ctxprec.batches")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
-_UNITS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """ "0", "90", "90s", "30m", "2h", "1d" -> seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ConfigError(f"--batch-wait {text!r}: give a duration such as 0, 90s, 30m, 2h or 1d")
-    unit = match.group(2).lower() if match.group(2) else None
-    return float(match.group(1)) * _UNITS[unit]
-
-
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} must be a number of seconds") from None
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r} must be positive")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,8 +225,8 @@ class _Collector:
         self.store = BatchStore.load(self.outdir)
         self.client: BatchClient = create_batch_client(self.cfg.judge)
         self.judge = self.client.judge
-        self.poll_s = _env_seconds("CTXPREC_BATCH_POLL_S", 3.0)
-        self.poll_max_s = max(self.poll_s, _env_seconds("CTXPREC_BATCH_POLL_MAX_S", 60.0))
+        self.poll_s = self.cfg.judge.batch_poll_s
+        self.poll_max_s = max(self.poll_s, self.cfg.judge.batch_poll_max_s)
         self.progress = _BatchProgress(progress)
         self.memo: Memo | None = None
         self._troubles = 0  # polls in a row that failed after their HTTP retries

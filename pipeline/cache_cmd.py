@@ -4,19 +4,16 @@ run on this machine shares (never evicted by itself)."""
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.config import load_config, parse_duration
 from storage.core.errors import UserError
 from storage.memo import default_cache_dir
 
-__all__ = ["add_cache_command", "parse_duration", "run_cache_command"]
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+__all__ = ["add_cache_command", "run_cache_command"]
 
 
 def add_cache_command(sub: Any) -> None:
@@ -32,18 +29,11 @@ def add_cache_command(sub: Any) -> None:
     )
 
 
-def parse_duration(text: str) -> float:
-    got = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
-    if got is None:
-        raise UserError(
-            f"--older-than {text!r}: write a number and a unit, e.g. 90s, 15m, 12h, 30d or 2w"
-        )
-    return float(got.group(1)) * _UNITS[got.group(2)]
-
-
 def _folder(args: argparse.Namespace) -> Path:
-    given = args.cache_dir or os.environ.get("CTXPREC_CACHE_DIR")
-    return Path(given).expanduser() if given else default_cache_dir()
+    """--cache-dir, else [run] cache_dir as the settings give it (CTXPREC_CACHE_DIR), else the
+    user cache dir."""
+    flags = {"run.cache_dir": args.cache_dir} if args.cache_dir else {}
+    return load_config(None, flags).run.cache_dir or default_cache_dir()
 
 
 def _size(folder: Path) -> int:
@@ -80,7 +70,7 @@ def _clear(folder: Path, older_than: str | None) -> str:
         return f"ctxprec memo: {folder} holds no verdicts; nothing to clear"
     import diskcache
 
-    cutoff = time.time() - parse_duration(older_than) if older_than else None
+    cutoff = time.time() - parse_duration(older_than, "--older-than") if older_than else None
     with diskcache.Cache(str(folder), eviction_policy="none") as cache:
         if cutoff is None:
             removed = cache.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import tomllib
 import types
 import typing
@@ -35,15 +36,18 @@ from storage.core.settings import (
 )
 
 __all__ = [
+    "API_OPTIONS",
     "DEFAULTS",
     "ENV_VARS",
     "FLAGS",
     "Config",
     "flag_type",
     "load_config",
+    "parse_duration",
     "where",
 ]
 
+API_OPTIONS = "options"  # the origin of settings given to the Python API as options=
 # dotted key -> default / env var -> dotted key / dotted key -> flag: read off the fields
 DEFAULTS: dict[str, Any] = {s.key: s.default for s in settings()}
 ENV_VARS: dict[str, str] = {s.env: s.key for s in settings() if s.env}
@@ -169,9 +173,12 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
 
 
 def where(key: str, origin: str) -> str:
-    """A setting named as the user gave it: the flag, the env var or the TOML table entry."""
+    """A setting named as the user gave it: the flag, the env var, the TOML table entry or the
+    option of the Python API (`create_context_precision_scorer(options=...)`)."""
     if origin == "command line":
         return FLAGS.get(key, key)
+    if origin == API_OPTIONS:
+        return f"option {key.partition('.')[2]!r}"
     if origin == "environment":
         var = next((v for v, k in ENV_VARS.items() if k == key), key)
         return f"{var} (environment)"
@@ -179,6 +186,22 @@ def where(key: str, origin: str) -> str:
     if origin == "defaults":
         return f"[{section}] {name}"
     return f"[{section}] {name} in {origin}"
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)?\s*", re.IGNORECASE)
+_DURATION_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
+                   "w": 604800.0}  # fmt: skip
+
+
+def parse_duration(text: str, flag: str = "--batch-wait") -> float:
+    """A duration flag's value in seconds: "0", "90" (seconds), "90s", "30m", "12h", "30d",
+    "2w"; a ConfigError naming `flag` otherwise (the one parser of --batch-wait and
+    --older-than)."""
+    got = _DURATION.fullmatch(text)
+    if got is None:
+        raise ConfigError(f"{flag} {text!r}: give a duration such as 0, 90s, 30m, 12h, 30d or 2w")
+    unit = (got.group(2) or "s").lower()
+    return float(got.group(1)) * _DURATION_UNITS[unit]
 
 
 # ---------------------------------------------------------------- the layers
@@ -271,8 +294,11 @@ def load_config(
     path: Path | None = None,
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    *,
+    flags_origin: str = "command line",
 ) -> Config:
-    """Merge defaults < TOML file < environment < flags and validate the result."""
+    """Merge defaults < TOML file < environment < flags and validate the result. `flags_origin`
+    names where the flags came from in errors: the command line, or API_OPTIONS."""
     env = os.environ if env is None else env
     merged: dict[str, Any] = dict(DEFAULTS)
     origins = dict.fromkeys(DEFAULTS, "defaults")
@@ -283,7 +309,7 @@ def load_config(
     for layer, origin in (
         (file_values, str(path)),
         (_from_env(env), "environment"),
-        (dict(flags or {}), "command line"),
+        (dict(flags or {}), flags_origin),
     ):
         for key, value in layer.items():
             if value is None:

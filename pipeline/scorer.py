@@ -5,8 +5,8 @@ batch pipeline.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +22,13 @@ from connectors.judges.prompts import (
     prompt_version_for,
     reason_prompt,
 )
+from pipeline.config import API_OPTIONS, Config, load_config
 from pipeline.limits import RateGate
 from pipeline.llm_reason import keep_built_reason
 from pipeline.reason import build_reason
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
-from storage.core.settings import LimitsSettings, ScoringSettings
+from storage.core.settings import LimitsSettings
 from storage.memo import Memo, judge_prefix, memo_key
 
 __all__ = [
@@ -185,9 +186,36 @@ class ContextPrecisionScorer:
 
 
 # the API's defaults are the CLI's: the fields of storage/core/settings.py
-_JUDGE, _LIMITS, _SCORING = JudgeSettings(), LimitsSettings(), ScoringSettings()
-# [judge] settings an option may set (the scorer calls the judge item by item, online)
-_JUDGE_OPTIONS = frozenset(JudgeSettings.__dataclass_fields__) - {"model", "mode", "batch_api"}
+_JUDGE, _LIMITS = JudgeSettings(), LimitsSettings()
+# option -> setting: any [judge] setting but the row mode and batch ones (the scorer calls the
+# judge item by item, online), the [limits] of the calls, the score's scale and reason, the memo
+_OPTIONS = {
+    **{
+        name: f"judge.{name}"
+        for name in JudgeSettings.__dataclass_fields__
+        if name not in ("model", "mode") and not name.startswith("batch_")
+    },
+    **{name: f"limits.{name}" for name in ("concurrency", "rpm", "tpm")},
+    "scale": "scoring.scale",
+    "reason": "scoring.reason",
+    "cache_dir": "run.cache_dir",
+}
+
+
+def _api_settings(model: str, opts: Mapping[str, Any]) -> Config:
+    """The settings the options give, checked as the CLI checks its flags (the loader's types and
+    rules, the same ConfigError messages naming the option); the environment is not read."""
+    unknown = set(opts) - set(_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    flags: dict[str, Any] = {"judge.model": model}
+    for name, value in opts.items():
+        flags[_OPTIONS[name]] = str(value) if isinstance(value, Path) else value
+    providers = flags.pop("judge.providers", None)  # already a table, as the loader makes it
+    cfg = load_config(None, flags, env={}, flags_origin=API_OPTIONS)
+    if providers is not None:
+        cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, providers=providers))
+    return cfg
 
 
 def create_context_precision_scorer(
@@ -205,31 +233,18 @@ def create_context_precision_scorer(
             "create_context_precision_scorer needs options={'context': [...]} or "
             "options={'context_extractor': fn}"
         )
-    scale = float(opts.pop("scale", _SCORING.scale))
-    if scale < 0 or math.isnan(scale):
-        raise ConfigError("scale must be zero or more")
-    stats = JudgeStats()
-    gate = RateGate(
-        int(opts.pop("concurrency", _LIMITS.concurrency)),
-        opts.pop("rpm", _LIMITS.rpm),
-        opts.pop("tpm", _LIMITS.tpm),
-        adaptive=_LIMITS.adaptive,
-    )
-    cache_dir = opts.pop("cache_dir", None)
-    reason = str(opts.pop("reason", _SCORING.reason))
-    settings = JudgeSettings(model=model, **{k: v for k, v in opts.items() if k in _JUDGE_OPTIONS})
-    unknown = set(opts) - _JUDGE_OPTIONS
-    if unknown:
-        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    judge = create_judge(settings, gate=gate, stats=stats)
-    memo = Memo(Path(cache_dir)) if cache_dir else None
+    cfg = _api_settings(model, opts)
+    limits, stats = cfg.limits, JudgeStats()
+    gate = RateGate(limits.concurrency, limits.rpm, limits.tpm, adaptive=limits.adaptive)
+    judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    cache_dir = cfg.run.cache_dir if "cache_dir" in opts else None  # no memo unless asked
     return ContextPrecisionScorer(
         judge,
         context=context,
         extractor=extractor,
-        scale=scale,
-        reason=reason,
-        memo=memo,
+        scale=cfg.scoring.scale,
+        reason=cfg.scoring.reason,
+        memo=Memo(cache_dir) if cache_dir else None,
         stats=stats,
     )
 

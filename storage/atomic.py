@@ -23,7 +23,6 @@ __all__ = [
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
-    "fault_point",
     "is_temp",
     "temp_path",
     "write_error",
@@ -50,10 +49,6 @@ def temp_path(target: Path) -> Path:
     return target.with_name(f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}-{target.name}")
 
 
-def fault_point(target: OutPath) -> None:
-    """Called before every write: the seam tests replace to fail a write like a full disk."""
-
-
 def write_error(target: OutPath, exc: OSError) -> OutputError:
     """The user-facing error for a write that failed."""
     reason = _REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
@@ -72,7 +67,6 @@ def atomic_write(target: OutPath, write: Callable[[Path], object]) -> None:
     tmp = temp_path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fault_point(target)
         write(tmp)
         _fsync(tmp)
         os.replace(tmp, target)
@@ -92,7 +86,6 @@ def _put(target: OutPath, write: Callable[[Path], object]) -> None:
     with tempfile.TemporaryDirectory(prefix=TMP_PREFIX) as folder:
         tmp = Path(folder) / target.name
         try:
-            fault_point(target)
             write(tmp)
             target.put_file(tmp)
         except OSError as exc:
@@ -111,7 +104,6 @@ def _put_from_memory(
     fd = memfd(f"{TMP_PREFIX}{target.name}")
     try:
         tmp = Path(f"/proc/self/fd/{fd}")  # a path to the anonymous in-memory file
-        fault_point(target)
         write(tmp)
         target.put_file(tmp)
     except OSError as exc:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.retry import RetryClock, set_testing
+from connectors.judges.retry import RetryClock
+from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import HOTPOT, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import judge_process
@@ -71,11 +72,10 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def retry_clock() -> Iterator[RetryClock]:
-    """Instant, recorded retry waits; jitter draws 0 so waits are exact."""
-    clock = set_testing(instant=True, rand=lambda: 0.0)
-    yield clock
-    set_testing(False)
+def retry_clock() -> RetryClock:
+    """Instant, recorded retry waits (jitter draws 0 so waits are exact), for a test to pass to
+    the judge or batch client it builds (`create_judge(..., retry_clock=retry_clock)`)."""
+    return instant_retries()
 
 
 @pytest.fixture

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.judges.base import Gate, JudgeStats
-from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.shapes import anthropic_shape, learn_anthropic
-from connectors.judges.transport import Transport, normalize_base_url
-from storage.core.settings import JudgeSettings
+from connectors.judges.shapes import RequestShape, anthropic_shape, learn_anthropic
+from connectors.judges.transport import normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 
@@ -34,27 +31,18 @@ class AnthropicJudge(HttpJudgeBase):
     anthropic-version; base URL from settings.base_url, $ANTHROPIC_BASE_URL, or Anthropic's.
     Models that reject `temperature` (Opus 4.7 and later) are not sent one."""
 
-    provider = "anthropic"
+    provider = default_provider = "anthropic"
 
-    def __init__(
-        self,
-        model_name: str,
-        settings: JudgeSettings,
-        gate: Gate,
-        stats: JudgeStats,
-        *,
-        transport: Transport | None = None,
-        spec: ProviderSpec | None = None,
-    ) -> None:
-        spec = spec or builtin_providers()["anthropic"]
-        base = anthropic_base(spec.base(settings.base_url))
-        model = f"{spec.id}/{model_name}"
-        key = spec.key(model, base, settings.api_key_env)
-        self.key_env = settings.api_key_env or " or ".join(spec.key_env)
-        url = f"{base}/messages"
-        super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
-        self.model, self._name, self._base, self.spec = model, model_name, base, spec
-        self.shape = anthropic_shape(model_name)
+    @staticmethod
+    def _api_root(url: str) -> str:
+        return anthropic_base(url)
+
+    @staticmethod
+    def _endpoint(base: str) -> str:
+        return f"{base}/messages"
+
+    def _first_shape(self) -> RequestShape:
+        return anthropic_shape(self._name)
 
     def identity(self) -> dict[str, object]:
         s = self.settings

@@ -1,14 +1,12 @@
 """Anthropic Message Batches: POST /v1/messages/batches with `requests: [{custom_id, params}]`,
 poll `processing_status` until `ended`, then stream `results_url`. Each `params` is the body the
 online judge would POST to /v1/messages. The base URL is taken as the Anthropic SDK takes it
-(without `/v1`); a trailing `/v1` is tolerated.
+(without `/v1`); a trailing `/v1` is tolerated: the batches live under the judge's own API root.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,26 +20,16 @@ from connectors.judges.batch_client import (
 )
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.transport import normalize_base_url
 from storage.core.errors import JudgeFatalError, JudgeRetryableError
 from storage.core.settings import JudgeSettings
 
-__all__ = ["DEFAULT_ROOT", "LIMITS", "AnthropicBatches", "api_root"]
+__all__ = ["LIMITS", "AnthropicBatches"]
 
-DEFAULT_ROOT = "https://api.anthropic.com"
 LIMITS = BatchLimits(100_000, 256 * 1024 * 1024)
 _FATAL_TYPES = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error"}
 )
 _COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
-
-
-def api_root(settings: JudgeSettings) -> str:
-    """The API root without `/v1` (as the SDK takes ANTHROPIC_BASE_URL)."""
-    base = normalize_base_url(
-        settings.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_ROOT
-    )
-    return base.removesuffix("/v1")
 
 
 def _time(value: Any) -> float | None:
@@ -55,10 +43,10 @@ def _time(value: Any) -> float | None:
 
 class AnthropicBatches(ProviderBatches):
     provider = "anthropic"
+    provider_limits = LIMITS
 
-    def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
-        super().__init__(judge, settings, LIMITS)
-        self.root = api_root(settings)
+    def _locate(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
+        self.root = judge.base_url.removesuffix("/v1")  # the API root, as the SDK takes it
         self.url = f"{self.root}/v1/messages/batches"
 
     def _batch_url(self, batch_id: str) -> str:
@@ -71,13 +59,11 @@ class AnthropicBatches(ProviderBatches):
         self, name: str, path: Path, lines: int, on_file: Callable[[str], None],
         file_id: str | None = None,
     ) -> RemoteBatch:  # fmt: skip
-        def body() -> bytes:
+        def body() -> tuple[bytes, str]:
             rows = [r for r in path.read_bytes().split(b"\n") if r.strip()]
-            return b'{"requests":[' + b",".join(rows) + b"]}"
+            return b'{"requests":[' + b",".join(rows) + b"]}", "application/json"
 
-        created = await self.http.json(
-            "POST", self.url, data=body, headers={"content-type": "application/json"}
-        )
+        created = await self.http.json("POST", self.url, content=body)
         return self._remote(created)
 
     async def find(
@@ -95,16 +81,39 @@ class AnthropicBatches(ProviderBatches):
                 found.append((created, str(b["id"])))
         return min(found)[1] if found else None
 
-    async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
+    def _result_files(self, batch: RemoteBatch) -> list[tuple[str, dict[str, str]]]:
         url = (batch.raw or {}).get("results_url")
         if not url:
             raise JudgeRetryableError(
                 f"batch {batch.id} has ended but has no results_url yet", cause="no_results_url"
             )
-        async for text in self.http.lines(str(url), headers={"accept": "application/binary"}):
-            result = _read_line(text)
-            if result is not None:
-                yield result
+        return [(str(url), {"accept": "application/binary"})]
+
+    @staticmethod
+    def _result(custom_id: str, line: dict[str, Any]) -> LineResult:
+        """succeeded → the Message; errored → its doubly nested error (invalid requests are
+        fatal, server-side ones retryable); canceled and expired → retryable."""
+        result: dict[str, Any] = line["result"] if isinstance(line.get("result"), dict) else {}
+        kind = str(result.get("type"))
+        if kind == "succeeded" and isinstance(result.get("message"), dict):
+            return LineResult(custom_id, result["message"], None)
+        if kind == "errored":
+            outer: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
+            inner: dict[str, Any] = (
+                outer["error"] if isinstance(outer.get("error"), dict) else outer
+            )
+            etype = str(inner.get("type") or "api_error")
+            message = f"{etype}: {inner.get('message') or 'errored'}"
+            if outer.get("request_id"):
+                message += f" (request {outer['request_id']})"
+            if etype in _FATAL_TYPES:
+                return LineResult(custom_id, None, JudgeFatalError(message, cause=etype))
+            return LineResult(custom_id, None, JudgeRetryableError(message, cause=etype))
+        cause = kind if kind in ("canceled", "expired") else "no_result"
+        error = JudgeRetryableError(
+            f"batch_{cause}: the request got no answer", cause=f"batch_{cause}"
+        )
+        return LineResult(custom_id, None, error)
 
     @staticmethod
     def _remote(data: dict[str, Any]) -> RemoteBatch:
@@ -124,32 +133,3 @@ class AnthropicBatches(ProviderBatches):
 
 def _created(batch: dict[str, Any]) -> float:
     return _time(batch.get("created_at")) or 0.0
-
-
-def _read_line(text: bytes) -> LineResult | None:
-    """succeeded → the Message; errored → its doubly nested error (invalid requests are fatal,
-    server-side ones retryable); canceled and expired → retryable."""
-    try:
-        line = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
-        return None
-    custom_id = line["custom_id"]
-    result: dict[str, Any] = line["result"] if isinstance(line.get("result"), dict) else {}
-    kind = str(result.get("type"))
-    if kind == "succeeded" and isinstance(result.get("message"), dict):
-        return LineResult(custom_id, result["message"], None)
-    if kind == "errored":
-        outer: dict[str, Any] = result["error"] if isinstance(result.get("error"), dict) else {}
-        inner: dict[str, Any] = outer["error"] if isinstance(outer.get("error"), dict) else outer
-        etype = str(inner.get("type") or "api_error")
-        message = f"{etype}: {inner.get('message') or 'errored'}"
-        if outer.get("request_id"):
-            message += f" (request {outer['request_id']})"
-        if etype in _FATAL_TYPES:
-            return LineResult(custom_id, None, JudgeFatalError(message, cause=etype))
-        return LineResult(custom_id, None, JudgeRetryableError(message, cause=etype))
-    cause = kind if kind in ("canceled", "expired") else "no_result"
-    error = JudgeRetryableError(f"batch_{cause}: the request got no answer", cause=f"batch_{cause}")
-    return LineResult(custom_id, None, error)

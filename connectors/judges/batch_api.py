@@ -11,16 +11,14 @@ verdicts: the judge's own `read_response` and the tolerant parser do, exactly as
 
 from __future__ import annotations
 
-from typing import Any
-
 from connectors.judges.batch_anthropic import AnthropicBatches
-from connectors.judges.batch_client import (
-    BatchClient,
-)
+from connectors.judges.batch_client import BatchClient
 from connectors.judges.batch_openai import OpenAIBatches
 from connectors.judges.catalog import providers
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.registry import create_judge, resolve_model
+from connectors.judges.retry import RetryClock
+from connectors.judges.transport import StreamingTransport
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
 
@@ -51,12 +49,18 @@ def check_batch_support(settings: JudgeSettings) -> str:
     return spec.batch
 
 
-def create_batch_client(settings: JudgeSettings, **kw: Any) -> BatchClient:
-    """The batch client of `settings.model`'s provider; ConfigError for one without a batch API."""
+def create_batch_client(
+    settings: JudgeSettings,
+    *,
+    transport: StreamingTransport | None = None,
+    retry_clock: RetryClock | None = None,
+) -> BatchClient:
+    """The batch client of `settings.model`'s provider; ConfigError for one without a batch API.
+    Its requests go through `transport` (aiohttp unless given) and wait on `retry_clock`."""
     kind = check_batch_support(settings)
-    judge = create_judge(settings)
+    judge = create_judge(settings, retry_clock=retry_clock)
     if not isinstance(judge, HttpJudgeBase):
         raise ConfigError(f"--batch-api: the judge {settings.model!r} is not an HTTP judge")
     if kind == "openai":
-        return OpenAIBatches(judge, settings, **kw)
-    return AnthropicBatches(judge, settings, **kw)
+        return OpenAIBatches(judge, settings, transport=transport)
+    return AnthropicBatches(judge, settings, transport=transport)

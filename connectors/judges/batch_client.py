@@ -1,6 +1,7 @@
 """What the provider batch clients share: the batch and result-line shapes the pipeline reads, the
-limits of one batch, custom ids, one small retrying HTTP helper for the batch endpoints, and the
-client skeleton (`ProviderBatches`: poll, cancel, list recent batches, close).
+limits of one batch, custom ids, the batch endpoints' requests (`BatchHttp`: the online judge's
+transport protocol, retry policy and clock), and the client skeleton (`ProviderBatches`: poll,
+cancel, list recent batches, close).
 
 A client (`batch_openai.OpenAIBatches`, `batch_anthropic.AnthropicBatches`) turns request bodies
 built by the online judge into batch lines, uploads them, polls, downloads and reads the result
@@ -13,20 +14,18 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-import os
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-
-import aiohttp
-import anyio
+from urllib.parse import urlencode
 
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import backoff, classify, classify_exception
+from connectors.judges.retry import RetryClock, RetryPolicy, classify, classify_exception
 from connectors.judges.secrets import redact
-from storage.core.errors import ConfigError, JudgeError, JudgeFatalError, JudgeRetryableError
+from connectors.judges.transport import AiohttpTransport, HttpRequest, StreamingTransport
+from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
 from storage.core.settings import JudgeSettings
 
 __all__ = [
@@ -39,41 +38,31 @@ __all__ = [
     "RemoteBatch",
     "custom_id_for",
     "json_line",
-    "limits_from_env",
+    "limits_for",
     "line_error",
 ]
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_HTTP_ATTEMPTS = 6
+MIN_READ_TIMEOUT_S = 120.0  # a batch upload or download may wait this long for each read
 _LIST_PAGES = 20
 
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """Lines and bytes of one batch (a provider's limits, or smaller ones for tests)."""
+    """Lines and bytes of one batch (a provider's limits, or smaller ones from the settings)."""
 
     max_lines: int
     max_bytes: int
 
 
-def limits_from_env(default: BatchLimits) -> BatchLimits:
-    """CTXPREC_BATCH_MAX_LINES / CTXPREC_BATCH_MAX_BYTES lower the provider's limits (never
-    raise them): smaller batches finish sooner and let a test split a run."""
-    lines, size = default.max_lines, default.max_bytes
-    for var, current in (("CTXPREC_BATCH_MAX_LINES", lines), ("CTXPREC_BATCH_MAX_BYTES", size)):
-        raw = os.environ.get(var, "").strip()
-        if not raw:
-            continue
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(f"{var}={raw!r} must be a whole number") from None
-        if value < 1:
-            raise ConfigError(f"{var}={raw!r} must be at least 1")
-        if var.endswith("LINES"):
-            lines = min(current, value)
-        else:
-            size = min(current, value)
+def limits_for(provider: BatchLimits, settings: JudgeSettings) -> BatchLimits:
+    """The provider's limits, lowered (never raised) by [judge] batch_max_lines and
+    batch_max_bytes: smaller batches finish sooner."""
+    lines, size = provider.max_lines, provider.max_bytes
+    if settings.batch_max_lines is not None:
+        lines = min(lines, settings.batch_max_lines)
+    if settings.batch_max_bytes is not None:
+        size = min(size, settings.batch_max_bytes)
     return BatchLimits(lines, size)
 
 
@@ -139,44 +128,63 @@ class BatchClient(Protocol):
 
 
 class BatchHttp:
-    """One aiohttp session; each request is retried on transport errors, 408/409/429 and 5xx
+    """The batch endpoints' requests, through the same transport protocol, retry policy
+    (`retry.RetryPolicy`: the judge's max_retries, retry_budget_s and backoff) and clock as the
+    online judge's calls: each request is retried on transport errors, 408/409/429 and 5xx
     (honouring Retry-After) and raises the classified JudgeError otherwise."""
 
-    def __init__(self, headers: Mapping[str, str], timeout_s: float, where: str) -> None:
-        self.headers, self.timeout_s, self.where = dict(headers), timeout_s, where
-        self._session: aiohttp.ClientSession | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.timeout_s)
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session
-
-    async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            await session.close()
+    def __init__(
+        self,
+        headers: Mapping[str, str],
+        where: str,
+        transport: StreamingTransport,
+        policy: RetryPolicy,
+        clock: RetryClock,
+    ) -> None:
+        self.headers, self.where = dict(headers), where
+        self.transport, self.policy, self.clock = transport, policy, clock
 
     async def json(
         self,
         method: str,
         url: str,
         *,
-        body: Any = None,
-        data: Callable[[], Any] | None = None,
+        body: dict[str, Any] | None = None,
+        content: Callable[[], tuple[bytes, str]] | None = None,
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """One JSON request; `data` builds a fresh body (e.g. multipart) for each attempt."""
-        text = await self._request(method, url, body=body, data=data, params=params,
-                                   headers=headers)  # fmt: skip
+        """One request answered by a JSON object: a JSON `body`, or `content` building the body's
+        bytes and content type (e.g. a multipart form) for each attempt, or no body."""
+        if params:
+            url = f"{url}{'&' if '?' in url else '?'}{urlencode(dict(params))}"
+        started, retries = self.clock.now(), 0
+        while True:
+            sent = {**self.headers, **(headers or {})}
+            if content is not None:
+                data, kind = content()
+                request = HttpRequest(method, url, {**sent, "content-type": kind}, content=data)
+            elif body is not None:
+                request = HttpRequest(method, url, sent, body)
+            else:
+                request = HttpRequest(method, url, sent, content=b"")
+            try:
+                reply = await self.transport.send(request)
+                if reply.status >= 300:
+                    raise classify(reply.status, reply.body, reply.headers)
+                break
+            except Exception as exc:
+                wait = self._wait_or_raise(exc, method, url, retries, started)
+            retries += 1
+            await self.clock.sleep(wait)
         try:
-            parsed = json.loads(text)
+            parsed = json.loads(reply.body)
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
             raise JudgeRetryableError(
-                f"{method} {url}: the reply is not a JSON object: {text[:200]!r}", cause="garbage"
+                f"{method} {url}: the reply is not a JSON object: {reply.body[:200]!r}",
+                cause="garbage",
             )
         return parsed
 
@@ -184,79 +192,47 @@ class BatchHttp:
         self, url: str, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[bytes]:
         """GET a JSONL body and yield its non-empty lines (streamed, not held in memory)."""
-        for attempt in range(1, _HTTP_ATTEMPTS + 1):
+        request = HttpRequest("GET", url, {**self.headers, **(headers or {})}, content=b"")
+        started, retries = self.clock.now(), 0
+        while True:
             try:
-                sent = {**self.headers, **(headers or {})}
-                async with self.session().get(url, headers=sent) as r:
-                    if r.status >= 300:
-                        body = (await r.read()).decode("utf-8", "replace")
-                        raise classify(r.status, body, r.headers)
+                async with self.transport.stream(request) as reply:
+                    if reply.status >= 300:
+                        raw = b"".join([block async for block in reply.blocks])
+                        raise classify(reply.status, raw.decode("utf-8", "replace"), reply.headers)
                     rest = b""  # split by hand: a long line is fine (no readline limit)
-                    async for block in r.content.iter_chunked(1 << 20):
+                    async for block in reply.blocks:
                         *done, rest = (rest + block).split(b"\n")
-                        for raw in done:
-                            if raw.strip():
-                                yield raw
+                        for line in done:
+                            if line.strip():
+                                yield line
                     if rest.strip():
                         yield rest
                     return
-            except JudgeError as err:
-                if not self._again(err, attempt):
-                    raise self._final(err, "GET", url) from err
-                await anyio.sleep(backoff(attempt, 0.5, 30.0, getattr(err, "retry_after", None)))
             except Exception as exc:
-                err2 = classify_exception(exc)
-                if err2 is None:
-                    raise
-                if not self._again(err2, attempt):
-                    raise self._final(err2, "GET", url) from exc
-                await anyio.sleep(backoff(attempt, 0.5, 30.0))
+                wait = self._wait_or_raise(exc, "GET", url, retries, started)
+            retries += 1
+            await self.clock.sleep(wait)
 
-    async def _request(
-        self,
-        method: str,
-        url: str,
-        *,
-        body: Any,
-        data: Callable[[], Any] | None,
-        params: Mapping[str, str] | None,
-        headers: Mapping[str, str] | None,
-    ) -> str:
-        for attempt in range(1, _HTTP_ATTEMPTS + 1):
-            try:
-                kw: dict[str, Any] = {"headers": {**self.headers, **(headers or {})}}
-                if params:
-                    kw["params"] = dict(params)
-                if data is not None:
-                    kw["data"] = data()
-                elif body is not None:
-                    kw["json"] = body
-                async with self.session().request(method, url, **kw) as r:
-                    text = (await r.read()).decode("utf-8", "replace")
-                    if r.status >= 300:
-                        raise classify(r.status, text, r.headers)
-                    return text
-            except JudgeError as err:
-                if not self._again(err, attempt):
-                    raise self._final(err, method, url) from err
-                await anyio.sleep(backoff(attempt, 0.5, 30.0, getattr(err, "retry_after", None)))
-            except Exception as exc:
-                err2 = classify_exception(exc)
-                if err2 is None:
-                    raise
-                if not self._again(err2, attempt):
-                    raise self._final(err2, method, url) from exc
-                await anyio.sleep(backoff(attempt, 0.5, 30.0))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    @staticmethod
-    def _again(err: JudgeError, attempt: int) -> bool:
-        return isinstance(err, JudgeRetryableError) and attempt < _HTTP_ATTEMPTS
-
-    def _final(self, err: JudgeError, method: str, url: str) -> JudgeError:
+    def _wait_or_raise(
+        self, exc: Exception, method: str, url: str, retries: int, started: float
+    ) -> float:
+        """Seconds before the next attempt after `exc`; raises it (classified, with the request
+        named) when it is not retryable or the policy allows no more retries."""
+        err = exc if isinstance(exc, JudgeError) else classify_exception(exc)
+        if err is None:
+            raise exc
+        if self.policy.may_retry(err, retries):
+            # a wait past retry.PAUSE_CEILING_S is the server's schedule: waited, not charged
+            wait = self.policy.pauses_the_run(err)
+            if wait is None:
+                elapsed = self.clock.now() - started
+                wait = self.policy.wait(err, retries, elapsed, rand=self.clock.rand)
+            if wait is not None:
+                return wait
         message = redact(f"{self.where}: {method} {url} failed: {err}")
         kind = JudgeRetryableError if isinstance(err, JudgeRetryableError) else JudgeFatalError
-        return kind(message, cause=err.cause, status=err.status)
+        raise kind(message, cause=err.cause, status=err.status) from exc
 
 
 def line_error(status: int, body: Any) -> JudgeError:
@@ -279,11 +255,29 @@ class ProviderBatches(abc.ABC):
     cancel one batch, page through recent batches, close. Providers add the URLs and the shapes."""
 
     provider: str
+    provider_limits: BatchLimits  # lines and bytes of one batch, as the provider allows
 
-    def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings, limits: BatchLimits) -> None:
+    def __init__(
+        self,
+        judge: HttpJudgeBase,
+        settings: JudgeSettings,
+        *,
+        transport: StreamingTransport | None = None,
+    ) -> None:
         self.judge = judge
-        self.limits = limits_from_env(limits)
-        self.http = BatchHttp(judge.auth_headers(), max(settings.timeout_s, 120.0), judge.model)
+        self.limits = limits_for(self.provider_limits, settings)
+        # a transport given by the caller is the caller's to close; the default one is ours
+        self._own_transport: AiohttpTransport | None = None
+        if transport is None:
+            timeout_s = max(settings.timeout_s, MIN_READ_TIMEOUT_S)
+            transport = self._own_transport = AiohttpTransport(timeout_s, per_read=True)
+        policy = RetryPolicy.of(settings)
+        self.http = BatchHttp(judge.auth_headers(), judge.model, transport, policy, judge.clock)
+        self._locate(judge, settings)
+
+    @abc.abstractmethod
+    def _locate(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
+        """Set the provider's batch URLs (under the judge's API root or the settings')."""
 
     @abc.abstractmethod
     def _batch_url(self, batch_id: str) -> str: ...
@@ -292,6 +286,27 @@ class ProviderBatches(abc.ABC):
     @abc.abstractmethod
     def _remote(data: dict[str, Any]) -> RemoteBatch: ...
 
+    @abc.abstractmethod
+    def _result_files(self, batch: RemoteBatch) -> list[tuple[str, dict[str, str]]]:
+        """The URLs (and extra headers) of an ended batch's result lines."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def _result(custom_id: str, line: dict[str, Any]) -> LineResult:
+        """One result line of the provider's shape, read."""
+
+    async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
+        """Each result line of an ended batch, downloaded as it streams; lines that are not a
+        JSON object with a custom_id are skipped."""
+        for url, headers in self._result_files(batch):
+            async for text in self.http.lines(url, headers):
+                try:
+                    line = json.loads(text)
+                except ValueError:
+                    continue
+                if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
+                    yield self._result(line["custom_id"], line)
+
     async def poll(self, batch_id: str) -> RemoteBatch:
         return self._remote(await self.http.json("GET", self._batch_url(batch_id)))
 
@@ -299,7 +314,8 @@ class ProviderBatches(abc.ABC):
         return self._remote(await self.http.json("POST", f"{self._batch_url(batch_id)}/cancel"))
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        if self._own_transport is not None:
+            await self._own_transport.aclose()
         await self.judge.aclose()
 
     async def _recent(

@@ -6,13 +6,10 @@ and error files. Each line's body is the one the online judge would POST.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 from connectors.judges.batch_client import (
     BatchLimits,
@@ -25,6 +22,7 @@ from connectors.judges.batch_client import (
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.openai import OpenAIJudge
+from connectors.judges.transport import multipart_form
 from storage.core.errors import JudgeRetryableError
 from storage.core.settings import JudgeSettings
 
@@ -38,9 +36,9 @@ _RETRYABLE_BATCH_ERRORS = frozenset({"token_limit_exceeded", "rate_limit_exceede
 
 class OpenAIBatches(ProviderBatches):
     provider = "openai"
+    provider_limits = LIMITS
 
-    def __init__(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
-        super().__init__(judge, settings, LIMITS)
+    def _locate(self, judge: HttpJudgeBase, settings: JudgeSettings) -> None:
         if not isinstance(judge, OpenAIJudge):
             raise TypeError(f"OpenAI batches need an OpenAI-compatible judge, not {judge!r}")
         self.base = judge.base_url.partition("?")[0].rstrip("/")  # the judge's provider's API
@@ -59,15 +57,11 @@ class OpenAIBatches(ProviderBatches):
     ) -> RemoteBatch:  # fmt: skip
         if file_id is None:
 
-            def form() -> aiohttp.FormData:
-                data = aiohttp.FormData()
-                data.add_field("purpose", "batch")
-                data.add_field(
-                    "file", path.read_bytes(), filename=path.name, content_type="application/jsonl"
-                )
-                return data
+            def form() -> tuple[bytes, str]:
+                upload = (path.name, path.read_bytes(), "application/jsonl")
+                return multipart_form({"purpose": "batch"}, {"file": upload})
 
-            uploaded = await self.http.json("POST", f"{self.base}/files", data=form)
+            uploaded = await self.http.json("POST", f"{self.base}/files", content=form)
             file_id = str(uploaded["id"])
             on_file(file_id)
         created = await self.http.json(
@@ -99,16 +93,30 @@ class OpenAIBatches(ProviderBatches):
                     return str(b["id"])
         return None
 
-    async def results(self, batch: RemoteBatch) -> AsyncIterator[LineResult]:
+    def _result_files(self, batch: RemoteBatch) -> list[tuple[str, dict[str, str]]]:
         raw = batch.raw or {}
-        for key in ("output_file_id", "error_file_id"):
-            file_id = raw.get(key)
-            if not file_id:
-                continue
-            async for text in self.http.lines(f"{self.base}/files/{file_id}/content"):
-                result = _read_line(text)
-                if result is not None:
-                    yield result
+        files = [raw.get(key) for key in ("output_file_id", "error_file_id")]
+        return [(f"{self.base}/files/{file_id}/content", {}) for file_id in files if file_id]
+
+    @staticmethod
+    def _result(custom_id: str, line: dict[str, Any]) -> LineResult:
+        """A BatchRequestOutput line: `error` for non-HTTP failures (expired, cancelled,
+        timeout), else `response` whose status_code decides: 2xx is a reply body, anything else
+        an error."""
+        error = line.get("error")
+        if isinstance(error, dict) and error:
+            code = str(error.get("code") or "batch_error")
+            message = f"{code}: {error.get('message') or 'no result'}"
+            return LineResult(custom_id, None, JudgeRetryableError(message, cause=code))
+        response = line.get("response")
+        if not isinstance(response, dict):
+            error = JudgeRetryableError("no response", cause="no_result")
+            return LineResult(custom_id, None, error)
+        status = json_int(response.get("status_code"))
+        body = response.get("body")
+        if 200 <= status < 300 and isinstance(body, dict):
+            return LineResult(custom_id, body, None)
+        return LineResult(custom_id, None, line_error(status or 500, body))
 
     @staticmethod
     def _remote(data: dict[str, Any]) -> RemoteBatch:
@@ -136,28 +144,3 @@ class OpenAIBatches(ProviderBatches):
 
 def _created(batch: dict[str, Any]) -> float:
     return float(json_int(batch.get("created_at")))
-
-
-def _read_line(text: bytes) -> LineResult | None:
-    """A BatchRequestOutput line: `error` for non-HTTP failures (expired, cancelled, timeout),
-    else `response` whose status_code decides: 2xx is a reply body, anything else an error."""
-    try:
-        line = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
-        return None
-    custom_id = line["custom_id"]
-    error = line.get("error")
-    if isinstance(error, dict) and error:
-        code = str(error.get("code") or "batch_error")
-        message = f"{code}: {error.get('message') or 'no result'}"
-        return LineResult(custom_id, None, JudgeRetryableError(message, cause=code))
-    response = line.get("response")
-    if not isinstance(response, dict):
-        return LineResult(custom_id, None, JudgeRetryableError("no response", cause="no_result"))
-    status = json_int(response.get("status_code"))
-    body = response.get("body")
-    if 200 <= status < 300 and isinstance(body, dict):
-        return LineResult(custom_id, body, None)
-    return LineResult(custom_id, None, line_error(status or 500, body))

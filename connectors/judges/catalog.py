@@ -13,7 +13,7 @@ import functools
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -25,6 +25,7 @@ from storage.core.settings import Price
 __all__ = [
     "DATA_FILE",
     "KINDS",
+    "KeySource",
     "ProviderSpec",
     "ProviderTable",
     "builtin_providers",
@@ -44,6 +45,9 @@ _LISTS = ("key_env", "aliases")
 # [providers.NAME] as JudgeSettings carries it: (name, ((field, value), ...)) with lists joined
 ProviderTable = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 _VAR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# where API keys are read: a variable's name -> its value (None: unset); the environment's by
+# default, another one passed in (e.g. by a caller that makes no call and needs no real key)
+KeySource = Callable[[str], str | None]
 _HOW_TO_ADD = (
     'add one in a config: [providers.NAME] base_url = "https://.../v1", key_env = ["NAME_API_KEY"]'
     " (kind, key_header and key_required optional; `ctxprec providers` lists the known ones)"
@@ -85,13 +89,21 @@ class ProviderSpec:
 
         return _VAR.sub(var, self.base_url)
 
-    def key(self, model: str, base_url: str, key_env: str | None = None) -> str | None:
+    def key(
+        self,
+        model: str,
+        base_url: str,
+        key_env: str | None = None,
+        key_source: KeySource | None = None,
+    ) -> str | None:
         """The API key from the first of the provider's variables that is set (`key_env`, i.e.
-        --api-key-env, replaces them); missing is a ConfigError before any request, naming the
-        variables, unless the provider needs none (here, or on localhost for "remote")."""
+        --api-key-env, replaces them), read from `key_source` (the environment unless given);
+        missing is a ConfigError before any request, naming the variables, unless the provider
+        needs none (here, or on localhost for "remote")."""
         names = (key_env,) if key_env else self.key_env
+        read = key_source or os.environ.get
         for name in names:
-            value = os.environ.get(name, "").strip()
+            value = (read(name) or "").strip()
             if value:
                 register_secret(value)
                 return value

@@ -18,6 +18,7 @@ from typing import Any
 
 from connectors.judges.base import Gate, JudgeStats
 from connectors.judges.retry import (
+    RetryClock,
     RetryPolicy,
     classify,
     classify_exception,
@@ -86,8 +87,10 @@ class HttpClient(abc.ABC):
         url: str,
         api_key: str | None,
         transport: Transport | None = None,
+        retry_clock: RetryClock | None = None,
     ) -> None:
         self.settings, self.gate, self.stats = settings, gate, stats
+        self.clock = retry_clock or clock()  # the waits between attempts (tests: an instant one)
         self._url, self._api_key = url, api_key
         register_secret(api_key)
         # a transport given by the caller is the caller's to close; the default one is ours
@@ -158,12 +161,12 @@ class HttpClient(abc.ABC):
 
     async def _hold(self) -> None:
         """Wait out a run-wide pause (a Retry-After beyond retry.PAUSE_CEILING_S)."""
-        wait = self._paused_until - clock().now()
+        wait = self._paused_until - self.clock.now()
         if wait > 0:
-            await clock().sleep(wait)
+            await self.clock.sleep(wait)
 
     def _pause(self, seconds: float) -> None:
-        until = clock().now() + seconds
+        until = self.clock.now() + seconds
         if until > self._paused_until + 1.0:
             shown = datetime.fromtimestamp(time.time() + seconds, UTC).strftime("%H:%M:%S")
             _log.warning(
@@ -185,7 +188,7 @@ class HttpClient(abc.ABC):
         """POST JSON, retrying what `classify` calls retryable; raise the last JudgeError.
         With `rebuild` (the payload from the current shape), a rejected shape is adapted to and
         sent again at once; a refusal of the whole run raises JudgeRefusedRunError."""
-        started, attempts, retries, adaptations = clock().now(), 0, 0, 0
+        started, attempts, retries, adaptations = self.clock.now(), 0, 0, 0
         while True:
             if self._refused is not None:
                 raise self._refused
@@ -217,7 +220,7 @@ class HttpClient(abc.ABC):
             retries += 1
             self.stats.retries += 1
             _log.debug("retry %d of POST %s in %.2fs", retries, url, wait)
-            await clock().sleep(wait)
+            await self.clock.sleep(wait)
 
     def _adapt(
         self, err: JudgeError, payload: dict[str, Any], rebuild: Callable[[], dict[str, Any]]
@@ -240,8 +243,8 @@ class HttpClient(abc.ABC):
         pause = policy.pauses_the_run(err)
         if pause is not None:
             self._pause(pause)
-            return max(self._paused_until - clock().now(), 0.0)
-        return policy.wait(err, retries, clock().now() - started)
+            return max(self._paused_until - self.clock.now(), 0.0)
+        return policy.wait(err, retries, self.clock.now() - started, rand=self.clock.rand)
 
     def _give_up(self, err: JudgeError, url: str, attempts: int) -> JudgeError:
         limits = ""

@@ -14,12 +14,16 @@ from typing import Any, TypeVar
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import ItemRequest, RowItemsError, estimate_tokens
+from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
+from connectors.judges.catalog import KeySource, ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
+from connectors.judges.retry import RetryClock
 from connectors.judges.secrets import redact
-from connectors.judges.shapes import BUDGET_CAP
+from connectors.judges.shapes import BUDGET_CAP, RequestShape
+from connectors.judges.transport import Transport
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
+from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply
 
 __all__ = ["HttpJudgeBase", "Message", "Row", "Schema"]
@@ -67,6 +71,57 @@ class _Reply:
 
 class HttpJudgeBase(HttpClient):
     """An HTTP judge: the conversation on top of the client; providers give the shapes."""
+
+    default_provider: str  # the registry provider of a judge created without a `spec`
+
+    def __init__(
+        self,
+        model_name: str,
+        settings: JudgeSettings,
+        gate: Gate,
+        stats: JudgeStats,
+        *,
+        transport: Transport | None = None,
+        spec: ProviderSpec | None = None,
+        retry_clock: RetryClock | None = None,
+        key_source: KeySource | None = None,
+    ) -> None:
+        """The registry provider `spec`'s judge of `model_name` (`default_provider`'s without
+        one): its API root (settings.base_url, then the provider's variable, then its URL), its
+        key from the provider's variables (or settings.api_key_env) as `key_source` (the
+        environment unless given) holds them, its first request shape."""
+        spec = spec or builtin_providers()[self.default_provider]
+        base = self._api_root(spec.base(settings.base_url))
+        model = f"{spec.id}/{model_name}"
+        key = spec.key(model, base, settings.api_key_env, key_source)
+        self.key_env = settings.api_key_env or " or ".join(spec.key_env)
+        super().__init__(
+            settings, gate, stats, url=self._endpoint(base), api_key=key, transport=transport,
+            retry_clock=retry_clock,
+        )  # fmt: skip
+        self.model, self._name, self._base, self.spec = model, model_name, base, spec
+        self.provider = spec.id
+        self.shape = self._first_shape()
+
+    @property
+    def base_url(self) -> str:
+        """The API root this judge posts under (its provider's batch API lives there too)."""
+        return self._base
+
+    # -- provider hooks
+    @staticmethod
+    @abc.abstractmethod
+    def _api_root(url: str) -> str:
+        """The API root the provider's URLs hang under, from the configured base URL."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def _endpoint(base: str) -> str:
+        """The URL a judge call is POSTed to."""
+
+    @abc.abstractmethod
+    def _first_shape(self) -> RequestShape:
+        """The request shape this model is sent first (adapted to rejections later)."""
 
     # -- provider hooks
     @abc.abstractmethod

@@ -10,13 +10,10 @@ import functools
 from typing import Any
 from urllib.parse import urlsplit
 
-from connectors.judges.base import Gate, JudgeStats
-from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import json_int
 from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.shapes import learn_openai, openai_shape
-from connectors.judges.transport import Transport, normalize_base_url
-from storage.core.settings import JudgeSettings
+from connectors.judges.shapes import RequestShape, learn_openai, openai_shape
+from connectors.judges.transport import normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 
@@ -38,34 +35,20 @@ class OpenAIJudge(HttpJudgeBase):
     name, whatever the provider (`shapes.openai_shape`), and adapts once per run to what the
     server rejects."""
 
-    provider = "openai"
+    provider = default_provider = "openai"
 
-    def __init__(
-        self,
-        model_name: str,
-        settings: JudgeSettings,
-        gate: Gate,
-        stats: JudgeStats,
-        *,
-        transport: Transport | None = None,
-        spec: ProviderSpec | None = None,
-    ) -> None:
-        spec = spec or builtin_providers()["openai"]
-        base = normalize_base_url(spec.base(settings.base_url))
-        model = f"{spec.id}/{model_name}"
-        key = spec.key(model, base, settings.api_key_env)
-        self.key_env = settings.api_key_env or " or ".join(spec.key_env)
+    @staticmethod
+    def _api_root(url: str) -> str:
+        return normalize_base_url(url)
+
+    @staticmethod
+    def _endpoint(base: str) -> str:
         path, sep, query = base.partition("?")
-        url = f"{path.rstrip('/')}/chat/completions{sep}{query}"
-        super().__init__(settings, gate, stats, url=url, api_key=key, transport=transport)
-        self.model, self._name, self._base, self.spec = model, model_name, base, spec
-        self.provider = spec.id
-        self.shape = openai_shape(model_name, settings.structured_output, settings.reasoning_effort)
+        return f"{path.rstrip('/')}/chat/completions{sep}{query}"
 
-    @property
-    def base_url(self) -> str:
-        """The API root this judge posts under (its batch API lives there too)."""
-        return self._base
+    def _first_shape(self) -> RequestShape:
+        s = self.settings
+        return openai_shape(self._name, s.structured_output, s.reasoning_effort)
 
     def identity(self) -> dict[str, object]:
         s = self.settings

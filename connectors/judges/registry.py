@@ -8,12 +8,15 @@ which wins over the registry. A judge's module is imported only when a judge of 
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
-from connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
+from connectors.judges.catalog import KeySource, ProviderSpec, ProviderTable, lookup, providers
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
+
+if TYPE_CHECKING:  # an annotation only: retry imports aiohttp, which `--help` must not load
+    from connectors.judges.retry import RetryClock
 
 __all__ = [
     "JudgeFactory",
@@ -82,15 +85,22 @@ def _resolve(factory: str | JudgeFactory) -> JudgeFactory:
 
 
 def create_judge(
-    settings: JudgeSettings, *, gate: Gate | None = None, stats: JudgeStats | None = None
+    settings: JudgeSettings,
+    *,
+    gate: Gate | None = None,
+    stats: JudgeStats | None = None,
+    retry_clock: RetryClock | None = None,
+    key_source: KeySource | None = None,
 ) -> Judge:
-    """Build the judge named by `settings.model`; raises ConfigError (e.g. missing key)."""
+    """Build the judge named by `settings.model`; raises ConfigError (e.g. missing key).
+    `retry_clock` times an HTTP judge's waits between attempts (tests pass an instant one);
+    `key_source` is where its API key is read (the environment unless given)."""
     provider, name, spec = resolve_model(settings.model, settings.providers)
     gate, stats = gate or NullGate(), stats or JudgeStats()
     if spec is None:
         return _resolve(_PROVIDERS[provider])(name, settings, gate, stats)
     module_name, _, attr = _KINDS[spec.kind].partition(":")
     judge: Judge = getattr(importlib.import_module(module_name), attr)(
-        name, settings, gate, stats, spec=spec
+        name, settings, gate, stats, spec=spec, retry_clock=retry_clock, key_source=key_source
     )
     return judge

@@ -264,8 +264,9 @@ def classify_exception(exc: BaseException) -> JudgeError | None:
 
 
 class RetryClock:
-    """Sleep and clock used between attempts. Tests install an instant one with `set_testing`:
-    its sleeps only advance a virtual offset (so retry budgets still add up) and are recorded."""
+    """Sleep and clock used between attempts, passed to a judge or batch client by whoever builds
+    it (`create_judge(..., retry_clock=)`). An instant one (tests) only advances a virtual offset
+    on sleep (so retry budgets still add up) and records each wait."""
 
     def __init__(
         self,
@@ -300,15 +301,17 @@ def set_testing(
     rand: Callable[[], float] | None = None,
     on_sleep: Callable[[float], None] | None = None,
 ) -> RetryClock:
-    """Make retry waits instant and recorded (like stamina's test mode); returns the clock.
-    `set_testing(False)` restores real sleeps."""
+    """Make the default clock's waits instant and recorded (like stamina's test mode); returns
+    the clock. `set_testing(False)` restores real sleeps. Only for runs started from the CLI,
+    whose judges are built without a clock until the run's options carry one; a caller that
+    builds a judge passes its clock instead."""
     global _CLOCK
     _CLOCK = RetryClock(instant, rand or random.random, on_sleep)
     return _CLOCK
 
 
 def clock() -> RetryClock:
-    """The clock in use (real, or the instant one installed by `set_testing`)."""
+    """The default clock of a judge built without one (real, or `set_testing`'s)."""
     return _CLOCK
 
 
@@ -370,11 +373,18 @@ class RetryPolicy:
         wait = getattr(err, "retry_after", None)
         return wait if wait is not None and wait > PAUSE_CEILING_S else None
 
-    def wait(self, err: JudgeError, retries: int, elapsed: float) -> float | None:
+    def wait(
+        self,
+        err: JudgeError,
+        retries: int,
+        elapsed: float,
+        *,
+        rand: Callable[[], float] | None = None,
+    ) -> float | None:
         """Seconds before retry number `retries + 1` (Retry-After, else jittered backoff), or
         None when that wait would pass the budget."""
         retry_after = getattr(err, "retry_after", None)
-        wait = backoff(retries + 1, self.backoff_base_s, self.backoff_max_s, retry_after)
+        wait = backoff(retries + 1, self.backoff_base_s, self.backoff_max_s, retry_after, rand=rand)
         return None if elapsed + wait > self.retry_budget_s else wait
 
     def describe(self) -> str:

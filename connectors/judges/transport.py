@@ -1,19 +1,33 @@
-"""How a judge's request crosses the wire, and nothing more: `Transport` is one method
-(`send` a request, get the status, body and headers back), `AiohttpTransport` is the real one.
-Tests pass their own transport (tests/fakes/transport.py) to test the client without a server,
-as httpx's `MockTransport` does. Retries, classification and parsing live above this layer.
+"""How every request of ctxprec crosses the wire, and nothing more: `Transport` is one method
+(`send` a request, get the status, body and headers back); `StreamingTransport` adds `stream`
+(the reply's body read block by block, for batch result files); `AiohttpTransport` is the real
+one. The online judge and the batch clients both send through it, as openai-python's
+`_base_client` serves every request. Tests pass their own transport (tests/fakes/transport.py)
+to test a client without a server, as httpx's `MockTransport` does. Retries, classification and
+parsing live above this layer (client.py, batch_client.py, retry.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
-__all__ = ["AiohttpTransport", "HttpRequest", "HttpResponse", "Transport", "normalize_base_url"]
+__all__ = [
+    "AiohttpTransport",
+    "HttpRequest",
+    "HttpResponse",
+    "HttpStream",
+    "StreamingTransport",
+    "Transport",
+    "multipart_form",
+    "normalize_base_url",
+]
 
 
 def normalize_base_url(url: str) -> str:
@@ -22,12 +36,14 @@ def normalize_base_url(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
-    """One JSON request: method, URL, headers (auth included) and the JSON body."""
+    """One request: method, URL, headers (auth included) and the JSON body, or `content`: the
+    body's bytes as they are sent (a multipart form, a pre-built JSON body; b"" for none)."""
 
     method: str
     url: str
     headers: Mapping[str, str]
     json: dict[str, Any] = field(default_factory=dict)
+    content: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +55,15 @@ class HttpResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class HttpStream:
+    """A reply whose body is read as it arrives: the status, the headers, the body's blocks."""
+
+    status: int
+    headers: Mapping[str, str]
+    blocks: AsyncIterator[bytes]
+
+
 class Transport(Protocol):
     """Sends one request. Raises on transport failures (timeouts, dropped connections): the
     client classifies them (`retry.classify_exception`) as it classifies statuses."""
@@ -46,12 +71,39 @@ class Transport(Protocol):
     async def send(self, request: HttpRequest) -> HttpResponse: ...
 
 
+class StreamingTransport(Transport, Protocol):
+    """A transport that can also hand a reply's body over block by block (large downloads)."""
+
+    def stream(self, request: HttpRequest) -> AbstractAsyncContextManager[HttpStream]: ...
+
+
+def multipart_form(
+    fields: Mapping[str, str], files: Mapping[str, tuple[str, bytes, str]]
+) -> tuple[bytes, str]:
+    """A multipart/form-data body (`files`: name -> (filename, bytes, content type)) and its
+    content-type header."""
+    boundary = "ctxprec-" + secrets.token_hex(16)
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        head = f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+        parts.append(head.encode() + value.encode() + b"\r\n")
+    for name, (filename, data, kind) in files.items():
+        head = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+            f'filename="{filename}"\r\nContent-Type: {kind}\r\n\r\n'
+        )
+        parts.append(head.encode() + data + b"\r\n")
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
 class AiohttpTransport:
     """One aiohttp session (no connection cap: the run's gate limits calls in flight), made on
-    first use and again when the event loop changes; `aclose` closes it."""
+    first use and again when the event loop changes; `aclose` closes it. `timeout_s` bounds a
+    whole request, or with `per_read` each read of the socket (large uploads and downloads)."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
+    def __init__(self, timeout_s: float, *, per_read: bool = False) -> None:
+        self.timeout_s, self.per_read = timeout_s, per_read
         self.session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -59,18 +111,37 @@ class AiohttpTransport:
         loop = asyncio.get_running_loop()
         if self.session is None or self.session.closed or self._loop is not loop:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0, ttl_dns_cache=300)
-            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            if self.per_read:
+                timeout = aiohttp.ClientTimeout(
+                    total=None, sock_connect=30, sock_read=self.timeout_s
+                )
+            else:
+                timeout = aiohttp.ClientTimeout(total=self.timeout_s)
             self.session = aiohttp.ClientSession(connector=connector, timeout=timeout)
             self._loop = loop
         return self.session
 
+    @staticmethod
+    def _body(request: HttpRequest) -> dict[str, Any]:
+        if request.content is not None:  # b"": no body at all (no content-type either)
+            return {"data": request.content} if request.content else {}
+        return {"json": request.json}
+
     async def send(self, request: HttpRequest) -> HttpResponse:
         session = self._session_now()
         async with session.request(
-            request.method, request.url, json=request.json, headers=dict(request.headers)
+            request.method, request.url, headers=dict(request.headers), **self._body(request)
         ) as resp:
             raw = await resp.read()
             return HttpResponse(resp.status, raw.decode("utf-8", "replace"), resp.headers)
+
+    @asynccontextmanager
+    async def stream(self, request: HttpRequest) -> AsyncIterator[HttpStream]:
+        session = self._session_now()
+        async with session.request(
+            request.method, request.url, headers=dict(request.headers), **self._body(request)
+        ) as resp:
+            yield HttpStream(resp.status, resp.headers, resp.content.iter_chunked(1 << 20))
 
     async def aclose(self) -> None:
         session, self.session = self.session, None

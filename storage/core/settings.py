@@ -138,6 +138,32 @@ class JudgeSettings:
         "send the judge's calls through the provider's batch API (half price, up to 24 h)",
         flag="--batch-api",
     )
+    batch_max_lines: int | None = setting(
+        None,
+        "requests per batch, at most (lowers the provider's limit; smaller batches end sooner)",
+        env="CTXPREC_BATCH_MAX_LINES",
+        rule=(_positive, "at least 1"),
+        unset="the provider's (OpenAI 50,000, Anthropic 100,000)",
+    )
+    batch_max_bytes: int | None = setting(
+        None,
+        "bytes per batch file, at most (lowers the provider's limit)",
+        env="CTXPREC_BATCH_MAX_BYTES",
+        rule=(_positive, "at least 1"),
+        unset="the provider's (OpenAI 200 MB, Anthropic 256 MB)",
+    )
+    batch_poll_s: float = setting(
+        3.0,
+        "seconds between the first polls of a batch (then doubled)",
+        env="CTXPREC_BATCH_POLL_S",
+        rule=(lambda v: v > 0, "a positive number of seconds"),
+    )
+    batch_poll_max_s: float = setting(
+        60.0,
+        "longest wait between two polls of a batch, in seconds",
+        env="CTXPREC_BATCH_POLL_MAX_S",
+        rule=(lambda v: v > 0, "a positive number of seconds"),
+    )
     # [providers.NAME] tables of the config (added or overridden registry providers), as
     # (name, ((field, value), ...)) pairs; read by connectors/judges/catalog.py
     providers: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = setting(

@@ -22,7 +22,7 @@ import pytest
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
 from connectors.judges.base import RowItemsError
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryClock, set_testing
+from connectors.judges.retry import RetryClock
 from connectors.judges.transport import AiohttpTransport
 from storage.core.errors import (
     JudgeError,
@@ -32,6 +32,7 @@ from storage.core.errors import (
     JudgeRetryableError,
 )
 from storage.core.verdict import JudgeReply
+from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import (
     FakeJudgeConfig,
@@ -41,7 +42,7 @@ from tests.fakes.judge_server import (
     running_fake_judge,
 )
 
-pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
+pytestmark = pytest.mark.usefixtures("judge_keys")
 
 PROVIDERS = ["openai", "anthropic"]
 ITEMS = [f"Fact number {i}: the Eiffel tower is {300 + i} metres tall." for i in range(8)]
@@ -90,13 +91,19 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def rig(
-    provider: str = "openai", config: FakeJudgeConfig | None = None, **settings: Any
+    provider: str = "openai",
+    config: FakeJudgeConfig | None = None,
+    clock: RetryClock | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Rig]:
-    """A fake server plus a judge of `provider` pointed at it (through the registry)."""
+    """A fake server plus a judge of `provider` pointed at it (through the registry), waiting
+    between attempts on `clock` (a fresh instant one unless given)."""
     async with running_fake_judge(config) as server:
         stats, gate = JudgeStats(), RecordingGate()
         judge_settings = JudgeSettings(model=f"{provider}/judge-1", base_url=server.url, **settings)
-        judge = create_judge(judge_settings, gate=gate, stats=stats)
+        judge = create_judge(
+            judge_settings, gate=gate, stats=stats, retry_clock=clock or instant_retries()
+        )
         assert isinstance(judge, HttpJudgeBase)
         try:
             yield Rig(judge, server, stats, gate)
@@ -213,7 +220,7 @@ async def test_429_waits_what_the_server_says(
     provider: str, outcome: str, retry_after_s: float, wait: float, retry_clock: RetryClock
 ) -> None:
     config = FakeJudgeConfig(script=[outcome], retry_after_s=retry_after_s)
-    async with rig(provider, config) as r:
+    async with rig(provider, config, retry_clock) as r:
         reply = await r.judge.judge_item(req(ITEMS[2]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[2])
     approx = pytest.approx(wait, abs=0.5 if outcome == "429_date" else 1e-9)
@@ -225,8 +232,10 @@ async def test_429_waits_what_the_server_says(
 
 async def test_waits_happen_outside_the_slot() -> None:
     active_during_waits: list[int] = []
-    async with rig("openai", FakeJudgeConfig(script=["429_seconds", "500"])) as r:
-        set_testing(rand=lambda: 0.0, on_sleep=lambda _: active_during_waits.append(r.gate.active))
+    gates: list[RecordingGate] = []
+    clock = instant_retries(on_sleep=lambda _: active_during_waits.append(gates[0].active))
+    async with rig("openai", FakeJudgeConfig(script=["429_seconds", "500"]), clock) as r:
+        gates.append(r.gate)
         await r.judge.judge_item(req(ITEMS[3]))
     assert active_during_waits == [0, 0]
 
@@ -246,7 +255,7 @@ async def test_retries_stop_at_max_retries() -> None:
 
 async def test_retry_budget_stops_long_waits(retry_clock: RetryClock) -> None:
     config = FakeJudgeConfig(script=["429_seconds"] * 5, retry_after_s=4.0)
-    async with rig("anthropic", config, retry_budget_s=10.0) as r:
+    async with rig("anthropic", config, retry_clock, retry_budget_s=10.0) as r:
         with pytest.raises(JudgeRetryableError) as caught:
             await r.judge.judge_item(req(ITEMS[0]))
     assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
@@ -255,7 +264,7 @@ async def test_retry_budget_stops_long_waits(retry_clock: RetryClock) -> None:
 
 
 async def test_server_rpm_limit_answers_429_with_retry_after(retry_clock: RetryClock) -> None:
-    async with rig("openai", FakeJudgeConfig(rpm_limit=2), max_retries=1) as r:
+    async with rig("openai", FakeJudgeConfig(rpm_limit=2), retry_clock, max_retries=1) as r:
         await asyncio.gather(*(r.judge.judge_item(req(t)) for t in ITEMS[:2]))
         with pytest.raises(JudgeRetryableError, match="HTTP 429"):
             await r.judge.judge_item(req(ITEMS[2]))

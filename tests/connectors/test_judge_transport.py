@@ -6,18 +6,28 @@ is learned for the rest of the run. The real aiohttp path is tested in test_http
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
 from connectors.judges.anthropic import AnthropicJudge
+from connectors.judges.batch_client import BatchHttp
 from connectors.judges.openai import OpenAIJudge
-from connectors.judges.retry import RetryClock
-from connectors.judges.transport import HttpRequest, HttpResponse
+from connectors.judges.retry import RetryClock, RetryPolicy
+from connectors.judges.transport import (
+    AiohttpTransport,
+    HttpRequest,
+    HttpResponse,
+    multipart_form,
+)
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
+from tests.fakes.judge_server import start_loopback
 from tests.fakes.transport import (
     MockTransport,
     anthropic_error,
@@ -29,7 +39,7 @@ from tests.fakes.transport import (
     verdict_json,
 )
 
-pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
+pytestmark = pytest.mark.usefixtures("judge_keys")
 
 REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
 
@@ -54,19 +64,27 @@ class RecordingGate:
 
 
 def openai_judge(
-    transport: MockTransport, model: str = "gpt-4o-mini", **settings: Any
+    transport: MockTransport,
+    model: str = "gpt-4o-mini",
+    clock: RetryClock | None = None,
+    **settings: Any,
 ) -> tuple[OpenAIJudge, JudgeStats, RecordingGate]:
+    """An OpenAI judge over `transport`, waiting between attempts on `clock` (instant)."""
     stats, gate = JudgeStats(), RecordingGate()
     judge_settings = JudgeSettings(model=f"openai/{model}", **settings)
-    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport)
+    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport,
+                        retry_clock=clock or instant_retries())  # fmt: skip
     return judge, stats, gate
 
 
-def anthropic_judge(transport: MockTransport) -> tuple[AnthropicJudge, JudgeStats]:
+def anthropic_judge(
+    transport: MockTransport, clock: RetryClock | None = None
+) -> tuple[AnthropicJudge, JudgeStats]:
     stats = JudgeStats()
     settings = JudgeSettings(model="anthropic/claude-haiku-4-5")
-    return AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
-                          transport=transport), stats  # fmt: skip
+    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
+                           transport=transport, retry_clock=clock or instant_retries())  # fmt: skip
+    return judge, stats
 
 
 # ---------------------------------------------------------------- retries
@@ -74,7 +92,7 @@ def anthropic_judge(transport: MockTransport) -> tuple[AnthropicJudge, JudgeStat
 
 async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(rate_limited(2.0), openai_completion(verdict_json(True))))
-    judge, stats, gate = openai_judge(transport)
+    judge, stats, gate = openai_judge(transport, clock=retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert retry_clock.waits == [2.0]
@@ -90,7 +108,7 @@ async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryC
 
 async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(rate_limited(4.0)))
-    judge, stats, _ = openai_judge(transport, retry_budget_s=10.0)
+    judge, stats, _ = openai_judge(transport, clock=retry_clock, retry_budget_s=10.0)
     with pytest.raises(JudgeRetryableError) as caught:
         await judge.judge_item(REQUEST)
     assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
@@ -102,7 +120,7 @@ async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
 
 async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:
     script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
-    judge, stats, _ = openai_judge(MockTransport(script))
+    judge, stats, _ = openai_judge(MockTransport(script), clock=retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is False
     assert dict(stats.errors_by_cause) == {"connection": 1}
@@ -116,10 +134,11 @@ async def test_anthropic_overloaded_529_is_retried(retry_clock: RetryClock) -> N
         anthropic_message(verdict_json(True)),
     )
     transport = MockTransport(script)
-    judge, stats = anthropic_judge(transport)
+    judge, stats = anthropic_judge(transport, retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert stats.retries == 1
+    assert len(retry_clock.waits) == 1
     assert dict(stats.errors_by_cause) == {"http_529": 1}
     assert transport.requests[0].headers["x-api-key"] == KEY
 
@@ -140,7 +159,7 @@ async def test_401_and_404_refuse_the_run_without_retrying(
     reply: HttpResponse, words: str, retry_clock: RetryClock
 ) -> None:
     transport = MockTransport(replies(reply))
-    judge, stats, _ = openai_judge(transport)
+    judge, stats, _ = openai_judge(transport, clock=retry_clock)
     with pytest.raises(JudgeRefusedRunError) as caught:
         await judge.judge_item(REQUEST)
     assert words in str(caught.value)
@@ -228,3 +247,115 @@ async def test_a_caller_given_transport_is_the_callers_to_close() -> None:
     other, _, _ = openai_judge(transport)
     assert (await other.judge_item(REQUEST)).verdict.relevant is True
     assert [b["model"] for b in transport.bodies] == ["gpt-4o-mini", "gpt-4o-mini"]
+
+
+# ---------------------------------------------------------------- batch endpoints, same path
+
+
+def batch_http(transport: MockTransport, clock: RetryClock, **settings: Any) -> BatchHttp:
+    policy = RetryPolicy.of(JudgeSettings(**settings))
+    return BatchHttp({"Authorization": f"Bearer {KEY}"}, "openai/m", transport, policy, clock)
+
+
+async def test_batch_requests_wait_what_retry_after_says_on_the_judges_clock(
+    retry_clock: RetryClock,
+) -> None:
+    batch = HttpResponse(200, '{"id": "batch_1", "status": "in_progress"}')
+    transport = MockTransport(replies(rate_limited(2.0), batch))
+    http = batch_http(transport, retry_clock)
+    assert await http.json("GET", "https://api.example/v1/batches/batch_1") == {
+        "id": "batch_1",
+        "status": "in_progress",
+    }
+    assert retry_clock.waits == [2.0]
+    assert [r.method for r in transport.requests] == ["GET", "GET"]
+    assert transport.requests[0].content == b""  # no body on a GET
+    assert transport.requests[0].headers["Authorization"] == f"Bearer {KEY}"
+
+
+async def test_batch_requests_stop_at_the_judges_max_retries(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(HttpResponse(503, "busy")))
+    http = batch_http(transport, retry_clock, max_retries=2)
+    with pytest.raises(JudgeRetryableError, match=r"^openai/m: POST https://x/v1/batches failed"):
+        await http.json("POST", "https://x/v1/batches", body={"input_file_id": "f"})
+    assert len(transport.requests) == 3
+    assert retry_clock.waits == [0.0, 0.0]  # plain backoff, jitter draw 0
+    assert transport.bodies == [{"input_file_id": "f"}] * 3
+
+
+async def test_batch_requests_keep_to_the_retry_budget(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(rate_limited(4.0)))
+    http = batch_http(transport, retry_clock, retry_budget_s=10.0)
+    with pytest.raises(JudgeRetryableError):
+        await http.json("GET", "https://x/v1/batches")
+    assert retry_clock.waits == [4.0, 4.0]  # a third 4 s wait would pass the 10 s budget
+
+
+async def test_a_result_file_is_downloaded_through_the_transport_and_retried(
+    retry_clock: RetryClock,
+) -> None:
+    jsonl = '{"custom_id":"k1"}\n\n{"custom_id":"k2","x":"' + "y" * 40 + '"}\n{"custom_id":"k3"}'
+    transport = MockTransport(replies(HttpResponse(502, "<html>bad gateway</html>"),
+                                      HttpResponse(200, jsonl)))  # fmt: skip
+    http = batch_http(transport, retry_clock)
+    got = [json.loads(line)["custom_id"] async for line in http.lines("https://x/files/f/content")]
+    assert got == ["k1", "k2", "k3"]
+    assert len(retry_clock.waits) == 1
+    assert len(transport.requests) == 2
+
+
+async def test_a_multipart_upload_is_built_again_for_each_attempt(retry_clock: RetryClock) -> None:
+    transport = MockTransport(replies(HttpResponse(500, "oops"), HttpResponse(200, '{"id": "f"}')))
+    http = batch_http(transport, retry_clock)
+    built: list[int] = []
+
+    def form() -> tuple[bytes, str]:
+        built.append(1)
+        return multipart_form({"purpose": "batch"}, {"file": ("c.jsonl", b"{}\n", "text/x")})
+
+    assert await http.json("POST", "https://x/v1/files", content=form) == {"id": "f"}
+    assert len(built) == 2
+    sent = transport.requests[1]
+    assert sent.headers["content-type"].startswith("multipart/form-data; boundary=ctxprec-")
+    assert sent.content is not None
+    assert b'name="purpose"\r\n\r\nbatch\r\n' in sent.content
+    assert b'filename="c.jsonl"\r\nContent-Type: text/x\r\n\r\n{}\n\r\n' in sent.content
+
+
+async def test_the_aiohttp_transport_sends_raw_bodies_and_streams_replies() -> None:
+    """On a real loopback server: no body (nor content type) for b"", a multipart form the
+    server reads as one, and a reply body handed over block by block."""
+    seen: list[tuple[str, str | None, bytes, dict[str, str]]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body, fields = b"", {}
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            upload = form["file"]
+            assert isinstance(upload, web.FileField)
+            fields = {"purpose": str(form["purpose"]), "filename": upload.filename,
+                      "file": upload.file.read().decode()}  # fmt: skip
+        else:
+            body = await request.read()
+        seen.append((request.method, request.headers.get("Content-Type"), body, fields))
+        return web.Response(body=b'{"custom_id":"a"}\n' * 3)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner, url = await start_loopback(app, 0)
+    transport = AiohttpTransport(5.0, per_read=True)
+    try:
+        reply = await transport.send(HttpRequest("GET", f"{url}/b", {}, content=b""))
+        assert reply.status == 200
+        data, kind = multipart_form({"purpose": "batch"}, {"file": ("c.jsonl", b"{}\n", "x/y")})
+        upload = HttpRequest("POST", f"{url}/files", {"content-type": kind}, content=data)
+        await transport.send(upload)
+        async with transport.stream(HttpRequest("GET", f"{url}/f", {}, content=b"")) as got:
+            blocks = [block async for block in got.blocks]
+    finally:
+        await transport.aclose()
+        await runner.cleanup()
+    assert seen[0][:3] == ("GET", None, b"")
+    assert seen[1][3] == {"purpose": "batch", "filename": "c.jsonl", "file": "{}\n"}
+    assert got.status == 200
+    assert b"".join(blocks) == b'{"custom_id":"a"}\n' * 3

@@ -10,6 +10,7 @@ providers`."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -30,8 +31,6 @@ from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread, running_strict
-
-pytestmark = pytest.mark.usefixtures("retry_clock")
 
 REGISTRY = builtin_providers()
 OPENAI_KIND = sorted(p for p, s in REGISTRY.items() if s.kind == "openai-chat")
@@ -386,3 +385,20 @@ def test_readme_registry_examples_run_as_written(
         assert server.stats.total == 24
     assert main(["providers"]) == 0
     assert "ctxprec judge providers" in capsys.readouterr().out
+
+
+def test_a_key_source_passed_in_is_read_instead_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller that needs no real key (an estimate makes no call) passes where keys are read;
+    the process environment is neither read for the key nor written."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    settings = JudgeSettings(model="openai/gpt-4o-mini")
+    before = dict(os.environ)
+    judge = create_judge(settings, key_source={"OPENAI_API_KEY": "sk-from-source"}.get)
+    assert isinstance(judge, HttpJudgeBase)
+    assert judge.auth_headers()["Authorization"] == "Bearer sk-from-source"
+    assert dict(os.environ) == before
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with pytest.raises(ConfigError, match="needs an API key: set the environment variable OPENAI"):
+        create_judge(settings, key_source={}.get)  # the source replaces the environment

@@ -18,11 +18,12 @@ from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import RetryClock, classify
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
 from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
+from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictServer, running_strict
 
-pytestmark = pytest.mark.usefixtures("retry_clock", "judge_keys")
+pytestmark = pytest.mark.usefixtures("judge_keys")
 
 ITEMS = [f"Fact {i}: the Eiffel tower is {300 + i} metres tall." for i in range(12)]
 
@@ -33,12 +34,19 @@ def req(item: str) -> ItemRequest:
 
 @contextlib.asynccontextmanager
 async def strict(
-    model: str, config: StrictConfig | None = None, *, root: bool = False, **settings: Any
+    model: str,
+    config: StrictConfig | None = None,
+    *,
+    root: bool = False,
+    clock: RetryClock | None = None,
+    **settings: Any,
 ) -> AsyncIterator[tuple[HttpJudgeBase, StrictServer, JudgeStats]]:
+    """A strict server and a judge of `model` on it, waiting on `clock` (a fresh instant one)."""
     async with running_strict(config) as server:
         stats = JudgeStats()
         base = server.root if root else server.url
-        judge = create_judge(JudgeSettings(model=model, base_url=base, **settings), stats=stats)
+        judge_settings = JudgeSettings(model=model, base_url=base, **settings)
+        judge = create_judge(judge_settings, stats=stats, retry_clock=clock or instant_retries())
         assert isinstance(judge, HttpJudgeBase)
         try:
             yield judge, server, stats
@@ -298,7 +306,7 @@ async def test_rate_limit_honours_the_hint_and_request_too_large_is_never_retrie
     retry_clock: RetryClock,
 ) -> None:
     config = StrictConfig(script=["rate_limit", "ok", "too_large"], retry_after_s=0.644)
-    async with strict("openai/gpt-4o", config) as (judge, server, stats):
+    async with strict("openai/gpt-4o", config, clock=retry_clock) as (judge, server, stats):
         ok = await judge.judge_item(req(ITEMS[0]))
         with pytest.raises(JudgeFatalError) as caught:
             await judge.judge_item(req(ITEMS[1]))
@@ -314,7 +322,8 @@ async def test_a_long_retry_after_pauses_the_run_with_a_line_saying_until_when(
     retry_clock: RetryClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ctxprec")
-    async with strict("openai/gpt-4o", StrictConfig(script=["long_retry"])) as (judge, _, stats):
+    config = StrictConfig(script=["long_retry"])
+    async with strict("openai/gpt-4o", config, clock=retry_clock) as (judge, _, stats):
         reply = await judge.judge_item(req(ITEMS[0]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[0])
     assert stats.pauses == 1
@@ -341,7 +350,8 @@ async def test_transient_failures_of_every_shape_are_retried(outcome: str) -> No
 
 async def test_anthropic_529_and_rfc3339_rate_limits_are_retried(retry_clock: RetryClock) -> None:
     config = StrictConfig(script=["overloaded_529", "rate_limit_anthropic"], retry_after_s=7)
-    async with strict("anthropic/claude-sonnet-4-5", config) as (judge, server, stats):
+    judge_on = strict("anthropic/claude-sonnet-4-5", config, clock=retry_clock)
+    async with judge_on as (judge, server, stats):
         reply = await judge.judge_item(req(ITEMS[3]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[3])
     assert server.stats.total == 3

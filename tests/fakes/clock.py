@@ -1,5 +1,6 @@
 """Virtual time for tests: a `pipeline.limits.Clock` whose `sleep` never waits on the wall clock,
-and `window_max` to measure a schedule on it.
+and `window_max` to measure a schedule on it; `instant_retries`, the retry clock a test passes to
+the judges and batch clients it builds.
 
 Test-only: it reads asyncio's private ready queue (`loop._ready`) to tell when no task is
 runnable, which product code must not depend on.
@@ -11,12 +12,15 @@ import asyncio
 import bisect
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
 
-__all__ = ["FakeClock", "window_max"]
+from connectors.judges.retry import RetryClock
+
+__all__ = ["FakeClock", "instant_retries", "window_max"]
 
 _MAX_SPINS = 10_000
 
@@ -96,6 +100,11 @@ async def _settle() -> None:
         if ready is not None and not ready:
             return
         await anyio.lowlevel.checkpoint()
+
+
+def instant_retries(on_sleep: Callable[[float], None] | None = None) -> RetryClock:
+    """Retry waits that are instant and recorded (`.waits`), jitter drawing 0 so they are exact."""
+    return RetryClock(instant=True, rand=lambda: 0.0, on_sleep=on_sleep)
 
 
 def window_max(times: list[float], weights: list[int] | None = None, width: float = 60.0) -> int:

@@ -1,7 +1,8 @@
 """A judge transport that answers from a function instead of a server (httpx's `MockTransport`
-idea): `MockTransport(handler)` calls `handler(request)` for each request and records every
-request it saw. The builders below return what real providers send (../shared/providers.md):
-chat completions, Anthropic messages, and their error bodies and headers.
+idea): `MockTransport(handler)` calls `handler(request)` for each request (sent, or streamed
+as a download) and records every request it saw. The builders below return what real providers
+send (../shared/providers.md): chat completions, Anthropic messages, and their error bodies and
+headers.
 
     transport = MockTransport(replies(rate_limited(2.0), openai_completion('{"relevant": true}')))
     judge = OpenAIJudge("gpt-4o-mini", settings, gate, stats, transport=transport)
@@ -9,13 +10,14 @@ chat completions, Anthropic messages, and their error bodies and headers.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from connectors.judges.transport import HttpRequest, HttpResponse
+from connectors.judges.transport import HttpRequest, HttpResponse, HttpStream
 
 __all__ = [
     "MockTransport",
@@ -45,6 +47,18 @@ class MockTransport:
         if inspect.isawaitable(reply):
             return await reply
         return reply
+
+    @contextlib.asynccontextmanager
+    async def stream(self, request: HttpRequest) -> AsyncIterator[HttpStream]:
+        """The handler's reply, its body handed over in blocks of 7 bytes (a download)."""
+        reply = await self.send(request)
+        data = reply.body.encode()
+
+        async def blocks() -> AsyncIterator[bytes]:
+            for start in range(0, len(data), 7):
+                yield data[start : start + 7]
+
+        yield HttpStream(reply.status, reply.headers, blocks())
 
     @property
     def bodies(self) -> list[dict[str, Any]]:

@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.judges import retry
 from pipeline.cli import main
 from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
@@ -886,11 +885,7 @@ def test_unreachable_base_url_fails_rows_not_the_run(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # loopback: no key needed
     monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
     source, out = write(tmp_path / "in.parquet"), tmp_path / "out"
-    retry.set_testing(instant=True)
-    try:
-        code = score(source, "-o", out, *HTTP, "--max-retries", "0", "--timeout", "2")
-    finally:
-        retry.set_testing(False)
+    code = score(source, "-o", out, *HTTP, "--max-retries", "0", "--timeout", "2")  # no waits
     captured = capsys.readouterr()
     assert code == 1
     no_traceback(captured.err)

@@ -22,10 +22,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.batch_client import CUSTOM_ID, custom_id_for
+from connectors.judges.batch_client import CUSTOM_ID, BatchHttp, custom_id_for
+from connectors.judges.retry import RetryClock, RetryPolicy
+from connectors.judges.transport import AiohttpTransport, multipart_form
 from pipeline.cli import main
 from storage.batches import BatchStore
 from storage.core.metric import map_score
+from storage.core.settings import JudgeSettings
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
@@ -558,17 +561,15 @@ def test_a_briefly_unwell_provider_is_waited_out(
 def test_result_files_with_long_lines_are_read_whole(fake: BatchFakeServer) -> None:
     import anyio
 
-    from connectors.judges.batch_client import BatchHttp
-
     long_line = json.dumps({"custom_id": "k1", "text": "x" * 300_000}).encode()
     fake._files["file-long"] = long_line + b"\n" + b'{"custom_id":"k2"}\n' + b'{"custom_id":"k3"}'
 
     async def read() -> list[bytes]:
-        http = BatchHttp({}, 30.0, "test")
+        http, transport = batch_http()
         try:
             return [x async for x in http.lines(f"{fake.url}/files/file-long/content")]
         finally:
-            await http.aclose()
+            await transport.aclose()
 
     got = anyio.run(read)
     assert [json.loads(x)["custom_id"] for x in got] == ["k1", "k2", "k3"]
@@ -621,22 +622,25 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
         anyio.run(_upload_without_purpose, fake.url)
 
 
+def batch_http() -> tuple[BatchHttp, AiohttpTransport]:
+    """The batch endpoints' HTTP over a real transport, with the default judge retry policy
+    and instant retry waits."""
+    transport = AiohttpTransport(30.0, per_read=True)
+    policy = RetryPolicy.of(JudgeSettings())
+    return BatchHttp({}, "test", transport, policy, RetryClock(instant=True)), transport
+
+
 async def _upload_without_purpose(url: str) -> None:
-    import aiohttp
-
-    from connectors.judges.batch_client import BatchHttp
-
-    http = BatchHttp({}, 30.0, "test")
+    http, transport = batch_http()
     try:
 
-        def form() -> aiohttp.FormData:
-            data = aiohttp.FormData()
-            data.add_field("file", b'{"custom_id":"a"}\n', filename="x.jsonl")
-            return data
+        def form() -> tuple[bytes, str]:
+            upload = ("x.jsonl", b'{"custom_id":"a"}\n', "application/octet-stream")
+            return multipart_form({}, {"file": upload})
 
-        await http.json("POST", f"{url}/files", data=form)
+        await http.json("POST", f"{url}/files", content=form)
     finally:
-        await http.aclose()
+        await transport.aclose()
 
 
 def test_python_entry_point_honours_batch_api(

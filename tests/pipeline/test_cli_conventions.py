@@ -193,6 +193,14 @@ def test_cache_info_and_clear(
     assert main(["cache", "clear", "--older-than", "30d"]) == 0
     assert "removed 1 verdicts" in capsys.readouterr().out
     assert main(["cache", "clear", "--older-than", "soon"]) == 2
+    assert "--older-than 'soon': give a duration such as" in capsys.readouterr().err
+    not_a_folder = folder / "cache.db"  # the memo folder comes through the settings' loader
+    assert main(["cache", "info", "--cache-dir", str(not_a_folder)]) == 2
+    assert "--cache-dir is" in capsys.readouterr().err
+    monkeypatch.setenv("CTXPREC_CACHE_DIR", str(not_a_folder))
+    assert main(["cache", "info"]) == 2
+    assert "CTXPREC_CACHE_DIR (environment) is" in capsys.readouterr().err
+    monkeypatch.setenv("CTXPREC_CACHE_DIR", str(folder))
     assert main(["cache", "clear"]) == 0
     assert "removed 1 verdicts" in capsys.readouterr().out
     memo = Memo(folder)

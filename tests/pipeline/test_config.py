@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from connectors.judges.batch_client import BatchLimits, limits_for
 from pipeline import create_context_precision_scorer, run_evals
 from pipeline import scorer as scorer_module
 from pipeline.cli import _flags, build_parser
 from pipeline.cli_help import default_text
-from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config
+from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
 from pipeline.limits import RateGate
 from storage.core.errors import ConfigError
 from storage.core.settings import SECTIONS, settings
@@ -174,13 +175,41 @@ def test_a_wrong_type_is_refused_naming_the_key(
 def test_env_vars_come_from_the_fields() -> None:
     assert {s.env: s.key for s in settings() if s.env} == ENV_VARS
     assert ENV_VARS["CTXPREC_CONCURRENCY"] == "limits.concurrency"
-    assert len(ENV_VARS) == 7
+    assert len(ENV_VARS) == 11
     env = {"CTXPREC_MODEL": "openai/x", "CTXPREC_BATCH_ROWS": "7", "CTXPREC_CACHE_DIR": "~/m"}
     cfg = load_config(None, {}, env=env)
     assert (cfg.judge.model, cfg.run.batch_rows) == ("openai/x", 7)
     assert cfg.run.cache_dir == Path("~/m").expanduser()
     with pytest.raises(ConfigError, match=r"CTXPREC_BATCH_ROWS \(environment\) must be a whole"):
         load_config(None, {}, env={"CTXPREC_BATCH_ROWS": "x"})
+
+
+def test_batch_limits_and_polls_are_settings(tmp_path: Path) -> None:
+    """CTXPREC_BATCH_MAX_* and CTXPREC_BATCH_POLL_* are [judge] settings: TOML keys and env
+    vars, checked by the loader; the limits only ever lower the provider's."""
+    path = _toml(tmp_path, "[judge]\nbatch_max_lines = 50\nbatch_poll_s = 0.5\n")
+    env = {"CTXPREC_BATCH_MAX_BYTES": "1000", "CTXPREC_BATCH_POLL_MAX_S": "2"}
+    cfg = load_config(path, {}, env=env)
+    assert (cfg.judge.batch_max_lines, cfg.judge.batch_max_bytes) == (50, 1000)
+    assert (cfg.judge.batch_poll_s, cfg.judge.batch_poll_max_s) == (0.5, 2.0)
+    assert limits_for(BatchLimits(50_000, 10**9), cfg.judge) == BatchLimits(50, 1000)
+    assert limits_for(BatchLimits(10, 10), cfg.judge) == BatchLimits(10, 10)
+    assert limits_for(BatchLimits(7, 8), load_config(None, {}, env={}).judge) == BatchLimits(7, 8)
+    with pytest.raises(ConfigError, match=r"CTXPREC_BATCH_MAX_LINES \(environment\) must be at"):
+        load_config(None, {}, env={"CTXPREC_BATCH_MAX_LINES": "0"})
+    with pytest.raises(ConfigError, match=r"CTXPREC_BATCH_POLL_S \(environment\) must be a pos"):
+        load_config(None, {}, env={"CTXPREC_BATCH_POLL_S": "-1"})
+
+
+def test_one_duration_parser_for_every_duration_flag() -> None:
+    assert [parse_duration(t) for t in ("0", "90", "90s", "2 min", "30m", "2h", "1d")] == [
+        0.0, 90.0, 90.0, 120.0, 1800.0, 7200.0, 86400.0,
+    ]  # fmt: skip
+    assert parse_duration("2w", "--older-than") == 14 * 86400.0
+    with pytest.raises(ConfigError, match=r"^--older-than 'soon': give a duration such as 0"):
+        parse_duration("soon", "--older-than")
+    with pytest.raises(ConfigError, match=r"^--batch-wait '5y'"):
+        parse_duration("5y")
 
 
 def test_gate_storage_batch_api_effort_and_batch_prices(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges import retry
 from storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import (
@@ -148,34 +147,30 @@ def test_requests_per_minute_within_budget(subset: Path, tmp_path: Path) -> None
 def test_failed_items_make_failed_rows_and_rerun_fills_only_them(
     subset: Path, tmp_path: Path
 ) -> None:
-    retry.set_testing(instant=True)
-    try:
-        src = tmp_path / "few.parquet"
-        pl.read_parquet(subset).head(20).write_parquet(src)
-        config = FakeJudgeConfig(p_500=0.6, seed=3)
-        with FakeJudgeThread(config) as server, pytest.MonkeyPatch.context() as mp:
-            mp.setenv("OPENAI_BASE_URL", server.url)
-            mp.setenv("OPENAI_API_KEY", KEY)
-            out = tmp_path / "o"
-            args = [src, "-o", out, "--model", "openai/j", *HOTPOT_MAP, "--max-retries", 1]
-            assert score(*args) == 1
-            df = read(out)
-            failed = df.filter(pl.col("status") == "failed")
-            assert failed.height > 0
-            assert failed.get_column("score").null_count() == failed.height
-            assert all(e.startswith("http_500") for e in failed.get_column("error"))
-            ok_items = sum(1 for v in df.get_column("verdicts").explode() if v is not None)
-            server.config.p_500 = 0.0
-            before = server.stats.total
-            assert score(*args) == 0
-            distinct = (
-                pl.read_parquet(src)
-                .explode("contexts")
-                .select("question", "ground_truth", "contexts")
-                .n_unique()
-            )
-            # the second run asked only for verdicts that were missing
-            assert server.stats.total - before == distinct - ok_items
-            assert_scores_are_map_of_server_verdicts(out, src, server.config)
-    finally:
-        retry.set_testing(False)
+    src = tmp_path / "few.parquet"
+    pl.read_parquet(subset).head(20).write_parquet(src)
+    config = FakeJudgeConfig(p_500=0.6, seed=3)
+    with FakeJudgeThread(config) as server, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_BASE_URL", server.url)
+        mp.setenv("OPENAI_API_KEY", KEY)
+        out = tmp_path / "o"
+        args = [src, "-o", out, "--model", "openai/j", *HOTPOT_MAP, "--max-retries", 1]
+        assert score(*args) == 1
+        df = read(out)
+        failed = df.filter(pl.col("status") == "failed")
+        assert failed.height > 0
+        assert failed.get_column("score").null_count() == failed.height
+        assert all(e.startswith("http_500") for e in failed.get_column("error"))
+        ok_items = sum(1 for v in df.get_column("verdicts").explode() if v is not None)
+        server.config.p_500 = 0.0
+        before = server.stats.total
+        assert score(*args) == 0
+        distinct = (
+            pl.read_parquet(src)
+            .explode("contexts")
+            .select("question", "ground_truth", "contexts")
+            .n_unique()
+        )
+        # the second run asked only for verdicts that were missing
+        assert server.stats.total - before == distinct - ok_items
+        assert_scores_are_map_of_server_verdicts(out, src, server.config)

@@ -15,6 +15,7 @@ from pipeline import (
     map_score,
     run_evals,
 )
+from pipeline.config import load_config, where
 from tests.fakes.judge_server import (
     FakeJudgeServer,
     expected_verdict,
@@ -132,3 +133,39 @@ async def test_run_evals_reports_a_failing_item_and_keeps_the_others() -> None:
     assert "retriever down" in result.items[1].errors["target"]
     scores = [i.scorer_results["context-precision"].score for i in result.items if not i.failed]
     assert result.scores["context-precision"] == pytest.approx(sum(scores) / len(scores))
+
+
+@pytest.mark.parametrize(
+    ("option", "key", "value"),
+    [
+        ("timeout_s", "judge.timeout_s", -1),
+        ("max_retries", "judge.max_retries", -2),
+        ("reasoning_effort", "judge.reasoning_effort", "lots"),
+        ("concurrency", "limits.concurrency", 0),
+        ("rpm", "limits.rpm", "fast"),
+        ("scale", "scoring.scale", -1.0),
+        ("reason", "scoring.reason", "poem"),
+    ],
+)
+def test_a_bad_option_is_refused_as_the_cli_refuses_its_flag(
+    option: str, key: str, value: object
+) -> None:
+    """The options go through the CLI's loader: the same check, the same message, naming the
+    option instead of the flag."""
+    with pytest.raises(ConfigError) as from_cli:
+        load_config(None, {key: value}, env={})
+    with pytest.raises(ConfigError) as from_api:
+        create_context_precision_scorer(model="offline", options={"context": ITEMS, option: value})
+    flag = where(key, "command line")
+    assert str(from_cli.value).startswith(f"{flag} must be ")
+    assert str(from_api.value) == str(from_cli.value).replace(flag, f"option {option!r}", 1)
+
+
+def test_good_options_reach_the_judge_and_the_gate(fake: FakeJudgeServer) -> None:
+    scorer = create_context_precision_scorer(
+        model="openai/x",
+        options={"context": ITEMS, "timeout_s": "12.5", "concurrency": 3, "scale": 10},
+    )
+    assert scorer.judge.settings.timeout_s == 12.5  # type: ignore[attr-defined]
+    assert scorer.judge.gate._in_flight.total_tokens == 3  # type: ignore[attr-defined]
+    assert scorer.scale == 10.0

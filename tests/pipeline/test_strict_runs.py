@@ -6,25 +6,16 @@ was finished, and the same command resumes once the account is fixed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from connectors.judges import retry
 from pipeline.cli import main
 from storage.core.metric import map_score
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread
-
-
-@pytest.fixture(autouse=True)
-def instant_retries() -> Iterator[None]:
-    retry.set_testing(instant=True)
-    yield
-    retry.set_testing(False)
 
 
 def make_input(path: Path, rows: int, per_row: int = 4) -> Path:

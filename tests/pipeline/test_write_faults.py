@@ -1,8 +1,10 @@
 """Faults while writing: a full disk or a read-only folder while writing a part, a commit record,
 the summary, the memo, the verdict store or a sink. The run stops with a one-line message (exit
 2; a sink's failure is exit 1 with the Parquet output complete), nothing half-written is taken for
-done, and the same command finishes once there is room. Faults come from the write seam
-(`storage.atomic.fault_point`) and, where this machine allows mounting, from a real small tmpfs.
+done, and the same command finishes once there is room. Faults come from the operating system's
+side: `os.replace`, the rename that makes each of ctxprec's writes visible, fails for the files a
+test picks (product code has no test seam); and, where this machine allows mounting, from a real
+small tmpfs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-import storage.atomic
 from pipeline.cli import main
 from storage.core.errors import OutputError
 from storage.verdicts import VerdictStore
@@ -31,19 +32,24 @@ HTTP = ("--model", "openai/judge-1", "--batch-rows", "4")
 ROWS = 12
 
 
+REAL_REPLACE = os.replace
+
+
 def full_disk_on(
     match: Callable[[Path], bool], after: int = 0, code: int = errno.ENOSPC
-) -> Callable[[Path], None]:
-    """A fault point failing the writes `match` picks, from the `after`-th one on."""
+) -> Callable[..., None]:
+    """An `os.replace` failing like a full disk (or `code`) for the writes `match` picks, from the
+    `after`-th one on; any other rename is done."""
     seen = [0]
 
-    def fault(target: Path) -> None:
-        if match(target):
+    def replace(src: str | Path, dst: str | Path, **kw: object) -> None:
+        if match(Path(dst)):
             seen[0] += 1
             if seen[0] > after:
-                raise OSError(code, os.strerror(code), str(target))
+                raise OSError(code, os.strerror(code), str(dst))
+        REAL_REPLACE(src, dst, **kw)  # type: ignore[arg-type]
 
-    return fault
+    return replace
 
 
 def temp_files(folder: Path) -> list[Path]:
@@ -75,7 +81,7 @@ def test_a_failed_write_stops_cleanly_and_the_same_command_finishes(
     source, out = write_input(tmp_path / "in.parquet", range(ROWS)), tmp_path / "out"
     match, after = FAULTS[where]
     with monkeypatch.context() as patch:
-        patch.setattr(storage.atomic, "fault_point", full_disk_on(match, after, code))
+        patch.setattr(os, "replace", full_disk_on(match, after, code))
         assert score(source, "-o", out, *HTTP) == 2
     err = capsys.readouterr().err
     reason = "no space left on the device" if code == errno.ENOSPC else "read-only"
@@ -103,7 +109,7 @@ def test_user_files_stay_byte_identical_through_a_failed_run(
     before = plant(out, {"mine.parquet": b"PAR1 not really", "notes/a.txt": b"a"})
     source = write_input(tmp_path / "in2.parquet", range(ROWS, ROWS + 8))
     with monkeypatch.context() as patch:
-        patch.setattr(storage.atomic, "fault_point", full_disk_on(lambda p: "part-" in p.name))
+        patch.setattr(os, "replace", full_disk_on(lambda p: "part-" in p.name))
         assert score(source, "-o", out, *HTTP, "--incremental") == 2
     assert_untouched(out, before)
     assert score(source, "-o", out, *HTTP, "--incremental") == 0
@@ -115,11 +121,11 @@ def test_the_verdict_store_keeps_no_torn_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = VerdictStore(tmp_path / "v", flush_s=0)
-    monkeypatch.setattr(storage.atomic, "fault_point", full_disk_on(lambda p: True))
+    monkeypatch.setattr(os, "replace", full_disk_on(lambda p: True))
     with pytest.raises(OutputError, match="no space left on the device"):
         store.append([("k1", (True, "r", 1, 1))])
     assert list((tmp_path / "v").iterdir()) == []
-    monkeypatch.setattr(storage.atomic, "fault_point", lambda target: None)
+    monkeypatch.setattr(os, "replace", REAL_REPLACE)
     store.append([("k2", (False, "r", 1, 1))])
     assert sorted(k for k, _ in VerdictStore(tmp_path / "v").read()) == ["k1", "k2"]
 
