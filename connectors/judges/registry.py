@@ -8,13 +8,15 @@ which wins over the registry. A judge's module is imported only when a judge of 
 from __future__ import annotations
 
 import importlib
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
 from connectors.judges.catalog import KeySource, ProviderSpec, ProviderTable, lookup, providers
-from connectors.judges.retry import RetryClock
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
+
+if TYPE_CHECKING:  # an annotation only: retry imports aiohttp, which `--help` must not load
+    from connectors.judges.retry import RetryClock
 
 __all__ = [
     "JudgeFactory",
