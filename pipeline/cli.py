@@ -7,8 +7,9 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted (finished parts kept; the same command resumes); 141 stdout was
-closed early (`ctxprec summary OUT | head`): nothing more is printed, as `head` expects.
+them later); 130 interrupted (finished parts kept; the same command resumes). A reader that
+closes stdout early (`ctxprec summary OUT | head`) is normal use: nothing more is printed and the
+command exits 0, never an error.
 """
 
 from __future__ import annotations
@@ -326,7 +327,7 @@ def _setup_logging() -> None:
     root.setLevel(getattr(logging, level, logging.INFO))
 
 
-BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
+BROKEN_PIPE_EXIT = 0  # a reader that left early (`| head`) is normal use, not a failure of ours
 
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
