@@ -40,6 +40,7 @@ from pipeline.driver import RunPlan, RunResult
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.run_frame import LocalRun, local_run, run_blocking
 from pipeline.stage import run_stage
+from storage import layout
 from storage.batches import BatchStore, ChunkWriter
 from storage.core.constants import STATUS_OK
 from storage.core.errors import (
@@ -131,9 +132,9 @@ async def run_batch_score(
 
 async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress: str) -> RunResult:
     plan = run.plan
-    est = plan.runlog.load_json("estimate.json")
+    est = plan.runlog.load_json(layout.estimate(plan.runlog.outdir))
     if est is not None and "batch_api" not in est:  # estimate vs actual, both at batch prices
-        plan.runlog.save_json("estimate.json", batch_estimate(est, cfg))
+        plan.runlog.save_json(layout.estimate(plan.runlog.outdir), batch_estimate(est, cfg))
     collector = _Collector(plan, options, progress)
     report = await collector.run()
     counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
@@ -233,7 +234,7 @@ class _Collector:
 
     def open_memo(self) -> Memo:
         memo = open_memo(self.cfg)  # (not `or`: an empty Memo is falsy, it has a __len__)
-        return memo if memo is not None else Memo(self.store.dir.parent / "batch-memo")
+        return memo if memo is not None else Memo(layout.batch_memo(self.outdir))
 
     # -- the whole collection
     async def run(self) -> dict[str, Any]:

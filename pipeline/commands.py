@@ -32,9 +32,10 @@ from pipeline.engines import score_dask
 from pipeline.estimate import estimate, render_estimate
 from pipeline.flow import score
 from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from storage import layout
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
-from storage.core.constants import STATE_DIR, STATUS_FAILED
+from storage.core.constants import STATUS_FAILED
 from storage.core.errors import UserError
 from storage.core.figures import figure_text
 from storage.core.settings import DEFAULT_KS
@@ -156,7 +157,7 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
         *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
-        f"  summary: {outdir / 'summary.md'}",
+        f"  summary: {layout.summary_md(outdir)}",
     ]
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
@@ -212,9 +213,8 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     problem = unfinished(args.outdir)
     if problem:
         raise UserError(problem)
-    state = args.outdir / STATE_DIR / "run.json"
-    run = json.loads(state.read_text(encoding="utf-8"))
-    manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
+    run = json.loads(layout.run_info(args.outdir).read_text(encoding="utf-8"))
+    manifest = json.loads(layout.manifest(args.outdir).read_text(encoding="utf-8"))
     describe = manifest.get("describe", {})
     group_by = args.group_by or run.get("group_by")
     summary = build_summary(
@@ -262,8 +262,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
         check_claimable(args.output)
-        state = args.output / STATE_DIR
-        atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
+        atomic_write_text(layout.estimate(args.output), json.dumps(est, indent=2))
     return 0
 
 

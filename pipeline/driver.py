@@ -24,6 +24,7 @@ from pipeline.limits import GateStats
 from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
 from pipeline.reduce import TableSpec
+from storage import layout
 from storage.charts import preload
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
@@ -150,7 +151,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     elif (
         run.info.total_rows <= AUTO_ESTIMATE_ROWS
         and not run.spec.judge_model.startswith("offline")
-        and runlog.load_json("estimate.json") is None
+        and runlog.load_json(layout.estimate(outdir)) is None
     ):
         # a small input for a paid judge: price it first, so the summary can show estimate vs
         # actual (the offline judge costs nothing: no pass over the input for it)
@@ -159,7 +160,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         except UserError:
             pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
         else:
-            runlog.save_json("estimate.json", est)
+            runlog.save_json(layout.estimate(outdir), est)
     await anyio.to_thread.run_sync(_plan_resume, run)
 
 
@@ -318,7 +319,7 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
-    estimate = run.runlog.load_json("estimate.json")
+    estimate = run.runlog.load_json(layout.estimate(outdir))
     if estimate is not None:
         run_info["estimate"] = estimate
     run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last
@@ -330,6 +331,6 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
         ks=run.cfg.scoring.ks,
     )
     write_summary(outdir, summary)
-    run.runlog.save_json("run.json", run_info)
+    run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
     return summary, errors

@@ -36,7 +36,7 @@ from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats, RateGate
 from pipeline.run_frame import run_blocking
 from pipeline.stage import MeteredGate, run_stage
-from storage.core.constants import STATE_DIR
+from storage import layout
 from storage.core.errors import ConfigError, UserError
 from storage.keyshards import remove_tree, shard_count, shuffle_dir
 from storage.memo import Memo, MemoStore, default_cache_dir
@@ -173,7 +173,6 @@ def _portable(plan: RunPlan) -> RunPlan:
     info = dataclasses.replace(plan.info, files=files)
     runlog = plan.runlog
     runlog.outdir = runlog.outdir.resolve()
-    runlog.state = runlog.state.resolve()
     cfg = plan.cfg
     base = plan.identity.get("base_url")
     if isinstance(base, str) and not cfg.judge.base_url:
@@ -215,7 +214,7 @@ def _run_keyed(
     """Plan every slice's keys, judge every shard, then reduce every slice (pipeline/engines/
     keyed.py). The scratch folder in OUTDIR goes once the run's parts are all committed."""
     outdir = plan.runlog.outdir
-    remove_tree(outdir / STATE_DIR / "shuffle")  # an interrupted run's: this driver holds the lock
+    remove_tree(layout.shuffle_root(outdir))  # an interrupted run's: this driver holds the lock
     name = uuid.uuid4().hex[:12]
     scratch = shuffle_dir(outdir, name)
     prefix = f"ctxprec-{name}"
@@ -241,7 +240,7 @@ def _run_keyed(
         return judged, errors
     reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch)
     if not errors:
-        remove_tree(outdir / STATE_DIR / "shuffle")
+        remove_tree(layout.shuffle_root(outdir))
     return judged + reduced, errors
 
 

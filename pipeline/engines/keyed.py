@@ -26,6 +26,7 @@ from pipeline.driver import RunPlan, StageResult
 from pipeline.extractor import load_extractor
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.stage import MeteredGate
+from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
 from storage.core.verdict import JudgeReply
 from storage.keyshards import (
@@ -154,7 +155,7 @@ def _verdicts(plan: RunPlan, scratch: OutPath) -> ShardedVerdicts:
     """OUTDIR's verdicts; with the memo off, this run's own (a retried task still reuses them)."""
     if plan.cfg.run.memo:
         return ShardedVerdicts.of(plan.runlog.outdir)
-    return ShardedVerdicts(scratch / "verdicts")
+    return ShardedVerdicts(layout.scratch_verdicts(scratch))
 
 
 def _read_shard(
