@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pipeline.compare import compare_outputs
     from pipeline.config import Config, load_config
     from pipeline.driver import RunResult
-    from pipeline.flow import run_score, score
+    from pipeline.entry import run_score, score
     from pipeline.scorer import (
         ContextPrecisionScorer,
         EvalItem,
@@ -41,8 +41,8 @@ _EXPORTS: dict[str, str] = {
     "Config": "pipeline.config",
     "load_config": "pipeline.config",
     "RunResult": "pipeline.driver",
-    "run_score": "pipeline.flow",
-    "score": "pipeline.flow",
+    "run_score": "pipeline.entry",
+    "score": "pipeline.entry",
     "ContextPrecisionScorer": "pipeline.scorer",
     "EvalItem": "pipeline.scorer",
     "EvalResult": "pipeline.scorer",

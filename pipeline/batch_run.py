@@ -36,9 +36,8 @@ from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_f
 from connectors.judges.registry import resolve_model
 from pipeline.config import Config, parse_duration
 from pipeline.dispatch import RunCounters
-from pipeline.driver import RunPlan, RunResult
+from pipeline.driver import LocalRun, RunPlan, RunResult, local_run, run_blocking
 from pipeline.planning import BatchPlanner, open_memo
-from pipeline.run_frame import LocalRun, local_run, run_blocking
 from pipeline.stage import run_stage
 from storage import layout
 from storage.batches import BatchStore, ChunkWriter
@@ -52,7 +51,7 @@ from storage.core.errors import (
     JudgeRetryableError,
 )
 from storage.core.settings import JudgeSettings, Price
-from storage.memo import Memo, MemoEntry, judge_prefix, memo_key
+from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix, memo_key
 from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
@@ -445,8 +444,8 @@ class _Collector:
                     errors[res.custom_id] = err
                     continue
                 entries.extend(got)
-                tokens[0] += sum(e[1][2] for e in got)
-                tokens[1] += sum(e[1][3] for e in got)
+                tokens[0] += sum(entry[INPUT_TOKENS] for _, entry in got)
+                tokens[1] += sum(entry[OUTPUT_TOKENS] for _, entry in got)
             for cid in ids.keys() - seen:
                 errors[cid] = JudgeRetryableError(
                     f"batch {remote.id} ({remote.status}) returned no result for this request",

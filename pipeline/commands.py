@@ -29,9 +29,9 @@ from pipeline.cli import _NOT_FOR_ESTIMATE, _config
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
 from pipeline.driver import RunResult
 from pipeline.engines import score_dask
+from pipeline.entry import score
 from pipeline.estimate import estimate, render_estimate
-from pipeline.flow import score
-from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from pipeline.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from storage import layout
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare

@@ -1,5 +1,6 @@
-"""Judge-call fan-out: one bounded job stream, `concurrency` worker tasks, in-run de-duplication
-of identical items, and a memo writer that group-commits verdicts as calls complete.
+"""Making the judge calls: one bounded job stream served by `concurrency` worker tasks, in-run
+de-duplication of identical items, and a memo writer that group-commits verdicts as calls
+complete. Which items need a call at all is decided by `fanout.py`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,22 @@
 """The driver's part of a run, around the stages: before the first judge call, check everything
 and open (or resume) the output folder (`prepare_run`); after the last, publish to sinks and write
 the summary, run.json and `_SUCCESS` (`finish_run`). Every engine runs these two on its client.
+
+A run driven from this process (the local engine, the batch-API run) runs in `local_run`'s frame:
+prepared (which takes the output folder's lock), its stages run by the caller, finished, and the
+lock given back however it ends. `run_blocking` is the synchronous way in, for them and for the
+Dask engine's driver and tasks.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import polars as pl
@@ -28,7 +36,7 @@ from storage import layout
 from storage.charts import preload
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
-from storage.core.errors import ConfigError, UserError
+from storage.core.errors import ConfigError, UserError, first_meaningful
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
 from storage.objpath import OutPath
@@ -39,12 +47,15 @@ from storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
+    "LocalRun",
     "RunPlan",
     "RunResult",
     "StageResult",
     "finish_run",
+    "local_run",
     "prepare_run",
     "release_outdir",
+    "run_blocking",
 ]
 
 AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
@@ -334,3 +345,54 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
     return summary, errors
+
+
+# -- a run driven from this process ------------------------------------------------------
+T = TypeVar("T")
+
+
+def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `fn` on a new event loop. User-facing errors raised inside a task group come out as
+    themselves, not wrapped in an ExceptionGroup."""
+    try:
+        return anyio.run(fn)
+    except BaseExceptionGroup as group:
+        raise first_meaningful(group) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRun:
+    """A prepared run whose stages execute in this process, which holds the folder's lock."""
+
+    plan: RunPlan
+    started: float  # time.monotonic() before prepare
+    started_at: datetime
+
+    async def finish(self, result: StageResult) -> RunResult:
+        """Sinks, summary, run.json and `_SUCCESS`, once every stage is done."""
+        wall = time.monotonic() - self.started
+        engine = {"name": "local", "workers": 1, "tasks": 1}
+        return await anyio.to_thread.run_sync(
+            finish_run, self.plan, result, self.started_at, wall, engine
+        )
+
+
+@asynccontextmanager
+async def local_run(
+    input: str,
+    outdir: OutPath,
+    cfg: Config,
+    *,
+    overwrite: bool = False,
+    incremental: bool = False,
+    wait_lock: float = 0.0,
+) -> AsyncIterator[LocalRun]:
+    """Prepare the run; the lock is held from open to finish, whatever happens in between."""
+    started, started_at = time.monotonic(), datetime.now(UTC)
+    plan = await prepare_run(
+        input, outdir, cfg, overwrite=overwrite, incremental=incremental, wait_lock=wait_lock
+    )
+    try:
+        yield LocalRun(plan, started, started_at)
+    finally:
+        release_outdir(plan)

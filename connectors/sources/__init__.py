@@ -1,7 +1,7 @@
 """Input readers: the streaming source (Parquet, JSON Lines, CSV; files, folders, globs, Hive
 datasets, local or in an object store)."""
 
-from connectors.sources.parquet import (
+from connectors.sources.stream import (
     SourceBatch,
     SourceInfo,
     inspect_source,

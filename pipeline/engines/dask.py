@@ -30,11 +30,11 @@ from pipeline.driver import (
     finish_run,
     prepare_run,
     release_outdir,
+    run_blocking,
 )
 from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats, RateGate
-from pipeline.run_frame import run_blocking
 from pipeline.stage import MeteredGate, run_stage
 from storage import layout
 from storage.core.errors import ConfigError, UserError

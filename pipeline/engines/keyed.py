@@ -40,7 +40,7 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import Memo, MemoEntry, judge_prefix, memo_key
+from storage.memo import REASON, RELEVANT, Memo, MemoEntry, judge_prefix, memo_key
 from storage.objpath import OutPath
 from storage.verdicts import VerdictStore
 
@@ -303,7 +303,7 @@ def _answer(
         for key in keys:
             entry = fresh.get(key) or found.known.get(key)
             if entry is not None and found.payer[key] != task:
-                entry = (entry[0], entry[1], 0, 0)
+                entry = (entry[RELEVANT], entry[REASON], 0, 0)
             answers.append((key, entry, key in fresh, failed.get(key)))
         write_answers(scratch, task, shard, answers)
 

@@ -1,7 +1,7 @@
-"""The batch entry point: `score` runs the local engine (`run_score`: one stage over the whole
+"""The run's entry point: `score` runs the local engine (`run_score`: one stage over the whole
 input, in this process) or, with `batch_api`, the provider's batch API (`pipeline.batch_run`).
 The stage itself is `pipeline.stage`; the frame around it (prepare, lock, finish) is
-`pipeline.run_frame`.
+`pipeline.driver`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from typing import Any
 from pipeline.batch_run import score_batch
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
-from pipeline.driver import RunResult
+from pipeline.driver import RunResult, local_run, run_blocking
 from pipeline.recheck import recheck_run
-from pipeline.run_frame import local_run, run_blocking
 from pipeline.stage import run_stage, shared_memo
 from storage.objpath import ObjPath, OutPath, out_path
 
