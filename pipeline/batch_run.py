@@ -36,7 +36,7 @@ from connectors.judges.batch_client import BatchClient, RemoteBatch, custom_id_f
 from connectors.judges.registry import resolve_model
 from pipeline.config import Config, parse_duration
 from pipeline.dispatch import RunCounters
-from pipeline.driver import LocalRun, RunPlan, RunResult, local_run, run_blocking
+from pipeline.driver import LocalRun, RunOptions, RunPlan, RunResult, local_run, run_blocking
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.stage import run_stage
 from storage import layout
@@ -93,18 +93,18 @@ def score_batch(
     input: str | Path,
     outdir: str | Path,
     config: Config | None = None,
+    options: RunOptions | None = None,
     *,
-    options: BatchOptions | None = None,
-    **kw: Any,
+    batch: BatchOptions | None = None,
 ) -> RunResult:
     """Synchronous entry point of a batch-API run (what `ctxprec score --batch-api` runs)."""
-    cfg, opts = config or Config(), options or BatchOptions()
+    cfg, how, opts = config or Config(), options or RunOptions(), batch or BatchOptions()
     if isinstance(out_path(outdir), ObjPath):
         raise ConfigError(
             f"--batch-api keeps its request files in OUTDIR on local disk; {outdir} is an "
             "object store: score into a local folder with --batch-api, or drop --batch-api"
         )
-    return run_blocking(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, **kw))
+    return run_blocking(lambda: run_batch_score(str(input), out_path(outdir), cfg, opts, how))
 
 
 def check_batch_provider(cfg: Config) -> None:
@@ -116,17 +116,11 @@ async def run_batch_score(
     outdir: OutPath,
     cfg: Config,
     options: BatchOptions,
-    *,
-    overwrite: bool = False,
-    incremental: bool = False,
-    progress: str = "auto",
-    wait_lock: float = 0.0,
+    run_options: RunOptions,
 ) -> RunResult:
     check_batch_provider(cfg)
-    async with local_run(
-        input, outdir, cfg, overwrite=overwrite, incremental=incremental, wait_lock=wait_lock
-    ) as run:
-        return await _batch_run(run, cfg, options, progress)
+    async with local_run(input, outdir, cfg, run_options) as run:
+        return await _batch_run(run, cfg, options, run_options.progress)
 
 
 async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress: str) -> RunResult:

@@ -27,7 +27,7 @@ from pipeline.batch_run import (
 )
 from pipeline.cli import _NOT_FOR_ESTIMATE, _config
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
-from pipeline.driver import RunResult
+from pipeline.driver import RunOptions, RunResult
 from pipeline.engines import score_dask
 from pipeline.entry import score
 from pipeline.estimate import estimate, render_estimate
@@ -88,21 +88,19 @@ def _cmd_score(args: argparse.Namespace) -> int:
         check_batch_provider(cfg)
         if args.engine == "dask":
             raise UserError("--batch-api runs on the local engine; drop --engine dask")
-        run = functools.partial(score_batch, options=_batch_options(args))
+        run = functools.partial(score_batch, batch=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
     if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
         drop = "--engine dask" if args.engine == "dask" else "--batch-api"
         raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
-    result = run(
-        args.input,
-        args.output,
-        cfg,
+    options = RunOptions(
         overwrite=args.overwrite,
         incremental=args.incremental,
         progress=progress,
         wait_lock=args.wait_lock,
     )
+    result = run(args.input, args.output, cfg, options)
     batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
     if args.quiet:
         line = _quiet_line(result.summary, args.output)

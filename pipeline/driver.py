@@ -48,6 +48,7 @@ from storage.schema import SCHEMA_VERSION, output_schema
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
     "LocalRun",
+    "RunOptions",
     "RunPlan",
     "RunResult",
     "StageResult",
@@ -74,6 +75,18 @@ class RunResult:
     @property
     def exit_code(self) -> int:
         return 1 if self.failed or self.sink_errors else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How one run treats its output folder and shows itself (--overwrite, --incremental,
+    --progress, --wait-lock): every engine's entry point takes these as one object. What is
+    scored, and how, is the `Config`."""
+
+    overwrite: bool = False  # replace what the folder holds
+    incremental: bool = False  # add the rows the folder does not hold yet
+    progress: str = "auto"  # "auto" | "on" | "off"
+    wait_lock: float = 0.0  # seconds to wait for another run's lock
 
 
 @dataclass
@@ -108,10 +121,7 @@ async def prepare_run(
     input: str,
     outdir: str | OutPath,
     cfg: Config,
-    *,
-    overwrite: bool = False,
-    incremental: bool = False,
-    wait_lock: float = 0.0,
+    options: RunOptions = RunOptions(),
 ) -> RunPlan:
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
@@ -131,10 +141,12 @@ async def prepare_run(
     await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir)
-    lock.acquire(wait_lock)  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
+    lock.acquire(
+        options.wait_lock
+    )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
     run = RunPlan(input, cfg, info, runlog, spec, identity, lock=lock)
     try:
-        await _open(run, overwrite=overwrite, incremental=incremental)
+        await _open(run, overwrite=options.overwrite, incremental=options.incremental)
     except BaseException:
         release_outdir(run)
         raise
@@ -382,16 +394,11 @@ async def local_run(
     input: str,
     outdir: OutPath,
     cfg: Config,
-    *,
-    overwrite: bool = False,
-    incremental: bool = False,
-    wait_lock: float = 0.0,
+    options: RunOptions,
 ) -> AsyncIterator[LocalRun]:
     """Prepare the run; the lock is held from open to finish, whatever happens in between."""
     started, started_at = time.monotonic(), datetime.now(UTC)
-    plan = await prepare_run(
-        input, outdir, cfg, overwrite=overwrite, incremental=incremental, wait_lock=wait_lock
-    )
+    plan = await prepare_run(input, outdir, cfg, options)
     try:
         yield LocalRun(plan, started, started_at)
     finally:

@@ -24,6 +24,7 @@ from connectors.judges import JudgeStats
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.driver import (
+    RunOptions,
     RunPlan,
     RunResult,
     StageResult,
@@ -97,22 +98,20 @@ def score_dask(
     input: str | Path,
     outdir: str | Path,
     cfg: Config,
+    options: RunOptions | None = None,
     *,
     scheduler: str | None = None,
     workers: int | None = None,
-    overwrite: bool = False,
-    incremental: bool = False,
-    progress: str = "auto",
     task_rows: int = TASK_ROWS,
-    wait_lock: float = 0.0,
 ) -> RunResult:
     """`ctxprec score --engine dask`: on the cluster at `scheduler`, or on a local cluster of
     `workers` processes (default: one per core). Output and summary are the local engine's."""
     _require_distributed()
     started, started_at = time.monotonic(), datetime.now(UTC)
-    prepare = partial(prepare_run, str(input), out_path(outdir), cfg, wait_lock=wait_lock)
-    plan = _portable(run_blocking(partial(prepare, overwrite=overwrite, incremental=incremental)))
+    options = options or RunOptions()
+    plan = _portable(run_blocking(partial(prepare_run, str(input), out_path(outdir), cfg, options)))
     try:  # the driver (this process) holds the output folder's lock until the end
+        progress = options.progress
         return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)
     finally:
         release_outdir(plan)
