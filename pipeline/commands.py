@@ -14,19 +14,13 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.batch_run import (
-    BatchOptions,
-    batch_estimate,
-    batch_line,
-    check_batch_provider,
-    list_batches,
-    parse_duration,
-    render_batch_estimate,
-    render_batches,
-    score_batch,
-)
+from pipeline.batch_collect import BatchOptions
+from pipeline.batch_figures import batch_estimate, batch_line, render_batch_estimate
+from pipeline.batch_run import check_batch_provider, score_batch
+from pipeline.batches_cmd import list_batches, render_batches
 from pipeline.cli import _NOT_FOR_ESTIMATE, _config
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
+from pipeline.config import parse_duration
 from pipeline.driver import RunOptions, RunResult
 from pipeline.engines import score_dask
 from pipeline.entry import score
