@@ -8,7 +8,6 @@ or online (`--batch-fallback online`); the others fail their items with the prov
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ import anyio
 
 from connectors.judges.batch_api import create_batch_client
 from connectors.judges.batch_client import BatchClient, RemoteBatch
-from connectors.judges.registry import resolve_model
 from pipeline.batch_figures import batch_costs
 from pipeline.batch_scan import write_missing_lines
 from pipeline.driver import RunPlan
@@ -109,10 +107,11 @@ class BatchCollector:
             "timeout_s": s.timeout_s, "anthropic_version": s.anthropic_version,
             "providers": [[name, [list(f) for f in flat]] for name, flat in s.providers],
         }  # fmt: skip
-        spec = resolve_model(s.model, s.providers)[2]
-        if s.base_url is None and spec is not None and spec.base_url_env:
-            # remember the endpoint the environment gave (OPENAI_BASE_URL, ANTHROPIC_BASE_URL)
-            data["settings"]["base_url"] = os.environ.get(spec.base_url_env) or None
+        if s.base_url is None:
+            # the endpoint the judge resolved (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, else the
+            # provider's): `ctxprec batches` asks where the batches are, whatever its environment
+            base = self.plan.identity.get("base_url")
+            data["settings"]["base_url"] = base if isinstance(base, str) else None
         self.store.save()
         self.store.remove_orphans()
 
