@@ -88,7 +88,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     online = options.fallback == "online"
 
     def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(cfg.judge, gate=gate, stats=stats)
+        inner = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
         return _ResultJudge(inner, failed, collector.prefix, online)
 
     result = await run_stage(

@@ -12,6 +12,7 @@ import anyio
 
 from connectors.judges.batch_api import create_batch_client
 from connectors.judges.batch_client import BatchClient, RemoteBatch
+from connectors.judges.retry import RetryClock
 from storage.batches import BatchStore
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
@@ -20,7 +21,9 @@ from storage.objpath import ObjPath, OutPath
 __all__ = ["list_batches", "render_batches"]
 
 
-def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any]]:
+def list_batches(
+    outdir: OutPath, *, cancel: bool = False, retry_clock: RetryClock | None = None
+) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
     in the environment), counts and age; `cancel` cancels the live ones."""
     if isinstance(outdir, ObjPath):
@@ -34,10 +37,12 @@ def list_batches(outdir: OutPath, *, cancel: bool = False) -> list[dict[str, Any
             f"{outdir} holds no provider batches (no {store.path}); they are made by "
             "`ctxprec score ... --batch-api -o OUTDIR`"
         )
-    return anyio.run(_list, store, cancel)
+    return anyio.run(_list, store, cancel, retry_clock)
 
 
-async def _list(store: BatchStore, cancel: bool) -> list[dict[str, Any]]:
+async def _list(
+    store: BatchStore, cancel: bool, retry_clock: RetryClock | None
+) -> list[dict[str, Any]]:
     saved = dict(store.data.get("settings") or {})
     saved["providers"] = tuple(
         (str(name), tuple((str(k), str(v)) for k, v in flat))
@@ -46,7 +51,7 @@ async def _list(store: BatchStore, cancel: bool) -> list[dict[str, Any]]:
     settings = JudgeSettings(**saved)
     client: BatchClient | None = None
     try:
-        client = create_batch_client(settings)
+        client = create_batch_client(settings, retry_clock=retry_clock)
     except ConfigError:
         if cancel:
             raise

@@ -23,7 +23,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.judges.secrets import RedactingFilter
 from pipeline.cache_cmd import add_cache_command
@@ -40,6 +40,9 @@ from storage.core.errors import (
     UserError,
 )
 from storage.core.settings import settings
+
+if TYPE_CHECKING:  # `ctxprec --help` loads no HTTP client
+    from connectors.judges.retry import RetryClock
 
 __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 
@@ -344,11 +347,13 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
+def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = None) -> int:
+    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly.
+    `retry_clock` times the judges' waits between HTTP attempts (None: real ones; a test
+    passes an instant one)."""
     try:
         try:
-            return _main(argv)
+            return _main(argv, retry_clock)
         finally:
             sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
     except BrokenPipeError:
@@ -357,9 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE_EXIT
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
     args = build_parser().parse_args(argv)
-    args.debug = False
+    args.debug, args.retry_clock = False, retry_clock
     try:
         # before any config file: from the environment, checked by the loader
         _setup_logging(env_setting("run.log_level"))

@@ -93,6 +93,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         incremental=args.incremental,
         progress=progress,
         wait_lock=args.wait_lock,
+        retry_clock=args.retry_clock,
     )
     result = run(args.input, args.output, cfg, options)
     batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
@@ -278,7 +279,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_batches(args: argparse.Namespace) -> int:
-    rows = list_batches(args.outdir, cancel=args.cancel)
+    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock)
     print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
 

@@ -23,6 +23,7 @@ import polars as pl
 
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
+from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo, inspect_source, read_ids
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
@@ -87,6 +88,8 @@ class RunOptions:
     incremental: bool = False  # add the rows the folder does not hold yet
     progress: str = "auto"  # "auto" | "on" | "off"
     wait_lock: float = 0.0  # seconds to wait for another run's lock
+    # the waits between a judge's HTTP attempts (None: real ones; tests pass an instant one)
+    retry_clock: RetryClock | None = None
 
 
 @dataclass
@@ -104,6 +107,7 @@ class RunPlan:
     skip_ids: pl.Series | None = None
     run_tag: str = ""
     lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
+    retry_clock: RetryClock | None = None  # RunOptions.retry_clock, for every judge of the run
 
 
 @dataclass
@@ -130,7 +134,7 @@ async def prepare_run(
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
-    judge = create_judge(cfg.judge)
+    judge = create_judge(cfg.judge, retry_clock=options.retry_clock)
     identity = judge.identity()
     await judge.aclose()
     config_part = _config_identity(cfg, identity)
@@ -144,7 +148,9 @@ async def prepare_run(
     lock.acquire(
         options.wait_lock
     )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
-    run = RunPlan(input, cfg, info, runlog, spec, identity, lock=lock)
+    run = RunPlan(
+        input, cfg, info, runlog, spec, identity, lock=lock, retry_clock=options.retry_clock
+    )
     try:
         await _open(run, overwrite=options.overwrite, incremental=options.incremental)
     except BaseException:

@@ -54,6 +54,12 @@ async def run_score(
         result = await run_stage(plan, counters=counters, progress=options.progress, open_memo=memo)
         if cfg.run.recheck > 0:  # --recheck: the judge against itself, once the stage is done
             result.recheck = await recheck_run(
-                cfg, plan.info, plan.identity, plan.spec.per_row, plan.runlog.outdir, result.stats
+                cfg,
+                plan.info,
+                plan.identity,
+                plan.spec.per_row,
+                plan.runlog.outdir,
+                result.stats,
+                retry_clock=options.retry_clock,
             )
         return await run.finish(result)

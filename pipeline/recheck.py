@@ -24,6 +24,7 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge
 from connectors.judges.base import estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
+from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo
 from pipeline.agreement import agreement_figures
 from pipeline.config import Config
@@ -126,7 +127,7 @@ def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | No
 
 async def recheck_run(
     cfg: Config, info: SourceInfo, identity: dict[str, object], per_row: bool, outdir: OutPath,
-    stats: JudgeStats,
+    stats: JudgeStats, *, retry_clock: RetryClock | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Ask the sampled items again and compare; the figures run.json and the summary keep.
     The recheck's calls are added to `stats` (they are this run's calls and cost)."""
@@ -152,7 +153,7 @@ async def recheck_run(
     mine = JudgeStats()
     gate = RateGate(cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm,
                     adaptive=cfg.limits.adaptive)  # fmt: skip
-    judge = create_judge(cfg.judge, gate=gate, stats=mine)
+    judge = create_judge(cfg.judge, gate=gate, stats=mine, retry_clock=retry_clock)
     pairs: list[tuple[bool, bool]] = []
     failed = 0
     limiter = anyio.CapacityLimiter(max(1, cfg.limits.concurrency))

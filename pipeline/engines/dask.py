@@ -176,7 +176,8 @@ def _portable(plan: RunPlan) -> RunPlan:
     base = plan.identity.get("base_url")
     if isinstance(base, str) and not cfg.judge.base_url:
         cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, base_url=base))
-    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg)
+    # a retry clock stays in this process: each worker's judges wait on real time
+    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg, retry_clock=None)
 
 
 @contextlib.contextmanager

@@ -184,7 +184,7 @@ async def judge_shard(
     """Judge the keys of one shard that no earlier call judged; write each slice's answers."""
     cfg = plan.cfg
     stats, counters = JudgeStats(), RunCounters()
-    judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
     try:
         if judge.identity() != plan.identity:
             raise ConfigError(
@@ -400,7 +400,8 @@ class ReduceHooks:
         return self.memo
 
     def judge_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats)
+        clock = self.plan.retry_clock
+        inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats, retry_clock=clock)
         self.judge = ReplayJudge(inner, self.failed, judge_prefix(self.plan.identity))
         return self.judge
 
