@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
-from connectors.judges.base import Gate
+from connectors.judges.base import Gate, JudgeWrapper
 from connectors.judges.batch_api import check_batch_support
 from pipeline.batch_collect import BatchCollector, BatchOptions
 from pipeline.batch_figures import batch_estimate, batch_prices
@@ -113,7 +113,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
 # -- phase 3: the stage's judge
 
 
-class _ResultJudge:
+class _ResultJudge(JudgeWrapper):
     """The stage's judge: every verdict should be in the memo already. An item the batches
     failed fails with the provider's cause; any other verdict call goes online only with
     `--batch-fallback online`, else it fails (never a silent online call). A row's reason
@@ -122,11 +122,8 @@ class _ResultJudge:
     def __init__(
         self, inner: Judge, failed: dict[str, list[str]], prefix: bytes, online: bool
     ) -> None:
-        self.inner, self.failed, self.prefix, self.online = inner, failed, prefix, online
-        self.model = inner.model
-
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
+        super().__init__(inner)
+        self.failed, self.prefix, self.online = failed, prefix, online
 
     def _check(self, keys: list[str]) -> None:
         for key in keys:
@@ -149,9 +146,3 @@ class _ResultJudge:
         version = prompts.prompt_version_for(expected, True)
         self._check([memo_key(self.prefix, version, query, expected, it) for it in items])
         return await self.inner.judge_row(query, expected, items)
-
-    async def write_reason(self, prompt: str) -> str:
-        return await self.inner.write_reason(prompt)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()

@@ -24,7 +24,7 @@ import polars as pl
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
 from connectors.judges.retry import RetryClock
-from connectors.sources import SourceInfo, inspect_source, read_ids
+from connectors.sources import SourceInfo, inspect_input, read_ids
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.estimate import estimate
@@ -218,13 +218,7 @@ def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
 
 
 def _inspect(input: str, cfg: Config) -> SourceInfo:
-    info = inspect_source(
-        input,
-        cfg.column_map,
-        use_extractor=cfg.columns.extractor is not None,
-        expected_explicit=cfg.columns.expected_explicit,
-        storage=cfg.storage,
-    )
+    info = inspect_input(input, cfg.columns, cfg.storage)
     line = skipped_formats_line(info)
     if line:
         print(line, file=sys.stderr, flush=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,6 +28,7 @@ from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo
 from pipeline.agreement import agreement_figures
 from pipeline.config import Config
+from pipeline.dispatch import add_counts
 from pipeline.extractor import load_extractor
 from pipeline.limits import RateGate
 from pipeline.planning import BatchPlanner
@@ -38,7 +39,7 @@ from storage.memo import judge_prefix
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
 
-__all__ = ["merge_stats", "recheck_cost", "recheck_run", "sampled"]
+__all__ = ["recheck_cost", "recheck_run", "sampled"]
 
 
 def sampled(key: str, fraction: float, seed: int) -> bool:
@@ -95,17 +96,6 @@ def recheck_cost(
             request = ItemRequest(ask.query, ask.expected, ask.items[0])
             tokens += estimate_tokens(*item_messages(request))
     return calls, tokens
-
-
-def merge_stats(total: JudgeStats, part: JudgeStats) -> None:
-    """Add one judge's counters into another's (the recheck's calls are this run's calls)."""
-    for f in fields(total):
-        mine, theirs = getattr(total, f.name), getattr(part, f.name)
-        if isinstance(mine, dict):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
-        else:
-            setattr(total, f.name, mine + theirs)
 
 
 def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | None]]:
@@ -186,7 +176,7 @@ async def recheck_run(
     finally:
         with anyio.CancelScope(shield=True):
             await judge.aclose()
-    merge_stats(stats, mine)
+    add_counts(stats, mine)  # the recheck's calls are this run's calls
     result = _figures(pairs, failed, fraction, seed, mine, cfg, judge.model)
     print(_line(result), file=sys.stderr, flush=True)
     return result

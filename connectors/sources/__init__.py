@@ -4,6 +4,7 @@ datasets, local or in an object store)."""
 from connectors.sources.stream import (
     SourceBatch,
     SourceInfo,
+    inspect_input,
     inspect_source,
     iter_batches,
     read_ids,
@@ -18,6 +19,7 @@ __all__ = [
     "ColumnMap",
     "SourceBatch",
     "SourceInfo",
+    "inspect_input",
     "inspect_source",
     "iter_batches",
     "read_ids",

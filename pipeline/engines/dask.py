@@ -22,7 +22,7 @@ from typing import Any
 
 from connectors.judges import JudgeStats
 from pipeline.config import Config
-from pipeline.dispatch import RunCounters
+from pipeline.dispatch import RunCounters, add_counts
 from pipeline.driver import (
     RunOptions,
     RunPlan,
@@ -300,8 +300,8 @@ def _merge(
     gate = GateStats()
     extra: dict[str, Any] = {}
     for result in results:
-        _add(counters, result.counters)
-        _add(stats, result.stats)
+        add_counts(counters, result.counters)
+        add_counts(stats, result.stats)
         gate = _sum_gate(gate, result.gate)
         for key, value in result.extra.items():
             extra[key] = extra.get(key, 0) + value
@@ -311,17 +311,6 @@ def _merge(
         gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
         extra.update(leases=central["leases"], permits=central["permits"])
     return StageResult(counters, stats, gate, extra)
-
-
-def _add(total: Any, part: Any) -> None:
-    """Add a dataclass of counters (ints, floats, dicts of counts) into another."""
-    for f in dataclasses.fields(total):
-        mine, theirs = getattr(total, f.name), getattr(part, f.name)
-        if isinstance(mine, dict):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
-        else:
-            setattr(total, f.name, mine + theirs)
 
 
 def _sum_gate(a: GateStats, b: GateStats) -> GateStats:

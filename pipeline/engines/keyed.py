@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
-from connectors.judges.base import ItemRequest
+from connectors.judges.base import ItemRequest, JudgeWrapper
 from connectors.judges.prompts import prompt_version_for
 from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.driver import RunPlan, StageResult
@@ -249,12 +249,11 @@ async def _flush_every(
             counters.memo_writes += await anyio.to_thread.run_sync(memo.set_many, rows)
 
 
-class _Recording:
+class _Recording(JudgeWrapper):
     """The judge, keeping each verdict it returns (under its memo key) for the store."""
 
     def __init__(self, inner: Judge) -> None:
-        self.inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.prefix = judge_prefix(inner.identity())
         self._new: list[tuple[str, MemoEntry]] = []
 
@@ -262,26 +261,12 @@ class _Recording:
         rows, self._new = self._new, []
         return rows
 
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         reply = await self.inner.judge_item(request)
         key = _key_of(self.prefix, request)
         v = reply.verdict
         self._new.append((key, (v.relevant, v.reason, reply.input_tokens, reply.output_tokens)))
         return reply
-
-    async def judge_row(
-        self, query: str, expected: str | None, items: Sequence[str]
-    ) -> list[JudgeReply]:
-        return await self.inner.judge_row(query, expected, items)
-
-    async def write_reason(self, prompt: str) -> str:
-        return await self.inner.write_reason(prompt)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _key_of(prefix: bytes, request: ItemRequest) -> str:
@@ -349,19 +334,15 @@ class AnswersMemo:
         self.store.flush()
 
 
-class ReplayJudge:
+class ReplayJudge(JudgeWrapper):
     """The run's judge for a reduce: a key whose call already failed in this run fails again
     with the same error, without a call (one call per key per run, as the local engine)."""
 
     def __init__(self, inner: Judge, failed: dict[str, str], prefix: bytes) -> None:
-        self.inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.failed = failed
         self.prefix = prefix
         self.replayed = 0
-
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         error = self.failed.get(_key_of(self.prefix, request))
@@ -370,17 +351,6 @@ class ReplayJudge:
             cause, _, message = error.partition(": ")
             raise JudgeError(message, cause=cause)
         return await self.inner.judge_item(request)
-
-    async def judge_row(
-        self, query: str, expected: str | None, items: Sequence[str]
-    ) -> list[JudgeReply]:
-        return await self.inner.judge_row(query, expected, items)
-
-    async def write_reason(self, prompt: str) -> str:
-        return await self.inner.write_reason(prompt)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @dataclass
