@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline.compare import compare_outputs
     from pipeline.config import Config, load_config
-    from pipeline.driver import RunResult
+    from pipeline.driver import RunOptions, RunResult
     from pipeline.entry import run_score, score
     from pipeline.scorer import (
         ContextPrecisionScorer,
@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "compare_outputs": "pipeline.compare",
     "Config": "pipeline.config",
     "load_config": "pipeline.config",
+    "RunOptions": "pipeline.driver",
     "RunResult": "pipeline.driver",
     "run_score": "pipeline.entry",
     "score": "pipeline.entry",
@@ -73,6 +74,7 @@ __all__ = [
     "InputError",
     "JudgeError",
     "OutputError",
+    "RunOptions",
     "RunResult",
     "ScoreFailedError",
     "ScoreResult",
