@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline.compare import compare_outputs
     from pipeline.config import Config, load_config
-    from pipeline.driver import RunResult
-    from pipeline.flow import run_score, score
+    from pipeline.driver import RunOptions, RunResult
+    from pipeline.entry import run_score, score
     from pipeline.scorer import (
         ContextPrecisionScorer,
         EvalItem,
@@ -40,9 +40,10 @@ _EXPORTS: dict[str, str] = {
     "compare_outputs": "pipeline.compare",
     "Config": "pipeline.config",
     "load_config": "pipeline.config",
+    "RunOptions": "pipeline.driver",
     "RunResult": "pipeline.driver",
-    "run_score": "pipeline.flow",
-    "score": "pipeline.flow",
+    "run_score": "pipeline.entry",
+    "score": "pipeline.entry",
     "ContextPrecisionScorer": "pipeline.scorer",
     "EvalItem": "pipeline.scorer",
     "EvalResult": "pipeline.scorer",
@@ -73,6 +74,7 @@ __all__ = [
     "InputError",
     "JudgeError",
     "OutputError",
+    "RunOptions",
     "RunResult",
     "ScoreFailedError",
     "ScoreResult",

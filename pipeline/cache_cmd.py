@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.config import load_config, parse_duration
+from storage import layout
 from storage.core.errors import UserError
 from storage.memo import default_cache_dir
 
@@ -41,7 +42,7 @@ def _size(folder: Path) -> int:
 
 
 def _store_times(folder: Path) -> list[tuple[Any, float]]:
-    db = folder / "cache.db"
+    db = layout.memo_db(folder)
     if not db.is_file():
         return []
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
@@ -49,7 +50,7 @@ def _store_times(folder: Path) -> list[tuple[Any, float]]:
 
 
 def _info(folder: Path) -> str:
-    if not (folder / "cache.db").is_file():
+    if not layout.memo_db(folder).is_file():
         return f"ctxprec memo: {folder} (empty: no verdicts stored yet)"
     times = [t for _, t in _store_times(folder)]
     mib = _size(folder) / 2**20
@@ -66,7 +67,7 @@ def _info(folder: Path) -> str:
 
 
 def _clear(folder: Path, older_than: str | None) -> str:
-    if not (folder / "cache.db").is_file():
+    if not layout.memo_db(folder).is_file():
         return f"ctxprec memo: {folder} holds no verdicts; nothing to clear"
     import diskcache
 

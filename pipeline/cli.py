@@ -24,12 +24,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.judges.secrets import RedactingFilter
 from pipeline.cache_cmd import add_cache_command
 from pipeline.cli_help import Parser, show_defaults
-from pipeline.config import FLAGS, Config, flag_type, load_config
+from pipeline.config import FLAGS, Config, env_setting, flag_type, load_config
 from pipeline.config_cmd import add_config_command, example_configs
 from pipeline.providers_cmd import add_providers_command
 from pipeline.version import __version__
@@ -41,6 +41,9 @@ from storage.core.errors import (
     UserError,
 )
 from storage.core.settings import settings
+
+if TYPE_CHECKING:  # `ctxprec --help` loads no HTTP client
+    from connectors.judges.retry import RetryClock
 
 __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 
@@ -293,7 +296,10 @@ def _check_conflicts(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     _check_conflicts(args)
-    return load_config(args.config, _flags(args))
+    cfg = load_config(args.config, _flags(args))
+    _setup_logging(cfg.run.log_level)  # a config file's [run] log_level and debug count too
+    args.debug = cfg.run.debug
+    return cfg
 
 
 # settings that change how rows are scored or written, not which judge calls a run makes
@@ -313,18 +319,24 @@ _NOT_FOR_ESTIMATE = {
 }
 
 
-def _setup_logging() -> None:
-    """CTXPREC_LOG_LEVEL=debug|info|warning turns on stdlib logging to stderr, keys redacted."""
-    level = os.environ.get("CTXPREC_LOG_LEVEL", "").strip().upper()
+def _setup_logging(log_level: str | None) -> None:
+    """[run] log_level (CTXPREC_LOG_LEVEL) debug|info|warning turns on stdlib logging to
+    stderr, keys redacted; set again, it replaces the handler it set before."""
+    root = logging.getLogger("ctxprec")
+    for old in [h for h in root.handlers if isinstance(h, _LogHandler)]:
+        root.removeHandler(old)
+    level = (log_level or "").strip().upper()
     if not level:
         return
-
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _LogHandler(sys.stderr)
     handler.addFilter(RedactingFilter())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("ctxprec")
     root.addHandler(handler)
     root.setLevel(getattr(logging, level, logging.INFO))
+
+
+class _LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler `_setup_logging` adds (and replaces)."""
 
 
 BROKEN_PIPE_EXIT = 0  # a reader that left early (`| head`) is normal use, not a failure of ours
@@ -336,11 +348,13 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly."""
+def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = None) -> int:
+    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly.
+    `retry_clock` times the judges' waits between HTTP attempts (None: real ones; a test
+    passes an instant one)."""
     try:
         try:
-            return _main(argv)
+            return _main(argv, retry_clock)
         finally:
             sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
     except BrokenPipeError:
@@ -349,10 +363,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE_EXIT
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging()
+    args.debug, args.retry_clock = False, retry_clock
     try:
+        # before any config file: from the environment, checked by the loader
+        _setup_logging(env_setting("run.log_level"))
+        args.debug = env_setting("run.debug")
         return _command(args.command)(args)
     except BatchesPendingError as exc:
         print(f"ctxprec: {exc}", file=sys.stderr)
@@ -381,7 +398,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise  # the reader of stdout left: `main` ends quietly
     except Exception as exc:  # the last line of defence: a message, not a traceback
-        if os.environ.get("CTXPREC_DEBUG"):
+        if args.debug:
             traceback.print_exc()
         print(
             f"ctxprec: internal error: {type(exc).__name__}: {exc} "

@@ -14,27 +14,22 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.batch_run import (
-    BatchOptions,
-    batch_estimate,
-    batch_line,
-    check_batch_provider,
-    list_batches,
-    parse_duration,
-    render_batch_estimate,
-    render_batches,
-    score_batch,
-)
+from pipeline.batch_collect import BatchOptions
+from pipeline.batch_figures import batch_estimate, batch_line, render_batch_estimate
+from pipeline.batch_run import check_batch_provider, score_batch
+from pipeline.batches_cmd import list_batches, render_batches
 from pipeline.cli import _NOT_FOR_ESTIMATE, _config
 from pipeline.compare import CompareOptions, compare, drop_gate, sides_from_args
-from pipeline.driver import RunResult
+from pipeline.config import parse_duration
+from pipeline.driver import RunOptions, RunResult
 from pipeline.engines import score_dask
+from pipeline.entry import score
 from pipeline.estimate import estimate, render_estimate
-from pipeline.flow import score
-from pipeline.gate import gate_exit, ids_before, run_mean, under_gate
+from pipeline.quality_gate import gate_exit, ids_before, run_mean, under_gate
+from storage import layout
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
-from storage.core.constants import STATE_DIR, STATUS_FAILED
+from storage.core.constants import STATUS_FAILED
 from storage.core.errors import UserError
 from storage.core.figures import figure_text
 from storage.core.settings import DEFAULT_KS
@@ -87,21 +82,20 @@ def _cmd_score(args: argparse.Namespace) -> int:
         check_batch_provider(cfg)
         if args.engine == "dask":
             raise UserError("--batch-api runs on the local engine; drop --engine dask")
-        run = functools.partial(score_batch, options=_batch_options(args))
+        run = functools.partial(score_batch, batch=_batch_options(args))
     elif args.batch_wait is not None or args.batch_fallback != "batch":
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
     if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
         drop = "--engine dask" if args.engine == "dask" else "--batch-api"
         raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
-    result = run(
-        args.input,
-        args.output,
-        cfg,
+    options = RunOptions(
         overwrite=args.overwrite,
         incremental=args.incremental,
         progress=progress,
         wait_lock=args.wait_lock,
+        retry_clock=args.retry_clock,
     )
+    result = run(args.input, args.output, cfg, options)
     batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
     if args.quiet:
         line = _quiet_line(result.summary, args.output)
@@ -156,7 +150,7 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
         *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
-        f"  summary: {outdir / 'summary.md'}",
+        f"  summary: {layout.summary_md(outdir)}",
     ]
     if rows.get("failed"):
         causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
@@ -212,9 +206,8 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     problem = unfinished(args.outdir)
     if problem:
         raise UserError(problem)
-    state = args.outdir / STATE_DIR / "run.json"
-    run = json.loads(state.read_text(encoding="utf-8"))
-    manifest = json.loads((args.outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
+    run = json.loads(layout.run_info(args.outdir).read_text(encoding="utf-8"))
+    manifest = json.loads(layout.manifest(args.outdir).read_text(encoding="utf-8"))
     describe = manifest.get("describe", {})
     group_by = args.group_by or run.get("group_by")
     summary = build_summary(
@@ -262,8 +255,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     print(json.dumps(est, indent=2) if args.json else text)
     if args.output is not None:
         check_claimable(args.output)
-        state = args.output / STATE_DIR
-        atomic_write_text(state / "estimate.json", json.dumps(est, indent=2))
+        atomic_write_text(layout.estimate(args.output), json.dumps(est, indent=2))
     return 0
 
 
@@ -287,7 +279,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_batches(args: argparse.Namespace) -> int:
-    rows = list_batches(args.outdir, cancel=args.cancel)
+    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock)
     print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
 

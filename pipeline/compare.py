@@ -16,7 +16,8 @@ import polars as pl
 
 from pipeline.agreement import agreement_figures, mcnemar
 from pipeline.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
-from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage import layout
+from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
 from storage.core.figures import round_figure
 from storage.fs import is_uri
@@ -260,7 +261,7 @@ def _cluster_candidates(a: Side, b: Side) -> list[str]:
     manifest), then query, query_id, question."""
     mapped = []
     for side in (a, b):
-        manifest = _state_json(side.path / STATE_DIR / "manifest.json")
+        manifest = _state_json(layout.manifest(side.path))
         columns = (manifest.get("describe") or {}).get("columns") or []
         if len(columns) > 1 and isinstance(columns[1], str):
             mapped.append(columns[1])
@@ -353,7 +354,7 @@ def _side_info(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
 
 def _manifest_judge(path: OutPath) -> dict[str, Any] | None:
     """The judge configuration the output's manifest records (None for a foreign folder)."""
-    manifest = path / STATE_DIR / "manifest.json"
+    manifest = layout.manifest(path)
     if not manifest.is_file():
         return None
     try:
@@ -436,8 +437,8 @@ def _side_cost(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
         t: int(frame.get_column(f"{t}_tokens").sum()) if f"{t}_tokens" in frame.columns else None
         for t in ("input", "output")
     }
-    run = _state_json(side.path / STATE_DIR / "run.json")
-    summary = _state_json(side.path / "summary.json")
+    run = _state_json(layout.run_info(side.path))
+    summary = _state_json(layout.summary_json(side.path))
     price = run.get("price") or {}
     p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
     usd = None

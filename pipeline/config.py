@@ -41,6 +41,7 @@ __all__ = [
     "ENV_VARS",
     "FLAGS",
     "Config",
+    "env_setting",
     "flag_type",
     "load_config",
     "parse_duration",
@@ -269,6 +270,15 @@ def _sink_tables(raw: Any, path: Path) -> list[str]:
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return {key: env[var] for var, key in ENV_VARS.items() if env.get(var, "") != ""}
+
+
+def env_setting(key: str, env: Mapping[str, str] | None = None) -> Any:
+    """One setting as the environment alone gives it (else its default), checked as
+    `load_config` checks it: for what is needed before any config file is read (the CLI's
+    logging and tracebacks)."""
+    env = os.environ if env is None else env
+    given = _from_env(env)
+    return _coerce(key, given[key], "environment") if key in given else DEFAULTS[key]
 
 
 def _prices(raw: Any, origin: str) -> dict[str, Price]:

@@ -1,5 +1,6 @@
-"""Judge-call fan-out: one bounded job stream, `concurrency` worker tasks, in-run de-duplication
-of identical items, and a memo writer that group-commits verdicts as calls complete.
+"""Making the judge calls: one bounded job stream served by `concurrency` worker tasks, in-run
+de-duplication of identical items, and a memo writer that group-commits verdicts as calls
+complete. Which items need a call at all is decided by `fanout.py`.
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -18,7 +20,7 @@ from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore
 
-__all__ = ["Dispatcher", "ItemOutcome", "RunCounters"]
+__all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 
 _MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most (then senders wait)
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
@@ -41,6 +43,18 @@ class RunCounters:
     memo_writes: int = 0
     reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
     failed_by_cause: dict[str, int] = field(default_factory=dict)
+
+
+def add_counts(total: Any, part: Any) -> None:
+    """Add one dataclass of counters (ints, floats, dicts of counts) into another of its kind:
+    the RunCounters or JudgeStats of a task or a recheck into the run's."""
+    for f in fields(total):
+        mine, theirs = getattr(total, f.name), getattr(part, f.name)
+        if isinstance(mine, dict):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+        else:
+            setattr(total, f.name, mine + theirs)
 
 
 class ItemOutcome:

@@ -1,21 +1,30 @@
 """The driver's part of a run, around the stages: before the first judge call, check everything
 and open (or resume) the output folder (`prepare_run`); after the last, publish to sinks and write
 the summary, run.json and `_SUCCESS` (`finish_run`). Every engine runs these two on its client.
+
+A run driven from this process (the local engine, the batch-API run) runs in `local_run`'s frame:
+prepared (which takes the output folder's lock), its stages run by the caller, finished, and the
+lock given back however it ends. `run_blocking` is the synchronous way in, for them and for the
+Dask engine's driver and tasks.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import polars as pl
 
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
-from connectors.sources import SourceInfo, inspect_source, read_ids
+from connectors.judges.retry import RetryClock
+from connectors.sources import SourceInfo, inspect_input, read_ids
 from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.estimate import estimate
@@ -24,10 +33,11 @@ from pipeline.limits import GateStats
 from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
 from pipeline.reduce import TableSpec
+from storage import layout
 from storage.charts import preload
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
-from storage.core.errors import ConfigError, UserError
+from storage.core.errors import ConfigError, UserError, first_meaningful
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
 from storage.objpath import OutPath
@@ -38,12 +48,16 @@ from storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
+    "LocalRun",
+    "RunOptions",
     "RunPlan",
     "RunResult",
     "StageResult",
     "finish_run",
+    "local_run",
     "prepare_run",
     "release_outdir",
+    "run_blocking",
 ]
 
 AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
@@ -64,6 +78,20 @@ class RunResult:
         return 1 if self.failed or self.sink_errors else 0
 
 
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How one run treats its output folder and shows itself (--overwrite, --incremental,
+    --progress, --wait-lock): every engine's entry point takes these as one object. What is
+    scored, and how, is the `Config`."""
+
+    overwrite: bool = False  # replace what the folder holds
+    incremental: bool = False  # add the rows the folder does not hold yet
+    progress: str = "auto"  # "auto" | "on" | "off"
+    wait_lock: float = 0.0  # seconds to wait for another run's lock
+    # the waits between a judge's HTTP attempts (None: real ones; tests pass an instant one)
+    retry_clock: RetryClock | None = None
+
+
 @dataclass
 class RunPlan:
     """What the driver settled before any judge call; picklable, so an engine can ship it."""
@@ -79,6 +107,7 @@ class RunPlan:
     skip_ids: pl.Series | None = None
     run_tag: str = ""
     lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
+    retry_clock: RetryClock | None = None  # RunOptions.retry_clock, for every judge of the run
 
 
 @dataclass
@@ -96,10 +125,7 @@ async def prepare_run(
     input: str,
     outdir: str | OutPath,
     cfg: Config,
-    *,
-    overwrite: bool = False,
-    incremental: bool = False,
-    wait_lock: float = 0.0,
+    options: RunOptions = RunOptions(),
 ) -> RunPlan:
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
@@ -108,7 +134,7 @@ async def prepare_run(
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
-    judge = create_judge(cfg.judge)
+    judge = create_judge(cfg.judge, retry_clock=options.retry_clock)
     identity = judge.identity()
     await judge.aclose()
     config_part = _config_identity(cfg, identity)
@@ -119,10 +145,14 @@ async def prepare_run(
     await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir)
-    lock.acquire(wait_lock)  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
-    run = RunPlan(input, cfg, info, runlog, spec, identity, lock=lock)
+    lock.acquire(
+        options.wait_lock
+    )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
+    run = RunPlan(
+        input, cfg, info, runlog, spec, identity, lock=lock, retry_clock=options.retry_clock
+    )
     try:
-        await _open(run, overwrite=overwrite, incremental=incremental)
+        await _open(run, overwrite=options.overwrite, incremental=options.incremental)
     except BaseException:
         release_outdir(run)
         raise
@@ -150,7 +180,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     elif (
         run.info.total_rows <= AUTO_ESTIMATE_ROWS
         and not run.spec.judge_model.startswith("offline")
-        and runlog.load_json("estimate.json") is None
+        and runlog.load_json(layout.estimate(outdir)) is None
     ):
         # a small input for a paid judge: price it first, so the summary can show estimate vs
         # actual (the offline judge costs nothing: no pass over the input for it)
@@ -159,7 +189,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         except UserError:
             pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
         else:
-            runlog.save_json("estimate.json", est)
+            runlog.save_json(layout.estimate(outdir), est)
     await anyio.to_thread.run_sync(_plan_resume, run)
 
 
@@ -188,13 +218,7 @@ def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
 
 
 def _inspect(input: str, cfg: Config) -> SourceInfo:
-    info = inspect_source(
-        input,
-        cfg.column_map,
-        use_extractor=cfg.columns.extractor is not None,
-        expected_explicit=cfg.columns.expected_explicit,
-        storage=cfg.storage,
-    )
+    info = inspect_input(input, cfg.columns, cfg.storage)
     line = skipped_formats_line(info)
     if line:
         print(line, file=sys.stderr, flush=True)
@@ -318,7 +342,7 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
-    estimate = run.runlog.load_json("estimate.json")
+    estimate = run.runlog.load_json(layout.estimate(outdir))
     if estimate is not None:
         run_info["estimate"] = estimate
     run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last
@@ -330,6 +354,52 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
         ks=run.cfg.scoring.ks,
     )
     write_summary(outdir, summary)
-    run.runlog.save_json("run.json", run_info)
+    run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
     return summary, errors
+
+
+# -- a run driven from this process ------------------------------------------------------
+T = TypeVar("T")
+
+
+def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `fn` on a new event loop. User-facing errors raised inside a task group come out as
+    themselves, not wrapped in an ExceptionGroup."""
+    try:
+        return anyio.run(fn)
+    except BaseExceptionGroup as group:
+        raise first_meaningful(group) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRun:
+    """A prepared run whose stages execute in this process, which holds the folder's lock."""
+
+    plan: RunPlan
+    started: float  # time.monotonic() before prepare
+    started_at: datetime
+
+    async def finish(self, result: StageResult) -> RunResult:
+        """Sinks, summary, run.json and `_SUCCESS`, once every stage is done."""
+        wall = time.monotonic() - self.started
+        engine = {"name": "local", "workers": 1, "tasks": 1}
+        return await anyio.to_thread.run_sync(
+            finish_run, self.plan, result, self.started_at, wall, engine
+        )
+
+
+@asynccontextmanager
+async def local_run(
+    input: str,
+    outdir: OutPath,
+    cfg: Config,
+    options: RunOptions,
+) -> AsyncIterator[LocalRun]:
+    """Prepare the run; the lock is held from open to finish, whatever happens in between."""
+    started, started_at = time.monotonic(), datetime.now(UTC)
+    plan = await prepare_run(input, outdir, cfg, options)
+    try:
+        yield LocalRun(plan, started, started_at)
+    finally:
+        release_outdir(plan)

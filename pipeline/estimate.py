@@ -4,17 +4,15 @@ like a real run, counts unique calls left after the memo and in-run duplicates, 
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import polars as pl
 
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
-from connectors.judges.catalog import prices_taken, providers
+from connectors.judges.catalog import prices_taken
 from connectors.judges.prompts import item_messages, row_messages
-from connectors.sources import inspect_source
+from connectors.sources import inspect_input
 from pipeline.config import Config
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.recheck import recheck_cost
@@ -29,20 +27,10 @@ DEFAULT_LATENCY_S = {"offline": 0.0}
 _HTTP_LATENCY_S = 1.0
 
 
-@contextlib.contextmanager
-def _no_key_needed(cfg: Config) -> Iterator[None]:
-    """An estimate makes no call, so it needs no key: lend a placeholder while the judge is built
-    (its identity, hence the memo keys, never includes the key)."""
-    names = [cfg.judge.api_key_env] if cfg.judge.api_key_env else []
-    names += [v for spec in providers(cfg.judge.providers).values() for v in spec.key_env[:1]]
-    lent = [n for n in names if not os.environ.get(n)]
-    for name in lent:
-        os.environ[name] = "estimate-makes-no-calls"
-    try:
-        yield
-    finally:
-        for name in lent:
-            os.environ.pop(name, None)
+def _no_key_needed(name: str) -> str:
+    """An estimate makes no call, so it needs no key: a placeholder where none is set (the
+    judge's identity, hence the memo keys, never includes the key)."""
+    return os.environ.get(name) or "estimate-makes-no-calls"
 
 
 def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bool) -> list[int]:
@@ -65,15 +53,8 @@ def estimate(
 ) -> dict[str, Any]:
     """Figures for a run of `cfg` over `input`; reads the memo, never writes or calls. Rows
     whose id is in `skip_ids` (already scored in the target folder) are counted apart."""
-    info = inspect_source(
-        input,
-        cfg.column_map,
-        use_extractor=cfg.columns.extractor is not None,
-        expected_explicit=cfg.columns.expected_explicit,
-        storage=cfg.storage,
-    )
-    with _no_key_needed(cfg):
-        judge = create_judge(cfg.judge, stats=JudgeStats())
+    info = inspect_input(input, cfg.columns, cfg.storage)
+    judge = create_judge(cfg.judge, stats=JudgeStats(), key_source=_no_key_needed)
     prefix = judge_prefix(judge.identity())
     per_row = cfg.judge.mode == "row"
     memo = open_memo(cfg)

@@ -1,6 +1,6 @@
-"""Fan-out: each item of a batch's checked rows gets its verdict from the memo, from a call this
-run already made or has in flight (de-duplication), or from a new judge call submitted to the
-dispatcher; the rows complete as their verdicts arrive.
+"""Where each item's verdict comes from, for one batch of checked rows: the memo, a call this run
+already made or has in flight (de-duplication), or a new judge call handed to the dispatcher
+(`dispatch.py`, which makes the calls); the rows complete as their verdicts arrive.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from connectors.judges.base import ItemRequest
 from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.rows import RowPlan
 from storage.core.constants import STATUS_FAILED, STATUS_OK
-from storage.memo import MemoEntry
+from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
 
 __all__ = ["resolve_items"]
 
@@ -50,7 +50,7 @@ def _all_found(plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatche
     plan.entries = entries
     dispatcher.counters.memo_hits += len(entries)
     for i, entry in enumerate(entries):
-        if entry[2] or entry[3]:  # type: ignore[index]
+        if entry[INPUT_TOKENS] or entry[OUTPUT_TOKENS]:  # type: ignore[index]
             plan.paid[i] = dispatcher.credit(plan.keys[i])
     return True
 
@@ -133,7 +133,10 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
                 await outcome.event.wait()
                 if outcome.entry is not None:
                     t_in, t_out = plan.extra_tokens
-                    plan.extra_tokens = (t_in + outcome.entry[2], t_out + outcome.entry[3])
+                    plan.extra_tokens = (
+                        t_in + outcome.entry[INPUT_TOKENS],
+                        t_out + outcome.entry[OUTPUT_TOKENS],
+                    )
             for i, outcome in plan.waits:
                 await outcome.event.wait()
                 plan.entries[i] = outcome.entry

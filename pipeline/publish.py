@@ -12,8 +12,10 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.sinks import Sink, parse_sink
+from storage import layout
 from storage.commit import committed
 from storage.core.errors import UserError
+from storage.objpath import OutPath
 from storage.runlog import RunLog
 
 __all__ = ["check_sinks", "publish"]
@@ -27,8 +29,8 @@ def check_sinks(specs: Sequence[str], schema: pa.Schema) -> list[Sink]:
     return sinks
 
 
-def _state_name(sink: Sink) -> str:
-    return "sink-" + hashlib.sha256(sink.name.encode()).hexdigest()[:16] + ".json"
+def _state_path(runlog: RunLog, sink: Sink) -> OutPath:
+    return layout.sink_record(runlog.outdir, hashlib.sha256(sink.name.encode()).hexdigest()[:16])
 
 
 def publish(
@@ -41,7 +43,7 @@ def publish(
     # file loaded while it had some is loaded again later (ids already loaded are skipped)
     files = {f: r.failed for r in committed(runlog.outdir).values() for f in r.files}
     for sink in (parse_sink(spec) for spec in specs):
-        state = runlog.load_json(_state_name(sink)) or {"sink": sink.name, "loaded": {}}
+        state = runlog.load_json(_state_path(runlog, sink)) or {"sink": sink.name, "loaded": {}}
         loaded: dict[str, int] = state["loaded"]
         pending = sorted(f for f in files if loaded.get(f, 1) > 0)
         try:
@@ -50,7 +52,7 @@ def publish(
             errors.append(f"{sink.name}: {exc}")
             continue
         loaded.update({f: files[f] for f in pending})
-        runlog.save_json(_state_name(sink), state)
+        runlog.save_json(_state_path(runlog, sink), state)
         results.append(
             {
                 "sink": sink.name,

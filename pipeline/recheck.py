@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -24,9 +24,11 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge
 from connectors.judges.base import estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
+from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo
 from pipeline.agreement import agreement_figures
 from pipeline.config import Config
+from pipeline.dispatch import add_counts
 from pipeline.extractor import load_extractor
 from pipeline.limits import RateGate
 from pipeline.planning import BatchPlanner
@@ -37,7 +39,7 @@ from storage.memo import judge_prefix
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
 
-__all__ = ["merge_stats", "recheck_cost", "recheck_run", "sampled"]
+__all__ = ["recheck_cost", "recheck_run", "sampled"]
 
 
 def sampled(key: str, fraction: float, seed: int) -> bool:
@@ -96,17 +98,6 @@ def recheck_cost(
     return calls, tokens
 
 
-def merge_stats(total: JudgeStats, part: JudgeStats) -> None:
-    """Add one judge's counters into another's (the recheck's calls are this run's calls)."""
-    for f in fields(total):
-        mine, theirs = getattr(total, f.name), getattr(part, f.name)
-        if isinstance(mine, dict):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
-        else:
-            setattr(total, f.name, mine + theirs)
-
-
 def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | None]]:
     """The output's verdicts of the rows holding sampled items, by id."""
     files = part_files(outdir)
@@ -126,7 +117,7 @@ def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | No
 
 async def recheck_run(
     cfg: Config, info: SourceInfo, identity: dict[str, object], per_row: bool, outdir: OutPath,
-    stats: JudgeStats,
+    stats: JudgeStats, *, retry_clock: RetryClock | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Ask the sampled items again and compare; the figures run.json and the summary keep.
     The recheck's calls are added to `stats` (they are this run's calls and cost)."""
@@ -152,7 +143,7 @@ async def recheck_run(
     mine = JudgeStats()
     gate = RateGate(cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm,
                     adaptive=cfg.limits.adaptive)  # fmt: skip
-    judge = create_judge(cfg.judge, gate=gate, stats=mine)
+    judge = create_judge(cfg.judge, gate=gate, stats=mine, retry_clock=retry_clock)
     pairs: list[tuple[bool, bool]] = []
     failed = 0
     limiter = anyio.CapacityLimiter(max(1, cfg.limits.concurrency))
@@ -185,7 +176,7 @@ async def recheck_run(
     finally:
         with anyio.CancelScope(shield=True):
             await judge.aclose()
-    merge_stats(stats, mine)
+    add_counts(stats, mine)  # the recheck's calls are this run's calls
     result = _figures(pairs, failed, fraction, seed, mine, cfg, judge.model)
     print(_line(result), file=sys.stderr, flush=True)
     return result

@@ -77,7 +77,7 @@ async def run_stage(
     if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
         judge = judge_factory(gate, stats)
     else:
-        judge = create_judge(cfg.judge, gate=gate, stats=stats)
+        judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
     if judge.identity() != plan.identity:
         raise ConfigError(
             f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "

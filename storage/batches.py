@@ -19,12 +19,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from storage import layout
 from storage.atomic import atomic_write_text
-from storage.core.constants import STATE_DIR
 
-__all__ = ["BATCH_DIR", "BatchStore", "ChunkWriter"]
+__all__ = ["BatchStore", "ChunkWriter"]
 
-BATCH_DIR = "batches"
 # a chunk's request lines and id map, as `new_name` (and `_open`'s "x" suffixes) names them
 _CHUNK_FILE = re.compile(r"(?P<stem>c\d{8}T\d{6}-\d{5}-r\d+-\d{4}x*)\.(?:jsonl|ids)")
 _LIVE = ("written", "intent", "uploaded", "created")
@@ -35,8 +34,9 @@ class BatchStore:
     when inside the event loop, or accept the few ms it takes)."""
 
     def __init__(self, outdir: Path) -> None:
-        self.dir = outdir / STATE_DIR / BATCH_DIR
-        self.path = self.dir / "state.json"
+        self.outdir = outdir
+        self.dir = layout.batches_dir(outdir)
+        self.path = layout.batch_state(outdir)
         self.data: dict[str, Any] = {"version": 1, "chunks": {}, "failed": {}, "finished": False}
 
     @classmethod
@@ -92,10 +92,10 @@ class BatchStore:
         self.save()
 
     def lines_path(self, name: str) -> Path:
-        return self.dir / f"{name}.jsonl"
+        return layout.batch_file(self.outdir, name, ".jsonl")
 
     def ids_path(self, name: str) -> Path:
-        return self.dir / f"{name}.ids"
+        return layout.batch_file(self.outdir, name, ".ids")
 
     def read_ids(self, name: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -16,12 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import ownership
+from storage import layout, ownership
 from storage.atomic import atomic_write, atomic_write_text
-from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
+from storage.layout import COMMITTED, PENDING
 from storage.objpath import OutPath
-from storage.ownership import COMMITTED, PARTS, PENDING
 
 __all__ = ["PartRecord", "commit_part", "committed"]
 
@@ -52,16 +51,15 @@ def commit_part(
     """Name the files in a pending record, write each atomically, then the commit record.
     A file already at a target path that no record of this part names is never replaced.
     Blocking I/O: call it from a thread."""
-    parts = outdir / STATE_DIR / PARTS
     files = sorted(tables)
     _refuse_foreign_targets(outdir, key, files)
-    pending = parts / f"{key}{PENDING}"
+    pending = layout.pending_record(outdir, key)
     atomic_write_text(pending, json.dumps({"key": key, "files": files}))
     for rel, table in tables.items():
         atomic_write(outdir / rel, partial(_write_parquet, table))
     record = PartRecord(key, tuple(files), rows, failed)
     body = {"key": key, "files": files, "rows": rows, "failed": failed}
-    atomic_write_text(parts / f"{key}{COMMITTED}", json.dumps(body))
+    atomic_write_text(layout.commit_record(outdir, key), json.dumps(body))
     pending.unlink(missing_ok=True)
     return record
 

@@ -9,14 +9,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from storage import layout
 from storage.atomic import atomic_write_bytes
 from storage.charts import fit_title, png, short_label
-from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
 from storage.core.figures import figure_text
+from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_JSON, COMPARE_MD
 
 __all__ = [
-    "CHART_FILE",
     "chart_figure",
     "check_compare_target",
     "render_chart",
@@ -25,30 +25,26 @@ __all__ = [
     "write_compare",
 ]
 
-CHART_FILE = "compare.png"
 _SIZE = (8.0, 4.5)
 _INK = "#333333"
 _MAX_GROUPS = 20
 _REASON_CHARS = 300
 
 
-REPORT_FILES = ("compare.json", "compare.md", CHART_FILE)
-
-
 def check_compare_target(outdir: Path) -> None:
     """`-o DIR` may hold an earlier comparison (replaced) but no compare.* file of anyone else's:
     a compare.json that is not a ctxprec comparison means the others are not ours either. Nor
     may DIR be a score output (a compare.* file there would make the next run refuse it)."""
-    if (outdir / STATE_DIR).exists():
+    if layout.state_dir(outdir).exists():
         raise OutputError(
             f"{outdir} is a ctxprec output folder; write the comparison elsewhere "
             "(a compare.* file there would make the next score run refuse the folder)"
         )
-    present = [name for name in REPORT_FILES if (outdir / name).exists()]
+    present = [name for name in COMPARE_FILES if layout.compare_file(outdir, name).exists()]
     if not present:
         return
     try:
-        earlier = json.loads((outdir / "compare.json").read_text(encoding="utf-8"))
+        earlier = json.loads(layout.compare_file(outdir, COMPARE_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         earlier = None
     if not (isinstance(earlier, dict) and {"n_pairs", "mean_delta"} <= earlier.keys()):
@@ -62,15 +58,15 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
     """Write compare.json, compare.md and compare.png into `outdir`, each atomically."""
     outdir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {
-        CHART_FILE: render_chart(report),
-        "compare.json": (
+        COMPARE_CHART: render_chart(report),
+        COMPARE_JSON: (
             json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
         ).encode(),
-        "compare.md": render_markdown(report).encode(),
+        COMPARE_MD: render_markdown(report).encode(),
     }
     written = []
     for name, data in files.items():
-        path = outdir / name
+        path = layout.compare_file(outdir, name)
         atomic_write_bytes(path, data)
         written.append(path)
     return written
@@ -225,7 +221,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         *_honesty_lines(report, "- "),
         "",
-        f"![mean delta with 95% CI]({CHART_FILE})",
+        f"![mean delta with 95% CI]({COMPARE_CHART})",
         "",
     ]
     if g := report["by_group"]:

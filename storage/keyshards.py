@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from storage import layout
 from storage.atomic import atomic_write
-from storage.core.constants import STATE_DIR
 from storage.memo import MemoEntry
 from storage.objpath import OutPath, readable
 from storage.verdicts import VerdictStore
@@ -78,12 +78,12 @@ def shard_of(key: str, shards: int) -> int:
 
 
 def shuffle_dir(outdir: OutPath, run: str) -> OutPath:
-    return outdir / STATE_DIR / "shuffle" / run
+    return layout.shuffle_dir(outdir, run)
 
 
 def request_files(scratch: OutPath, shard: int) -> list[OutPath]:
     """The request files of one shard, in task order."""
-    folder = scratch / "keys" / f"s{shard:05d}"
+    folder = layout.shuffle_requests(scratch, shard)
     if not folder.is_dir():
         return []
     found: list[OutPath] = list(folder.glob("t*.arrow"))
@@ -126,8 +126,7 @@ def write_requests(
             [pa.array(c, f.type) for c, f in zip(columns, _REQUESTS, strict=True)],
             schema=_REQUESTS,
         )
-        name = f"t{task:06d}-{part:05d}.arrow"
-        _write(scratch / "keys" / f"s{shard:05d}" / name, table)
+        _write(layout.shuffle_request_file(scratch, shard, task, part), table)
         written += 1
     return written
 
@@ -153,11 +152,11 @@ def write_answers(scratch: OutPath, task: int, shard: int, answers: Sequence[Ans
     table = pa.Table.from_arrays(
         [pa.array(c, f.type) for c, f in zip(columns, _ANSWERS, strict=True)], schema=_ANSWERS
     )
-    _write(scratch / "answers" / f"t{task:06d}" / f"s{shard:05d}.arrow", table)
+    _write(layout.shuffle_answer_file(scratch, task, shard), table)
 
 
 def read_answers(scratch: OutPath, task: int) -> Iterator[Answer]:
-    folder = scratch / "answers" / f"t{task:06d}"
+    folder = layout.shuffle_answers(scratch, task)
     if not folder.is_dir():
         return
     files: list[OutPath] = list(folder.glob("s*.arrow"))
@@ -186,7 +185,7 @@ class ShardedVerdicts:
 
     @classmethod
     def of(cls, outdir: OutPath) -> ShardedVerdicts:
-        return cls(outdir / STATE_DIR / "verdicts" / "keys")
+        return cls(layout.key_shards(outdir))
 
     def read(self, shard: int, shards: int) -> dict[str, MemoEntry]:
         """Every stored verdict of this shard. A file written under another shard count is read

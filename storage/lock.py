@@ -28,13 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from storage import layout
 from storage.atomic import TMP_PREFIX, write_error
-from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
 from storage.objpath import ObjPath, OutPath
 
 __all__ = [
-    "LOCK_NAME",
     "REFRESH_S",
     "STALE_S",
     "Holder",
@@ -44,7 +43,6 @@ __all__ = [
     "read_holder",
 ]
 
-LOCK_NAME = "lock"
 REFRESH_S = 10.0  # the holder touches the lock this often
 STALE_S = 120.0  # a lock nobody touched for this long belongs to a run that is gone
 POLL_S = 0.5
@@ -105,7 +103,7 @@ def read_holder(path: OutPath) -> tuple[Holder | None, float] | None:
 
 def live_holder(outdir: OutPath, stale_s: float = STALE_S) -> Holder | None:
     """Who is writing `outdir` now; None when no live run holds its lock."""
-    found = read_holder(outdir / STATE_DIR / LOCK_NAME)
+    found = read_holder(layout.lock(outdir))
     if found is None or found[0] is None or found[1] > stale_s:
         return None
     holder = found[0]
@@ -126,7 +124,7 @@ class OutdirLock:
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.outdir = outdir
-        self.path = outdir / STATE_DIR / LOCK_NAME
+        self.path = layout.lock(outdir)
         self.refresh_s = refresh_s
         self.stale_s = stale_s
         self._log = log or (lambda line: print(line, file=sys.stderr))
@@ -248,7 +246,7 @@ class OutdirLock:
                 with contextlib.suppress(OSError):
                     self.path.unlink(missing_ok=True)
             return
-        aside = self.path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}-{LOCK_NAME}")
+        aside = self.path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}-{self.path.name}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:

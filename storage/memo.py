@@ -14,14 +14,18 @@ import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import platformdirs
 
 from storage.core.errors import OutputError
 
 __all__ = [
+    "INPUT_TOKENS",
     "MEMO_RECIPE",
+    "OUTPUT_TOKENS",
+    "REASON",
+    "RELEVANT",
     "Memo",
     "MemoEntry",
     "MemoStore",
@@ -34,8 +38,13 @@ __all__ = [
 
 MEMO_RECIPE = "ctxprec-memo-v1"  # change when the recipe below changes
 
-# (relevant, reason, input_tokens, output_tokens)
+# (relevant, reason, input_tokens, output_tokens): a plain tuple, as the memo pickles it; read
+# its fields by these names, not by number
 MemoEntry = tuple[bool, str, int, int]
+RELEVANT: Final = 0
+REASON: Final = 1
+INPUT_TOKENS: Final = 2
+OUTPUT_TOKENS: Final = 3
 
 
 def default_cache_dir() -> Path:

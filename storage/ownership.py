@@ -12,15 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from storage import layout
 from storage.atomic import TMP_PREFIX, is_temp
-from storage.charts import CHART_FILES, TREND_CHART
-from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
+from storage.layout import COMMITTED, PENDING
 from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
-    "MANIFEST",
-    "SUCCESS",
     "check_claimable",
     "foreign_files",
     "has_manifest",
@@ -34,15 +32,6 @@ __all__ = [
     "warn_foreign",
 ]
 
-MANIFEST = "manifest.json"
-SUCCESS = "_SUCCESS"
-PARTS = "parts"
-COMMITTED = ".json"  # _ctxprec/parts/KEY.json: the part's files are complete
-PENDING = ".pending"  # _ctxprec/parts/KEY.pending: the part's files are being written
-SUMMARY_FILES = ("summary.json", "summary.md")
-# state files a new run replaces (--overwrite); verdicts/ (a memo) and the lock stay
-RUN_STATE = (MANIFEST, "run.json", "estimate.json")
-
 
 def local_outdir(outdir: str | OutPath) -> OutPath:
     """The output folder: a local path, or an object-store prefix (s3://, gs://, az://,
@@ -51,12 +40,12 @@ def local_outdir(outdir: str | OutPath) -> OutPath:
 
 
 def has_manifest(outdir: OutPath) -> bool:
-    return (outdir / STATE_DIR / MANIFEST).is_file()
+    return layout.manifest(outdir).is_file()
 
 
 def read_manifest(outdir: OutPath) -> dict[str, Any] | None:
     """The manifest, None when there is none; a damaged one is an OutputError."""
-    path = outdir / STATE_DIR / MANIFEST
+    path = layout.manifest(outdir)
     if not path.is_file():
         return None
     try:
@@ -73,7 +62,7 @@ def records(
 ) -> dict[str, dict[str, Any]]:
     """Commit records (or pending records) by part key; a torn record is no record."""
     found: dict[str, dict[str, Any]] = {}
-    folder = outdir / STATE_DIR / PARTS
+    folder = layout.parts_dir(outdir)
     if not folder.is_dir():
         return found
     children: list[OutPath] = list(folder.iterdir())
@@ -117,7 +106,7 @@ def _fixed(outdir: OutPath) -> set[str]:
     """Files ctxprec writes by fixed name, ours only in a folder that holds its manifest."""
     if not has_manifest(outdir):
         return set()
-    return {SUCCESS, *SUMMARY_FILES, *(f"charts/{name}" for name in (*CHART_FILES, TREND_CHART))}
+    return layout.fixed_files()
 
 
 def _walk(outdir: OutPath) -> Iterator[str]:
@@ -125,14 +114,14 @@ def _walk(outdir: OutPath) -> Iterator[str]:
     if isinstance(outdir, ObjPath):  # rglob lists files only, in one listing
         for obj in sorted(outdir.rglob("*")):
             key = obj.relative_to(outdir)
-            if key.parts[0] != STATE_DIR:
+            if not layout.in_state_dir(key):
                 yield key.as_posix()
         return
     if not outdir.is_dir():
         return
     for path in sorted(outdir.rglob("*")):
         rel = path.relative_to(outdir)
-        if rel.parts[0] == STATE_DIR or path.is_dir():
+        if layout.in_state_dir(rel) or path.is_dir():
             continue
         yield rel.as_posix()
 
@@ -182,7 +171,7 @@ def remove_torn(outdir: OutPath) -> None:
         for rel in named_files(raw):
             if rel not in committed:
                 _unlink(outdir / rel)
-        _unlink(outdir / STATE_DIR / PARTS / f"{key}{PENDING}")
+        _unlink(layout.pending_record(outdir, key))
     if outdir.is_dir():
         for tmp in outdir.rglob(f"{TMP_PREFIX}*"):
             if tmp.is_file() and is_temp(tmp.name):
@@ -196,11 +185,11 @@ def remove_owned(outdir: OutPath) -> None:
     for rel in sorted(parts | _fixed(outdir)):
         _unlink(outdir / rel)
         _prune(outdir, (outdir / rel).parent)
-    state = outdir / STATE_DIR
-    for path in (state / PARTS).glob("*") if (state / PARTS).is_dir() else []:
+    parts_dir = layout.parts_dir(outdir)
+    for path in parts_dir.glob("*") if parts_dir.is_dir() else []:
         if path.name.endswith((COMMITTED, PENDING)):
             _unlink(path)
-    for path in [*(state / name for name in RUN_STATE), *state.glob("sink-*.json")]:
+    for path in layout.owned_state(outdir):
         _unlink(path)
     remove_torn(outdir)
 

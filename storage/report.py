@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from storage import layout
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
@@ -411,18 +412,17 @@ def write_summary(outdir: OutPath, summary: Mapping[str, Any], *, charts: bool =
     """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace,
     or one PUT each in an object store)."""
     outdir = out_path(outdir)
-    chart_dir = outdir / "charts"
     pngs = render_charts(summary) if charts else {}
     for name, data in pngs.items():
-        atomic_write_bytes(chart_dir / name, data)
+        atomic_write_bytes(layout.chart(outdir, name), data)
     if (trend := trend_chart(summary.get("trend")) if charts else None) is not None:
         pngs[TREND_CHART] = trend
-        atomic_write_bytes(chart_dir / TREND_CHART, trend)
+        atomic_write_bytes(layout.chart(outdir, TREND_CHART), trend)
     for stale in {*CHART_FILES, TREND_CHART} - set(pngs):  # a chart that no longer applies goes
-        (chart_dir / stale).unlink(missing_ok=True)
+        layout.chart(outdir, stale).unlink(missing_ok=True)
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
-    atomic_write_bytes(outdir / "summary.json", text.encode())
-    atomic_write_bytes(outdir / "summary.md", render_markdown(summary, charts=charts).encode())
+    atomic_write_bytes(layout.summary_json(outdir), text.encode())
+    atomic_write_bytes(layout.summary_md(outdir), render_markdown(summary, charts=charts).encode())
 
 
 def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:

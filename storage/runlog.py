@@ -11,14 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from storage import ownership
+from storage import layout, ownership
 from storage.atomic import atomic_write_text
-from storage.core.constants import STATE_DIR
 from storage.core.errors import OutputError
 from storage.lock import command_line
 from storage.mismatch import describe_differences
 from storage.objpath import OutPath
-from storage.ownership import PARTS, SUCCESS
 
 __all__ = ["RunLog", "fingerprint_of", "history_entry"]
 
@@ -57,7 +55,6 @@ class RunLog:
         config_fingerprint: str,
     ):
         self.outdir = outdir
-        self.state = outdir / STATE_DIR
         self.fingerprint = fingerprint  # input + configuration: one run
         self.config_fingerprint = config_fingerprint  # configuration only: incremental runs
         self.describe = dict(describe)
@@ -91,8 +88,8 @@ class RunLog:
                 f"({describe_differences(described, self.describe)}); {fixes}"
             )
         try:
-            (self.state / PARTS).mkdir(parents=True, exist_ok=True)
-            (self.outdir / SUCCESS).unlink(missing_ok=True)
+            layout.parts_dir(self.outdir).mkdir(parents=True, exist_ok=True)
+            layout.success(self.outdir).unlink(missing_ok=True)
         except OSError as exc:
             raise OutputError(f"cannot write into {self.outdir}: {exc.strerror}") from exc
         self._write_manifest("running")
@@ -113,18 +110,19 @@ class RunLog:
             "command": command_line(),
             "describe": self.describe,
         }
-        atomic_write_text(self.state / "manifest.json", json.dumps(body, indent=2, default=str))
+        text = json.dumps(body, indent=2, default=str)
+        atomic_write_text(layout.manifest(self.outdir), text)
 
     # -- parts (their commit is `storage.commit`) ---------------------------------------
     def remove_stale(self) -> None:
         """Drop what a killed run left half-done: files of parts never committed, temp files."""
         ownership.remove_torn(self.outdir)
 
-    def save_json(self, name: str, payload: Mapping[str, Any]) -> None:
-        atomic_write_text(self.state / name, json.dumps(payload, indent=2, default=str))
+    def save_json(self, path: OutPath, payload: Mapping[str, Any]) -> None:
+        """Save one of the state files `storage.layout` names (e.g. `layout.run_info(outdir)`)."""
+        atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
-    def load_json(self, name: str) -> dict[str, Any] | None:
-        path = self.state / name
+    def load_json(self, path: OutPath) -> dict[str, Any] | None:
         if not path.is_file():
             return None
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -134,7 +132,7 @@ class RunLog:
         """The runs that wrote this output, oldest first, this one (`run`) last: the previous
         run.json's history (a run.json from before histories counts as one run) plus this run.
         --overwrite removes run.json, so a replaced output starts a new history."""
-        before = self.load_json("run.json")
+        before = self.load_json(layout.run_info(self.outdir))
         past: list[dict[str, Any]] = []
         if before is not None:
             past = list(before.get("history") or [history_entry(before)])
@@ -142,4 +140,4 @@ class RunLog:
 
     def finish(self) -> None:
         self._write_manifest("complete")
-        atomic_write_text(self.outdir / SUCCESS, "")
+        atomic_write_text(layout.success(self.outdir), "")

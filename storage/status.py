@@ -4,7 +4,7 @@ how to resume it), being written by a live run, or not a ctxprec output at all.
 
 from __future__ import annotations
 
-from storage.core.constants import STATE_DIR
+from storage import layout
 from storage.lock import live_holder
 from storage.objpath import OutPath
 from storage.ownership import read_manifest, records
@@ -15,7 +15,7 @@ __all__ = ["unfinished"]
 def unfinished(outdir: OutPath) -> str | None:
     """Why `outdir` has no finished run to summarise; None when it has one."""
     manifest = read_manifest(outdir)
-    run = outdir / STATE_DIR / "run.json"
+    run = layout.run_info(outdir)
     if manifest is None:
         return (
             f"{outdir} holds no ctxprec run (no {run}); pass an OUTDIR written by `ctxprec score`"

@@ -13,8 +13,9 @@ from typing import Any
 
 import polars as pl
 
+from storage import layout
 from storage.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
-from storage.core.constants import STATE_DIR, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.figures import figure_text, percent_text
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
@@ -27,7 +28,7 @@ _DATE_NAMES = ("dt", "date", "day", "ds", "night")
 
 def _partition_by(outdir: OutPath) -> list[str]:
     try:
-        manifest = json.loads((outdir / STATE_DIR / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads(layout.manifest(outdir).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     return [str(c) for c in manifest.get("describe", {}).get("partition_by") or []]

@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from storage import layout
 from storage.atomic import atomic_write
-from storage.core.constants import STATE_DIR
 from storage.memo import MemoEntry, MemoStore
 from storage.objpath import OutPath, readable
 
@@ -40,7 +40,7 @@ def verdict_dir(outdir: OutPath, source: Path | str) -> OutPath:
     its object URI given as a string)."""
     name = str(source.resolve()) if isinstance(source, Path) else source
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return outdir / STATE_DIR / "verdicts" / digest
+    return layout.verdict_dir(outdir, digest)
 
 
 class VerdictStore:
@@ -103,7 +103,7 @@ class VerdictStore:
             [pa.array(col, f.type) for col, f in zip(columns, _SCHEMA, strict=True)],
             schema=_SCHEMA,
         )
-        target = self.directory / f"{self._prefix}{uuid.uuid4().hex}.arrow"
+        target = layout.verdict_file(self.directory, f"{self._prefix}{uuid.uuid4().hex}")
         atomic_write(target, partial(_write_ipc, table))
         self._buffer = []
         self.files_written += 1

@@ -160,13 +160,13 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path: Path) -> None:
     is read as the module storage._layers_probe from tmp_path: nothing is written in the tree)."""
     bad = tmp_path / "_layers_probe.py"
     source = (
-        "from pipeline.flow import score\n"
+        "from pipeline.entry import score\n"
         "def f():\n    from storage.core import errors\n"
         "from .core.errors import UserError\n"
     )
     bad.write_text(source, encoding="utf-8")
     found = list(imports(bad, "storage._layers_probe"))
-    assert ("pipeline.flow", 1, "module") in found
+    assert ("pipeline.entry", 1, "module") in found
     assert ("storage.core.errors", 3, "function") in found
     assert ("storage.core.errors", 4, "module") in found
 
@@ -211,7 +211,7 @@ def test_no_ctxprec_module_is_imported_by_a_literal_name() -> None:
 def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
     """`ctxprec --version` and `--help` stay fast: no Polars, PyArrow, aiohttp, Dask, judge."""
     heavy = ["polars", "pyarrow", "aiohttp", "dask", "distributed", "numpy", "matplotlib"]
-    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.flow"]
+    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.entry"]
     probe = (
         "import sys\n"
         "from pipeline.cli import main\n"

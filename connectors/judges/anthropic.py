@@ -45,15 +45,7 @@ class AnthropicJudge(HttpJudgeBase):
         return anthropic_shape(self._name)
 
     def identity(self) -> dict[str, object]:
-        s = self.settings
-        return {
-            "provider": self.spec.id,
-            "model": self._name,
-            "base_url": self._base,
-            "temperature": s.temperature,
-            "max_output_tokens": s.max_output_tokens,
-            "anthropic_version": s.anthropic_version,
-        }
+        return self._identity(anthropic_version=self.settings.anthropic_version)
 
     def _headers(self) -> dict[str, str]:
         headers = {

@@ -20,6 +20,7 @@ __all__ = [
     "ItemRequest",
     "Judge",
     "JudgeStats",
+    "JudgeWrapper",
     "NullGate",
     "RowItemsError",
     "SyncDecider",
@@ -147,3 +148,29 @@ class Judge(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+class JudgeWrapper:
+    """A judge around another (`inner`): each method hands the call on unchanged; a subclass
+    overrides the one it changes (e.g. `judge_item`, to replay or record verdicts)."""
+
+    def __init__(self, inner: Judge) -> None:
+        self.inner = inner
+        self.model = inner.model
+
+    def identity(self) -> dict[str, object]:
+        return self.inner.identity()
+
+    async def judge_item(self, request: ItemRequest) -> JudgeReply:
+        return await self.inner.judge_item(request)
+
+    async def judge_row(
+        self, query: str, expected: str | None, items: Sequence[str]
+    ) -> list[JudgeReply]:
+        return await self.inner.judge_row(query, expected, items)
+
+    async def write_reason(self, prompt: str) -> str:
+        return await self.inner.write_reason(prompt)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -22,7 +22,6 @@ from connectors.judges.retry import (
     RetryPolicy,
     classify,
     classify_exception,
-    clock,
     error_detail,
 )
 from connectors.judges.secrets import redact, redacted_headers, register_secret
@@ -90,7 +89,8 @@ class HttpClient(abc.ABC):
         retry_clock: RetryClock | None = None,
     ) -> None:
         self.settings, self.gate, self.stats = settings, gate, stats
-        self.clock = retry_clock or clock()  # the waits between attempts (tests: an instant one)
+        # the waits between attempts: real unless the caller passes one (tests: an instant one)
+        self.clock = retry_clock or RetryClock()
         self._url, self._api_key = url, api_key
         register_secret(api_key)
         # a transport given by the caller is the caller's to close; the default one is ours

@@ -127,6 +127,19 @@ class HttpJudgeBase(HttpClient):
     @abc.abstractmethod
     def identity(self) -> dict[str, object]: ...
 
+    def _identity(self, **own: object) -> dict[str, object]:
+        """What every HTTP judge's verdicts depend on, then the provider's `own` fields (in
+        this order: the memo keys are made from it)."""
+        s = self.settings
+        return {
+            "provider": self.spec.id,
+            "model": self._name,
+            "base_url": self._base,
+            "temperature": s.temperature,
+            "max_output_tokens": s.max_output_tokens,
+            **own,
+        }
+
     @abc.abstractmethod
     def _payload(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int

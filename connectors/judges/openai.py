@@ -52,14 +52,7 @@ class OpenAIJudge(HttpJudgeBase):
 
     def identity(self) -> dict[str, object]:
         s = self.settings
-        ident: dict[str, object] = {
-            "provider": self.spec.id,
-            "model": self._name,
-            "base_url": self._base,
-            "temperature": s.temperature,
-            "max_output_tokens": s.max_output_tokens,
-            "structured_output": s.structured_output,
-        }
+        ident = self._identity(structured_output=s.structured_output)
         first = openai_shape(self._name, s.structured_output, s.reasoning_effort)
         if first.reasoning or s.reasoning_effort is not None:
             ident["reasoning_effort"] = first.reasoning_effort

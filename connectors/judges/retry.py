@@ -1,6 +1,6 @@
 """Failure policy of the HTTP judges, in one place: which statuses and transport errors are
 retryable or fatal (`classify`, `classify_exception`), how long the server asks us to wait
-(`parse_retry_after`), how long we wait (`backoff`, `RetryClock`, `set_testing`), and when we
+(`parse_retry_after`), how long we wait (`backoff`, `RetryClock`), and when we
 stop (`RetryPolicy`: max_retries, the retry_budget_s time budget, the run-wide pause ceiling).
 
 Why not stamina (hynek/stamina, 26.1): its `on` hook may return a float or timedelta used as the
@@ -51,11 +51,9 @@ __all__ = [
     "backoff",
     "classify",
     "classify_exception",
-    "clock",
     "error_detail",
     "parse_retry_after",
     "request_id",
-    "set_testing",
 ]
 
 MAX_WAIT_S = 600.0
@@ -292,29 +290,6 @@ class RetryClock:
         await anyio.lowlevel.checkpoint()
 
 
-_CLOCK = RetryClock()
-
-
-def set_testing(
-    instant: bool = True,
-    *,
-    rand: Callable[[], float] | None = None,
-    on_sleep: Callable[[float], None] | None = None,
-) -> RetryClock:
-    """Make the default clock's waits instant and recorded (like stamina's test mode); returns
-    the clock. `set_testing(False)` restores real sleeps. Only for runs started from the CLI,
-    whose judges are built without a clock until the run's options carry one; a caller that
-    builds a judge passes its clock instead."""
-    global _CLOCK
-    _CLOCK = RetryClock(instant, rand or random.random, on_sleep)
-    return _CLOCK
-
-
-def clock() -> RetryClock:
-    """The default clock of a judge built without one (real, or `set_testing`'s)."""
-    return _CLOCK
-
-
 def backoff(
     attempt: int,
     base: float,
@@ -326,7 +301,7 @@ def backoff(
     """Seconds before retry number `attempt` (1-based). A server-given retry_after wins (plus up
     to 10 % / 1 s jitter so waiters do not return together); else full jitter over
     min(cap, base * 2**(attempt-1))."""
-    draw = (rand or _CLOCK.rand)()
+    draw = (rand or random.random)()
     if retry_after is not None:
         return retry_after + draw * min(1.0, 0.1 * retry_after)
     return draw * min(cap, base * 2.0 ** min(max(attempt - 1, 0), 32))

@@ -1,9 +1,10 @@
 """Input readers: the streaming source (Parquet, JSON Lines, CSV; files, folders, globs, Hive
 datasets, local or in an object store)."""
 
-from connectors.sources.parquet import (
+from connectors.sources.stream import (
     SourceBatch,
     SourceInfo,
+    inspect_input,
     inspect_source,
     iter_batches,
     read_ids,
@@ -18,6 +19,7 @@ __all__ = [
     "ColumnMap",
     "SourceBatch",
     "SourceInfo",
+    "inspect_input",
     "inspect_source",
     "iter_batches",
     "read_ids",

@@ -18,8 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from storage import fs
-from storage.core.constants import STATE_DIR
+from storage import fs, layout
 from storage.core.errors import InputError
 from storage.core.settings import StorageSettings
 
@@ -144,7 +143,7 @@ class _Lister:
 
     def _is_output(self, folder: str) -> bool:
         if folder not in self._outputs:
-            marker = fs.join(folder, f"{STATE_DIR}/manifest.json")
+            marker = fs.join(folder, layout.MANIFEST_KEY)
             if marker in self._listed:
                 found = True
             elif fs.is_uri(marker) and any(folder.startswith(p) for p in self._prefixes):

@@ -1,4 +1,4 @@
-"""Engines: where a run's stages execute. The local engine is `pipeline.flow.run_score` itself;
+"""Engines: where a run's stages execute. The local engine is `pipeline.entry.run_score` itself;
 `dask` spreads the same stage over a Dask cluster (`pip install 'ctxprec[dask]'`)."""
 
 from pipeline.engines.dask import INSTALL_HINT, TASK_ROWS, score_dask

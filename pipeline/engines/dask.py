@@ -22,21 +22,22 @@ from typing import Any
 
 from connectors.judges import JudgeStats
 from pipeline.config import Config
-from pipeline.dispatch import RunCounters
+from pipeline.dispatch import RunCounters, add_counts
 from pipeline.driver import (
+    RunOptions,
     RunPlan,
     RunResult,
     StageResult,
     finish_run,
     prepare_run,
     release_outdir,
+    run_blocking,
 )
 from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
 from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits import GateStats, RateGate
-from pipeline.run_frame import run_blocking
 from pipeline.stage import MeteredGate, run_stage
-from storage.core.constants import STATE_DIR
+from storage import layout
 from storage.core.errors import ConfigError, UserError
 from storage.keyshards import remove_tree, shard_count, shuffle_dir
 from storage.memo import Memo, MemoStore, default_cache_dir
@@ -97,22 +98,20 @@ def score_dask(
     input: str | Path,
     outdir: str | Path,
     cfg: Config,
+    options: RunOptions | None = None,
     *,
     scheduler: str | None = None,
     workers: int | None = None,
-    overwrite: bool = False,
-    incremental: bool = False,
-    progress: str = "auto",
     task_rows: int = TASK_ROWS,
-    wait_lock: float = 0.0,
 ) -> RunResult:
     """`ctxprec score --engine dask`: on the cluster at `scheduler`, or on a local cluster of
     `workers` processes (default: one per core). Output and summary are the local engine's."""
     _require_distributed()
     started, started_at = time.monotonic(), datetime.now(UTC)
-    prepare = partial(prepare_run, str(input), out_path(outdir), cfg, wait_lock=wait_lock)
-    plan = _portable(run_blocking(partial(prepare, overwrite=overwrite, incremental=incremental)))
+    options = options or RunOptions()
+    plan = _portable(run_blocking(partial(prepare_run, str(input), out_path(outdir), cfg, options)))
     try:  # the driver (this process) holds the output folder's lock until the end
+        progress = options.progress
         return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)
     finally:
         release_outdir(plan)
@@ -173,12 +172,12 @@ def _portable(plan: RunPlan) -> RunPlan:
     info = dataclasses.replace(plan.info, files=files)
     runlog = plan.runlog
     runlog.outdir = runlog.outdir.resolve()
-    runlog.state = runlog.state.resolve()
     cfg = plan.cfg
     base = plan.identity.get("base_url")
     if isinstance(base, str) and not cfg.judge.base_url:
         cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, base_url=base))
-    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg)
+    # a retry clock stays in this process: each worker's judges wait on real time
+    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg, retry_clock=None)
 
 
 @contextlib.contextmanager
@@ -215,7 +214,7 @@ def _run_keyed(
     """Plan every slice's keys, judge every shard, then reduce every slice (pipeline/engines/
     keyed.py). The scratch folder in OUTDIR goes once the run's parts are all committed."""
     outdir = plan.runlog.outdir
-    remove_tree(outdir / STATE_DIR / "shuffle")  # an interrupted run's: this driver holds the lock
+    remove_tree(layout.shuffle_root(outdir))  # an interrupted run's: this driver holds the lock
     name = uuid.uuid4().hex[:12]
     scratch = shuffle_dir(outdir, name)
     prefix = f"ctxprec-{name}"
@@ -241,7 +240,7 @@ def _run_keyed(
         return judged, errors
     reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch)
     if not errors:
-        remove_tree(outdir / STATE_DIR / "shuffle")
+        remove_tree(layout.shuffle_root(outdir))
     return judged + reduced, errors
 
 
@@ -301,8 +300,8 @@ def _merge(
     gate = GateStats()
     extra: dict[str, Any] = {}
     for result in results:
-        _add(counters, result.counters)
-        _add(stats, result.stats)
+        add_counts(counters, result.counters)
+        add_counts(stats, result.stats)
         gate = _sum_gate(gate, result.gate)
         for key, value in result.extra.items():
             extra[key] = extra.get(key, 0) + value
@@ -312,17 +311,6 @@ def _merge(
         gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
         extra.update(leases=central["leases"], permits=central["permits"])
     return StageResult(counters, stats, gate, extra)
-
-
-def _add(total: Any, part: Any) -> None:
-    """Add a dataclass of counters (ints, floats, dicts of counts) into another."""
-    for f in dataclasses.fields(total):
-        mine, theirs = getattr(total, f.name), getattr(part, f.name)
-        if isinstance(mine, dict):
-            for key, value in theirs.items():
-                mine[key] = mine.get(key, 0) + value
-        else:
-            setattr(total, f.name, mine + theirs)
 
 
 def _sum_gate(a: GateStats, b: GateStats) -> GateStats:

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 import anyio
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
-from connectors.judges.base import ItemRequest
+from connectors.judges.base import ItemRequest, JudgeWrapper
 from connectors.judges.prompts import prompt_version_for
 from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.driver import RunPlan, StageResult
 from pipeline.extractor import load_extractor
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.stage import MeteredGate
+from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
 from storage.core.verdict import JudgeReply
 from storage.keyshards import (
@@ -39,7 +40,7 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import Memo, MemoEntry, judge_prefix, memo_key
+from storage.memo import REASON, RELEVANT, Memo, MemoEntry, judge_prefix, memo_key
 from storage.objpath import OutPath
 from storage.verdicts import VerdictStore
 
@@ -154,7 +155,7 @@ def _verdicts(plan: RunPlan, scratch: OutPath) -> ShardedVerdicts:
     """OUTDIR's verdicts; with the memo off, this run's own (a retried task still reuses them)."""
     if plan.cfg.run.memo:
         return ShardedVerdicts.of(plan.runlog.outdir)
-    return ShardedVerdicts(scratch / "verdicts")
+    return ShardedVerdicts(layout.scratch_verdicts(scratch))
 
 
 def _read_shard(
@@ -183,7 +184,7 @@ async def judge_shard(
     """Judge the keys of one shard that no earlier call judged; write each slice's answers."""
     cfg = plan.cfg
     stats, counters = JudgeStats(), RunCounters()
-    judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
     try:
         if judge.identity() != plan.identity:
             raise ConfigError(
@@ -248,12 +249,11 @@ async def _flush_every(
             counters.memo_writes += await anyio.to_thread.run_sync(memo.set_many, rows)
 
 
-class _Recording:
+class _Recording(JudgeWrapper):
     """The judge, keeping each verdict it returns (under its memo key) for the store."""
 
     def __init__(self, inner: Judge) -> None:
-        self.inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.prefix = judge_prefix(inner.identity())
         self._new: list[tuple[str, MemoEntry]] = []
 
@@ -261,26 +261,12 @@ class _Recording:
         rows, self._new = self._new, []
         return rows
 
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
-
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         reply = await self.inner.judge_item(request)
         key = _key_of(self.prefix, request)
         v = reply.verdict
         self._new.append((key, (v.relevant, v.reason, reply.input_tokens, reply.output_tokens)))
         return reply
-
-    async def judge_row(
-        self, query: str, expected: str | None, items: Sequence[str]
-    ) -> list[JudgeReply]:
-        return await self.inner.judge_row(query, expected, items)
-
-    async def write_reason(self, prompt: str) -> str:
-        return await self.inner.write_reason(prompt)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _key_of(prefix: bytes, request: ItemRequest) -> str:
@@ -302,7 +288,7 @@ def _answer(
         for key in keys:
             entry = fresh.get(key) or found.known.get(key)
             if entry is not None and found.payer[key] != task:
-                entry = (entry[0], entry[1], 0, 0)
+                entry = (entry[RELEVANT], entry[REASON], 0, 0)
             answers.append((key, entry, key in fresh, failed.get(key)))
         write_answers(scratch, task, shard, answers)
 
@@ -348,19 +334,15 @@ class AnswersMemo:
         self.store.flush()
 
 
-class ReplayJudge:
+class ReplayJudge(JudgeWrapper):
     """The run's judge for a reduce: a key whose call already failed in this run fails again
     with the same error, without a call (one call per key per run, as the local engine)."""
 
     def __init__(self, inner: Judge, failed: dict[str, str], prefix: bytes) -> None:
-        self.inner = inner
-        self.model = inner.model
+        super().__init__(inner)
         self.failed = failed
         self.prefix = prefix
         self.replayed = 0
-
-    def identity(self) -> dict[str, object]:
-        return self.inner.identity()
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         error = self.failed.get(_key_of(self.prefix, request))
@@ -369,17 +351,6 @@ class ReplayJudge:
             cause, _, message = error.partition(": ")
             raise JudgeError(message, cause=cause)
         return await self.inner.judge_item(request)
-
-    async def judge_row(
-        self, query: str, expected: str | None, items: Sequence[str]
-    ) -> list[JudgeReply]:
-        return await self.inner.judge_row(query, expected, items)
-
-    async def write_reason(self, prompt: str) -> str:
-        return await self.inner.write_reason(prompt)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @dataclass
@@ -399,7 +370,8 @@ class ReduceHooks:
         return self.memo
 
     def judge_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats)
+        clock = self.plan.retry_clock
+        inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats, retry_clock=clock)
         self.judge = ReplayJudge(inner, self.failed, judge_prefix(self.plan.identity))
         return self.judge
 

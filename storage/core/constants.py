@@ -4,13 +4,11 @@ from __future__ import annotations
 
 __all__ = [
     "HIVE_NULL",
-    "STATE_DIR",
     "STATUS_EMPTY",
     "STATUS_FAILED",
     "STATUS_OK",
 ]
 
-STATE_DIR = "_ctxprec"  # ctxprec's own folder inside an output folder (manifest, records, lock)
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null partition value in a Hive folder name
 
 # a row's status in the scored output

@@ -343,6 +343,17 @@ class RunSettings:
         metavar="FRACTION",
     )
     recheck_seed: int = setting(0, "seed of the --recheck sample")
+    # read from the environment before any command runs (and again from a config file, once a
+    # command loads one): `pipeline.cli`
+    log_level: str | None = setting(
+        None,
+        "log to stderr at this level: debug, info or warning (API keys redacted)",
+        env="CTXPREC_LOG_LEVEL",
+        unset="no log",
+    )
+    debug: bool = setting(
+        False, "print the traceback of an internal error (exit code 3)", env="CTXPREC_DEBUG"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -301,6 +301,33 @@ def test_estimate_prices_registry_models_and_says_when_none_is_known(
     assert "no price known for groq/no-such-model" in text
 
 
+class _RecordingEnviron(dict[str, str]):
+    """The process environment, recording every write."""
+
+    def __init__(self, base: dict[str, str]) -> None:
+        super().__init__(base)
+        self.written: list[str] = []
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.written.append(key)
+        super().__setitem__(key, value)
+
+
+def test_an_estimate_needs_no_key_and_never_writes_the_environment(
+    tmp_path: Path, no_keys: pytest.MonkeyPatch
+) -> None:
+    """The estimate passes its judge a key source (a placeholder where no key is set): no
+    fake key is written into the process environment, from whichever thread it runs."""
+    src = labelled_input(tmp_path / "in.parquet")
+    environ = _RecordingEnviron(dict(os.environ))
+    no_keys.setattr(os, "environ", environ)
+    cfg = load_config(None, {"judge.model": "openai/gpt-4o-mini"}, env={})
+    est = estimate(str(src), cfg)
+    assert est["calls"] > 0
+    assert environ.written == []
+    assert "OPENAI_API_KEY" not in environ
+
+
 @pytest.mark.parametrize("provider", ["mistral", "google", "openrouter", "ollama"])
 def test_batch_api_is_refused_where_the_provider_has_none(
     provider: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], no_keys: pytest.MonkeyPatch

@@ -225,6 +225,24 @@ def test_batch_wait_exits_6_and_the_same_command_collects_later(
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
+def test_batches_are_listed_where_the_judge_sent_them(
+    rows: Path, tmp_path: Path, fake: BatchFakeServer, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """The run records the endpoint its judge resolved (here from OPENAI_BASE_URL): a later
+    `ctxprec batches` asks there, whatever its own environment says."""
+    out = tmp_path / "out"
+    assert score(rows, out, "openai", "--batch-wait", "0") == 6
+    saved = BatchStore.load(out).data["settings"]["base_url"]
+    assert saved == os.environ["OPENAI_BASE_URL"]
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    capsys.readouterr()
+    assert main(["batches", str(out)]) == 0
+    listing = capsys.readouterr().out
+    assert "in_progress" in listing or "validating" in listing  # the fake answered the poll
+
+
+@pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_cancel_then_the_same_command_sends_only_the_unanswered_lines(
     rows: Path, tmp_path: Path, fake: BatchFakeServer, provider: str,

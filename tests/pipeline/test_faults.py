@@ -7,24 +7,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from connectors.judges import retry
+from connectors.judges.retry import RetryClock
 from pipeline.cli import main
 from storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
-
-
-@pytest.fixture(autouse=True)
-def instant_retries() -> Iterator[None]:
-    retry.set_testing(instant=True)
-    yield
-    retry.set_testing(False)
 
 
 @pytest.fixture
@@ -50,7 +42,9 @@ def flaky(mode: str, seed: int) -> FakeJudgeConfig:
     )
 
 
-def run(src: Path, out: Path, url: str, *extra: object) -> int:
+def run(src: Path, out: Path, url: str, *extra: object, clock: RetryClock | None = None) -> int:
+    """`ctxprec score` against the fake judge at `url`; the waits between HTTP attempts on
+    `clock` (an instant one of this run's own unless given)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_BASE_URL", url)
         mp.setenv("OPENAI_API_KEY", KEY)
@@ -70,7 +64,7 @@ def run(src: Path, out: Path, url: str, *extra: object) -> int:
             "8",
             *map(str, extra),
         ]
-        return main(args)
+        return main(args, retry_clock=clock or RetryClock(instant=True))
 
 
 @pytest.mark.slow
@@ -131,8 +125,10 @@ def test_key_never_reaches_outputs_logs_or_memo(
     # a server that rejects the key and echoes it back in its error body, and a flaky one
     with FakeJudgeThread(FakeJudgeConfig(require_key="another-key")) as strict:
         assert run(src, tmp_path / "rejected", strict.url, "--max-retries", 0) == 4
+    clock = RetryClock(instant=True)
     with FakeJudgeThread(flaky("seconds", seed=5)) as server:
-        assert run(src, tmp_path / "ok", server.url) == 0
+        assert run(src, tmp_path / "ok", server.url, clock=clock) == 0
+    assert clock.waits  # the retries waited on the clock the caller passed to main()
     logging.getLogger("ctxprec").handlers.clear()
     printed = capfd.readouterr()
     assert KEY not in printed.out

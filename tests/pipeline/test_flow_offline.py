@@ -10,7 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline import RunOptions, load_config, score
 from pipeline.cli import main
+from storage.core.errors import OutputError
 from storage.core.metric import map_score
 from storage.schema import output_schema
 from tests.fakes.inputs import SAMPLE
@@ -107,3 +109,18 @@ def test_query_only_rows_use_their_own_prompt(tmp_path: Path) -> None:
     versions = dict(zip(df.get_column("id"), df.get_column("prompt_version"), strict=True))
     assert versions["q010"] == "cp-item-query-v3"
     assert versions["q001"] == "cp-item-v3"
+
+
+def test_the_python_entry_point_takes_one_options_object(tmp_path: Path) -> None:
+    """`pipeline.score(input, outdir, config, RunOptions(...))`, or its fields as keywords."""
+    out, cfg = tmp_path / "out", load_config(None, {}, env={})
+    first = score(SAMPLE, out, cfg, RunOptions(progress="off"))
+    assert first.summary["rows"]["total"] == 12
+    with pytest.raises(OutputError, match="holds another run"):
+        score(SAMPLE, out, load_config(None, {"scoring.scale": "10"}, env={}), progress="off")
+    again = score(
+        SAMPLE, out, load_config(None, {"scoring.scale": "10"}, env={}),
+        RunOptions(overwrite=True), progress="off",
+    )  # fmt: skip
+    assert again.summary["rows"]["total"] == 12
+    assert json.loads((out / "summary.json").read_text())["rows"]["total"] == 12

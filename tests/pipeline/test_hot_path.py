@@ -88,7 +88,7 @@ def profile(frame, event, arg):
 # run to run (by ~100,000 steps), and an import is not per-item work
 import importlib
 for name in ("diskcache", "matplotlib.figure", "matplotlib.ticker",
-             "matplotlib.backends.backend_agg", "pipeline.commands", "pipeline.flow",
+             "matplotlib.backends.backend_agg", "pipeline.commands", "pipeline.entry",
              "pipeline.stage", "pipeline.planning", "connectors.judges.offline"):
     try:
         importlib.import_module(name)

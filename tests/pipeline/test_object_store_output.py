@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.batch_run import list_batches
+from pipeline.batches_cmd import list_batches
 from pipeline.cli import main
 from storage import lock
 from storage.core.errors import ConfigError, OutputError

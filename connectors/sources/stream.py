@@ -43,12 +43,14 @@ from storage.core.errors import ConfigError, InputError
 from storage.core.settings import (  # roles derived from [columns]
     DEFAULT_EXPECTED,
     ColumnMap,
+    ColumnsSettings,
     StorageSettings,
 )
 
 __all__ = [
     "SourceBatch",
     "SourceInfo",
+    "inspect_input",
     "inspect_source",
     "iter_batches",
     "read_ids",
@@ -228,6 +230,20 @@ def _require_context_source(columns: ColumnMap, use_extractor: bool) -> None:
             "no context source: map a list<string> column with --map context=COLUMN "
             '([columns] context = "COLUMN") or give an extractor with --extractor module:function'
         )
+
+
+def inspect_input(
+    spec: str | Path, columns: ColumnsSettings, storage: StorageSettings
+) -> SourceInfo:
+    """`inspect_source` with a run's [columns] and [storage] settings (the run and the
+    estimate read an input alike)."""
+    return inspect_source(
+        spec,
+        columns.map,
+        use_extractor=columns.extractor is not None,
+        expected_explicit=columns.expected_explicit,
+        storage=storage,
+    )
 
 
 def inspect_source(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import load_config
-from pipeline.gate import GATE_EXIT, gate_exit, under_gate
+from pipeline.quality_gate import GATE_EXIT, gate_exit, under_gate
 from storage.core.errors import ConfigError
 
 

@@ -1,0 +1,263 @@
+"""Where everything lives in an output folder (OUTDIR), each path named once; every reader and
+writer asks here (as simonw/llm names each of its paths once: `user_dir()`, `logs_db_path()`).
+Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`).
+
+    OUTDIR/
+      <part files>                      named by the commit records (`storage.commit`)
+      summary.json, summary.md          `ctxprec summary` (`storage.report`)
+      charts/<chart>.png
+      _SUCCESS                          the run finished
+      _ctxprec/                         ctxprec's own state (never the user's)
+        manifest.json                   which run the folder holds (`storage.runlog`)
+        run.json                        the run's figures and history
+        estimate.json                   the estimate saved before the run
+        sink-<digest>.json              what each sink has loaded (`pipeline.publish`)
+        lock                            the live writer (`storage.lock`)
+        parts/<key>.json, <key>.pending commit and pending records (`storage.commit`)
+        verdicts/<digest>/              the verdicts of one input file (`storage.verdicts`)
+        verdicts/keys/                  verdicts by key shard (`storage.keyshards`)
+        shuffle/<run>/keys|answers/     a keyed run's scratch (`storage.keyshards`)
+        batches/state.json, <chunk>.jsonl|.ids, batch-memo/   batch API runs (`storage.batches`)
+
+Also named here: the files of a `ctxprec compare -o DIR` folder and the memo folder's database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, TypeVar
+
+from storage.charts import CHART_FILES, TREND_CHART
+
+if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (storage.objpath)
+    from storage.objpath import ObjPath, OutPath
+
+__all__ = [
+    "CHARTS",
+    "COMMITTED",
+    "COMPARE_CHART",
+    "COMPARE_FILES",
+    "COMPARE_JSON",
+    "COMPARE_MD",
+    "MANIFEST_KEY",
+    "PENDING",
+    "STATE_DIR",
+    "batch_file",
+    "batch_memo",
+    "batch_state",
+    "batches_dir",
+    "chart",
+    "charts_dir",
+    "commit_record",
+    "compare_file",
+    "estimate",
+    "fixed_files",
+    "in_state_dir",
+    "key_shards",
+    "lock",
+    "manifest",
+    "memo_db",
+    "owned_state",
+    "parts_dir",
+    "pending_record",
+    "run_info",
+    "scratch_verdicts",
+    "shuffle_answer_file",
+    "shuffle_answers",
+    "shuffle_dir",
+    "shuffle_request_file",
+    "shuffle_requests",
+    "shuffle_root",
+    "sink_record",
+    "state_dir",
+    "success",
+    "summary_json",
+    "summary_md",
+    "verdict_dir",
+    "verdict_file",
+]
+
+P = TypeVar("P", Path, "ObjPath", "OutPath")  # a local folder keeps its type, as does a prefix
+
+STATE_DIR = "_ctxprec"  # ctxprec's own folder inside an output folder
+_MANIFEST = "manifest.json"
+_RUN_INFO = "run.json"
+_ESTIMATE = "estimate.json"
+_SINK_PREFIX = "sink-"
+_LOCK = "lock"
+_PARTS = "parts"
+COMMITTED = ".json"  # parts/KEY.json: the part's files are complete
+PENDING = ".pending"  # parts/KEY.pending: the part's files are being written
+_VERDICTS = "verdicts"
+_KEY_SHARDS = "keys"
+_SHUFFLE = "shuffle"
+_BATCHES = "batches"
+_SUCCESS = "_SUCCESS"
+_SUMMARY_JSON = "summary.json"
+_SUMMARY_MD = "summary.md"
+CHARTS = "charts"
+# the manifest relative to OUTDIR, for a listing that knows folders by their string names
+MANIFEST_KEY = f"{STATE_DIR}/{_MANIFEST}"
+
+COMPARE_JSON = "compare.json"
+COMPARE_MD = "compare.md"
+COMPARE_CHART = "compare.png"
+COMPARE_FILES = (COMPARE_JSON, COMPARE_MD, COMPARE_CHART)
+
+
+# -- OUTDIR itself ---------------------------------------------------------------------------
+def success(outdir: P) -> P:
+    return outdir / _SUCCESS
+
+
+def summary_json(outdir: P) -> P:
+    return outdir / _SUMMARY_JSON
+
+
+def summary_md(outdir: P) -> P:
+    return outdir / _SUMMARY_MD
+
+
+def charts_dir(outdir: P) -> P:
+    return outdir / CHARTS
+
+
+def chart(outdir: P, name: str) -> P:
+    return outdir / CHARTS / name
+
+
+def fixed_files() -> set[str]:
+    """The files ctxprec writes by fixed name into OUTDIR, relative to it (ours only in a
+    folder that holds a manifest: `storage.ownership`)."""
+    charts = (f"{CHARTS}/{name}" for name in (*CHART_FILES, TREND_CHART))
+    return {_SUCCESS, _SUMMARY_JSON, _SUMMARY_MD, *charts}
+
+
+# -- the state folder ------------------------------------------------------------------------
+def state_dir(outdir: P) -> P:
+    return outdir / STATE_DIR
+
+
+def in_state_dir(rel: PurePath) -> bool:
+    """Whether a path relative to OUTDIR lies in ctxprec's state folder."""
+    return bool(rel.parts) and rel.parts[0] == STATE_DIR
+
+
+def manifest(outdir: P) -> P:
+    return outdir / STATE_DIR / _MANIFEST
+
+
+def run_info(outdir: P) -> P:
+    return outdir / STATE_DIR / _RUN_INFO
+
+
+def estimate(outdir: P) -> P:
+    return outdir / STATE_DIR / _ESTIMATE
+
+
+def sink_record(outdir: P, digest: str) -> P:
+    return outdir / STATE_DIR / f"{_SINK_PREFIX}{digest}.json"
+
+
+def owned_state(outdir: P) -> list[P]:
+    """The state files a new run replaces (--overwrite): manifest, run info, estimate and the
+    sinks' records; the verdicts (a memo) and the lock stay."""
+    state = outdir / STATE_DIR
+    found: list[P] = [state / name for name in (_MANIFEST, _RUN_INFO, _ESTIMATE)]
+    found.extend(state.glob(f"{_SINK_PREFIX}*.json"))
+    return found
+
+
+def lock(outdir: P) -> P:
+    return outdir / STATE_DIR / _LOCK
+
+
+def parts_dir(outdir: P) -> P:
+    return outdir / STATE_DIR / _PARTS
+
+
+def commit_record(outdir: P, key: str) -> P:
+    return outdir / STATE_DIR / _PARTS / f"{key}{COMMITTED}"
+
+
+def pending_record(outdir: P, key: str) -> P:
+    return outdir / STATE_DIR / _PARTS / f"{key}{PENDING}"
+
+
+# -- verdicts --------------------------------------------------------------------------------
+def verdict_dir(outdir: P, digest: str) -> P:
+    """The verdicts judged for one input file (`digest` names the file)."""
+    return outdir / STATE_DIR / _VERDICTS / digest
+
+
+def verdict_file(directory: P, name: str) -> P:
+    """One append-only verdict file in a verdict folder."""
+    return directory / f"{name}.arrow"
+
+
+def key_shards(outdir: P) -> P:
+    """The run's verdicts by key shard."""
+    return outdir / STATE_DIR / _VERDICTS / _KEY_SHARDS
+
+
+def shuffle_root(outdir: P) -> P:
+    """Every keyed run's scratch folder: removed once a run's parts are all committed."""
+    return outdir / STATE_DIR / _SHUFFLE
+
+
+def shuffle_dir(outdir: P, run: str) -> P:
+    return outdir / STATE_DIR / _SHUFFLE / run
+
+
+def shuffle_requests(scratch: P, shard: int) -> P:
+    """The request files of one key shard in a run's scratch folder."""
+    return scratch / "keys" / f"s{shard:05d}"
+
+
+def shuffle_request_file(scratch: P, shard: int, task: int, part: int) -> P:
+    """One request file `t<task>-<part>.arrow` of a key shard (`storage.keyshards.task_of`)."""
+    return shuffle_requests(scratch, shard) / f"t{task:06d}-{part:05d}.arrow"
+
+
+def shuffle_answers(scratch: P, task: int) -> P:
+    """The answer files of one task in a run's scratch folder."""
+    return scratch / "answers" / f"t{task:06d}"
+
+
+def shuffle_answer_file(scratch: P, task: int, shard: int) -> P:
+    return shuffle_answers(scratch, task) / f"s{shard:05d}.arrow"
+
+
+def scratch_verdicts(scratch: P) -> P:
+    """A run's own verdicts by key shard, with the memo off."""
+    return scratch / _VERDICTS
+
+
+# -- batch API runs --------------------------------------------------------------------------
+def batches_dir(outdir: P) -> P:
+    return outdir / STATE_DIR / _BATCHES
+
+
+def batch_state(outdir: P) -> P:
+    return outdir / STATE_DIR / _BATCHES / "state.json"
+
+
+def batch_file(outdir: P, chunk: str, suffix: str) -> P:
+    """A chunk's request lines (`.jsonl`) or id map (`.ids`)."""
+    return outdir / STATE_DIR / _BATCHES / f"{chunk}{suffix}"
+
+
+def batch_memo(outdir: P) -> P:
+    """The verdicts a batch run collected, when the shared memo is off."""
+    return outdir / STATE_DIR / "batch-memo"
+
+
+# -- other folders ctxprec writes ------------------------------------------------------------
+def compare_file(outdir: P, name: str) -> P:
+    """One of COMPARE_FILES in a `ctxprec compare -o DIR` folder."""
+    return outdir / name
+
+
+def memo_db(folder: Path) -> Path:
+    """The database file in a memo folder (diskcache's)."""
+    return folder / "cache.db"
