@@ -71,11 +71,7 @@ async def _resolve_inline(
             continue
         assert plan.query is not None
         for i, key in enumerate(plan.keys):
-            entry = found.get(key)
-            if entry is not None:
-                counters.memo_hits += 1
-                plan.entries[i] = entry
-                plan.paid[i] = dispatcher.credit(key)
+            if _from_memo(plan, i, key, found, dispatcher):
                 continue
             known = dispatcher.known(key)  # nothing is ever in flight with a synchronous judge
             if isinstance(known, tuple):
@@ -89,6 +85,19 @@ async def _resolve_inline(
     await dispatcher.to_memo(fresh)
 
 
+def _from_memo(
+    plan: RowPlan, i: int, key: str, found: dict[str, MemoEntry], dispatcher: Dispatcher
+) -> bool:
+    """Item `i` of the row from the batch's memo read, when it was there (a memo hit)."""
+    entry = found.get(key)
+    if entry is None:
+        return False
+    dispatcher.counters.memo_hits += 1
+    plan.entries[i] = entry
+    plan.paid[i] = dispatcher.credit(key)
+    return True
+
+
 async def _lookup(
     plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher, per_row: bool
 ) -> None:
@@ -100,11 +109,7 @@ async def _lookup(
         return
     missing: list[int] = []
     for i, key in enumerate(plan.keys):
-        entry = found.get(key)
-        if entry is not None:
-            counters.memo_hits += 1
-            plan.entries[i] = entry
-            plan.paid[i] = dispatcher.credit(key)
+        if _from_memo(plan, i, key, found, dispatcher):
             continue
         known = dispatcher.known(key)
         if known is None:

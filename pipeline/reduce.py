@@ -18,6 +18,7 @@ from pipeline.reason import build_reason, failed_reason, item_texts
 from pipeline.rows import BatchJob, RowPlan
 from storage.core.constants import STATUS_EMPTY, STATUS_OK
 from storage.core.metric import map_score, map_stage, rank_column_names
+from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT
 
 __all__ = ["TableSpec", "reduce_rows", "scored_table"]
 
@@ -48,13 +49,13 @@ def _reduce(
         return {}, {}
     lengths = [len(plans[r].entries) for r in ok]
     rows = pl.Series("row", ok, dtype=pl.Int64).repeat_by(pl.Series(lengths)).explode()
-    relevant = [e[0] for e in entries]  # type: ignore[index]
+    relevant = [e[RELEVANT] for e in entries]  # type: ignore[index]
     items = pl.DataFrame(
         {"row": rows, "relevant": relevant}, schema={"row": pl.Int64, "relevant": pl.Boolean}
     ).with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
     scored = map_stage(items, scale=spec.scale, ks=spec.ks)
     metrics = {int(d["row"]): d for d in scored.iter_rows(named=True)}
-    reasons = [e[1] for e in entries]  # type: ignore[index]
+    reasons = [e[REASON] for e in entries]  # type: ignore[index]
     texts = item_texts(items.get_column("row"), relevant, reasons, sentence=True)
     return metrics, dict(zip(ok, texts, strict=True))
 
@@ -78,8 +79,8 @@ def _row_columns(
     base: dict[str, Any] = {
         "status": plan.status,
         "error": plan.error,
-        "verdicts": [e[0] if e is not None else None for e in entries],
-        "verdict_reasons": [e[1] if e is not None else None for e in entries],
+        "verdicts": [e[RELEVANT] if e is not None else None for e in entries],
+        "verdict_reasons": [e[REASON] if e is not None else None for e in entries],
         "context_count": len(plan.items),
         "judge_model": spec.judge_model,
         "prompt_version": version,
@@ -87,11 +88,11 @@ def _row_columns(
     base["input_tokens"], base["output_tokens"] = _paid_tokens(plan)
     if plan.status == STATUS_OK:
         assert metrics is not None
-        rel = [bool(e[0]) for e in got]  # type: ignore[index]
+        rel = [bool(e[RELEVANT]) for e in got]  # type: ignore[index]
         base.update(metrics)  # the rank columns, score and relevant_count (and "row": unused)
         base["reason"] = build_reason(
             rel,
-            [e[1] for e in got] if items_sentence is None else (),  # type: ignore[index]
+            [e[REASON] for e in got] if items_sentence is None else (),  # type: ignore[index]
             score=metrics["score"],
             scale=spec.scale,
             criterion=criterion,
@@ -120,8 +121,8 @@ def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
     t_in = t_out = 0
     for e, p in zip(plan.entries, paid or [True] * len(plan.entries), strict=True):
         if e is not None and p:
-            t_in += int(e[2])
-            t_out += int(e[3])
+            t_in += int(e[INPUT_TOKENS])
+            t_out += int(e[OUTPUT_TOKENS])
     return t_in + extra_in, t_out + extra_out
 
 
