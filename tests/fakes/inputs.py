@@ -49,3 +49,18 @@ def write_input(path: Path, ids: range, dt: str = "2024-01-01") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path
+
+
+def consistent_rows(
+    contexts: list[list[str]], labels: list[list[bool]], limit: int
+) -> tuple[list[int], dict[str, bool]]:
+    """The first `limit` row indices none of whose items is labelled differently in another row,
+    and each item text's label: one verdict per item text is then the truth for a judge."""
+    seen: dict[str, bool] = {}
+    clash: set[str] = set()
+    for ctx, labs in zip(contexts, labels, strict=True):
+        for item, label in zip(ctx, labs, strict=True):
+            if seen.setdefault(item, label) != label:
+                clash.add(item)
+    keep = [i for i, ctx in enumerate(contexts) if not clash.intersection(ctx)][:limit]
+    return keep, seen

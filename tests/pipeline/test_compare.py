@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from tests.fakes.inputs import HOTPOT_MAP
+from tests.fakes.inputs import HOTPOT_MAP, consistent_rows
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 
 ROWS = 80
@@ -50,13 +50,8 @@ def rankings(hotpot: Path, tmp_path: Path) -> tuple[Path, Path, pl.DataFrame, di
     """The same queries in two orders: as given (A) and a weaker ranking (B); items whose labels
     disagree between queries are left out, so one verdict per item text is the truth."""
     df = pl.read_parquet(hotpot)
-    seen: dict[str, bool] = {}
-    clash: set[str] = set()
-    for ctx, labels in zip(df["contexts"].to_list(), df["labels"].to_list(), strict=True):
-        for item, label in zip(ctx, labels, strict=True):
-            if seen.setdefault(item, label) != label:
-                clash.add(item)
-    rows = [r for r in df.iter_rows(named=True) if not clash.intersection(r["contexts"])][:ROWS]
+    keep, seen = consistent_rows(df["contexts"].to_list(), df["labels"].to_list(), ROWS)
+    rows = df[keep].to_dicts()
     base = pl.DataFrame(rows, schema=df.schema)
     pairs = [list(zip(r["contexts"], r["labels"], strict=True)) for r in rows]
     b_pairs = [worse(p, i) for i, p in enumerate(pairs)]

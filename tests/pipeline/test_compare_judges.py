@@ -15,7 +15,7 @@ from statsmodels.stats.inter_rater import cohens_kappa
 
 from pipeline import compare_outputs
 from pipeline.cli import main
-from tests.fakes.inputs import HOTPOT_MAP, KEY
+from tests.fakes.inputs import HOTPOT_MAP, KEY, consistent_rows
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 
 ROWS = 120
@@ -25,13 +25,8 @@ ROWS = 120
 def labelled(hotpot: Path, tmp_path: Path) -> tuple[Path, dict[str, bool]]:
     """Rows whose items carry one label each across the sample (the judges' truth)."""
     df = pl.read_parquet(hotpot)
-    seen: dict[str, bool] = {}
-    clash: set[str] = set()
-    for ctx, labels in zip(df["contexts"].to_list(), df["labels"].to_list(), strict=True):
-        for item, label in zip(ctx, labels, strict=True):
-            if seen.setdefault(item, label) != label:
-                clash.add(item)
-    rows = [r for r in df.iter_rows(named=True) if not clash.intersection(r["contexts"])][:ROWS]
+    keep, seen = consistent_rows(df["contexts"].to_list(), df["labels"].to_list(), ROWS)
+    rows = df[keep].to_dicts()
     path = tmp_path / "rows.parquet"
     pl.DataFrame(rows, schema=df.schema).write_parquet(path)
     return path, seen
