@@ -140,8 +140,15 @@ class Dispatcher:
         self._pending[key] = outcome
         self.credit(key)
         self.counters.judge_calls += 1
-        await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
+        await self._send_job(_Job(key, request, None, (key,), (outcome,)))
         return outcome
+
+    async def _send_job(self, job: _Job) -> None:
+        """Into the job stream: at once while it has room (no task switch per job), else wait."""
+        try:
+            self._job_send.send_nowait(job)
+        except anyio.WouldBlock:
+            await self._job_send.send(job)
 
     async def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
         """Judge inline with a synchronous judge: no stream, no task switch, no event."""
@@ -169,13 +176,22 @@ class Dispatcher:
             self.credit(key)
         self.counters.judge_calls += 1
         job = _Job(keys[0], None, (query, expected, tuple(items)), tuple(keys), tuple(outcomes))
-        await self._job_send.send(job)
+        await self._send_job(job)
         return outcomes
 
     # -- workers -------------------------------------------------------------------------
     async def _worker(self, jobs: MemoryObjectReceiveStream[_Job]) -> None:
         async with jobs:
-            async for job in jobs:
+            while True:
+                try:  # a job already queued is taken without a task switch
+                    job = jobs.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        job = await jobs.receive()
+                    except anyio.EndOfStream:
+                        return
+                except anyio.EndOfStream:
+                    return
                 try:
                     entries = await self._call(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone

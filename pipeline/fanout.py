@@ -135,7 +135,8 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
     async with plans:
         async for plan in plans:
             for outcome in plan.extra:
-                await outcome.event.wait()
+                if not outcome.event.is_set():  # (a set event's wait is a task switch)
+                    await outcome.event.wait()
                 if outcome.entry is not None:
                     t_in, t_out = plan.extra_tokens
                     plan.extra_tokens = (
@@ -143,7 +144,8 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
                         t_out + outcome.entry[OUTPUT_TOKENS],
                     )
             for i, outcome in plan.waits:
-                await outcome.event.wait()
+                if not outcome.event.is_set():
+                    await outcome.event.wait()
                 plan.entries[i] = outcome.entry
                 if outcome.error is not None and plan.error is None:
                     plan.error = f"{outcome.error} (item #{i + 1})"
