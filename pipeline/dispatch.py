@@ -58,14 +58,29 @@ def add_counts(total: Any, part: Any) -> None:
 
 
 class ItemOutcome:
-    """The fate of one unique judge call; awaited by every row that holds the item."""
+    """The fate of one unique judge call; awaited by every row that holds the item. Its event is
+    made only when a row waits before the call is done (most rows look after it is)."""
 
-    __slots__ = ("entry", "error", "event")
+    __slots__ = ("_event", "done", "entry", "error")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self._event: anyio.Event | None = None
+        self.done = False
         self.entry: MemoEntry | None = None
         self.error: str | None = None
+
+    def finish(self) -> None:
+        """The call is done (`entry` or `error` set): wake whoever waits."""
+        self.done = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Until the call is done; at once, without a task switch, when it already is."""
+        if not self.done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
 
 
 _Verdicts = list[tuple[str, MemoEntry]]
@@ -200,7 +215,8 @@ class Dispatcher:
                     self._fail(job, exc)
                 else:
                     self._succeed(job, entries)
-                    await self.to_memo(list(zip(job.keys, entries, strict=True)))
+                    if self.memo is not None:
+                        await self.to_memo(list(zip(job.keys, entries, strict=True)))
 
     async def _call(self, job: _Job) -> list[MemoEntry]:
         if job.request is not None:
@@ -219,7 +235,7 @@ class Dispatcher:
             outcome.entry = entry
             self._remember(key, entry)
             self._pending.pop(key, None)
-            outcome.event.set()
+            outcome.finish()
 
     async def to_memo(self, entries: list[tuple[str, MemoEntry]]) -> None:
         """Queue verdicts for the memo writer (one message however many: a batch judged inline
@@ -246,7 +262,7 @@ class Dispatcher:
             self._failed[key] = outcome
             if len(self._failed) > _RECENT_CAP:
                 self._failed.popitem(last=False)
-            outcome.event.set()
+            outcome.finish()
 
     async def _partly(self, job: _Job, exc: RowItemsError) -> None:
         """A row judged item by item: its good items succeed (and are memoized), the items
