@@ -5,15 +5,19 @@ seconds, do not depend on the machine or its load."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pipeline import commands
+from pipeline.cli import main
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
 from tests.pipeline.test_hot_path import write_fixed_input
@@ -103,6 +107,29 @@ def test_http_judge_call_stays_within_its_step_budget(tmp_path: Path) -> None:
     for what this guards and how to change BUDGET honestly."""
     got = steps_per_call(tmp_path)
     assert got <= BUDGET, f"{got:.0f} steps per judge call, over the budget of {BUDGET}"
+
+
+def test_a_score_run_tunes_the_collector_and_gives_it_back(tmp_path: Path) -> None:
+    """During a score run the objects imported before it are frozen out of the collector's
+    passes and young collections are rarer; afterwards gc is as it was."""
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    real = commands.score
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return real(*args, **kwargs)
+
+    data = write_fixed_input(tmp_path / "in.parquet", 3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(commands, "score", spy)
+        argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
+        assert main([*argv, "--cache-dir", str(tmp_path / "memo"), "--quiet"]) == 0
+    assert len(seen) == 1
+    threshold, frozen = seen[0]
+    assert threshold == (10_000, *before[0][1:])
+    assert frozen > before[1]
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
 if __name__ == "__main__":  # print the figure: python -m tests.pipeline.test_hot_path_http [ROOT]
