@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_judge_flags(sc)
     sc.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
     _add_setting(sc, "output.partition_by")
+    _add_setting(sc, "output.charts")
     _add_setting(sc, "output.sinks", action="append")
     sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
     sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")

@@ -58,14 +58,29 @@ def add_counts(total: Any, part: Any) -> None:
 
 
 class ItemOutcome:
-    """The fate of one unique judge call; awaited by every row that holds the item."""
+    """The fate of one unique judge call; awaited by every row that holds the item. Its event is
+    made only when a row waits before the call is done (most rows look after it is)."""
 
-    __slots__ = ("entry", "error", "event")
+    __slots__ = ("_event", "done", "entry", "error")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self._event: anyio.Event | None = None
+        self.done = False
         self.entry: MemoEntry | None = None
         self.error: str | None = None
+
+    def finish(self) -> None:
+        """The call is done (`entry` or `error` set): wake whoever waits."""
+        self.done = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Until the call is done; at once, without a task switch, when it already is."""
+        if not self.done:
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
 
 
 _Verdicts = list[tuple[str, MemoEntry]]
@@ -140,8 +155,15 @@ class Dispatcher:
         self._pending[key] = outcome
         self.credit(key)
         self.counters.judge_calls += 1
-        await self._job_send.send(_Job(key, request, None, (key,), (outcome,)))
+        await self._send_job(_Job(key, request, None, (key,), (outcome,)))
         return outcome
+
+    async def _send_job(self, job: _Job) -> None:
+        """Into the job stream: at once while it has room (no task switch per job), else wait."""
+        try:
+            self._job_send.send_nowait(job)
+        except anyio.WouldBlock:
+            await self._job_send.send(job)
 
     async def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
         """Judge inline with a synchronous judge: no stream, no task switch, no event."""
@@ -169,13 +191,22 @@ class Dispatcher:
             self.credit(key)
         self.counters.judge_calls += 1
         job = _Job(keys[0], None, (query, expected, tuple(items)), tuple(keys), tuple(outcomes))
-        await self._job_send.send(job)
+        await self._send_job(job)
         return outcomes
 
     # -- workers -------------------------------------------------------------------------
     async def _worker(self, jobs: MemoryObjectReceiveStream[_Job]) -> None:
         async with jobs:
-            async for job in jobs:
+            while True:
+                try:  # a job already queued is taken without a task switch
+                    job = jobs.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        job = await jobs.receive()
+                    except anyio.EndOfStream:
+                        return
+                except anyio.EndOfStream:
+                    return
                 try:
                     entries = await self._call(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
@@ -184,7 +215,8 @@ class Dispatcher:
                     self._fail(job, exc)
                 else:
                     self._succeed(job, entries)
-                    await self.to_memo(list(zip(job.keys, entries, strict=True)))
+                    if self.memo is not None:
+                        await self.to_memo(list(zip(job.keys, entries, strict=True)))
 
     async def _call(self, job: _Job) -> list[MemoEntry]:
         if job.request is not None:
@@ -203,7 +235,7 @@ class Dispatcher:
             outcome.entry = entry
             self._remember(key, entry)
             self._pending.pop(key, None)
-            outcome.event.set()
+            outcome.finish()
 
     async def to_memo(self, entries: list[tuple[str, MemoEntry]]) -> None:
         """Queue verdicts for the memo writer (one message however many: a batch judged inline
@@ -230,7 +262,7 @@ class Dispatcher:
             self._failed[key] = outcome
             if len(self._failed) > _RECENT_CAP:
                 self._failed.popitem(last=False)
-            outcome.event.set()
+            outcome.finish()
 
     async def _partly(self, job: _Job, exc: RowItemsError) -> None:
         """A row judged item by item: its good items succeed (and are memoized), the items

@@ -173,7 +173,8 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     warning = await anyio.to_thread.run_sync(warn_foreign, outdir)
     if warning:
         print(warning, file=sys.stderr)
-    preload()  # matplotlib loads while the judge works, not after it
+    if cfg.output.charts:
+        preload()  # matplotlib loads while the judge works, not after it
     if incremental:
         run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
@@ -353,7 +354,7 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
         group_by=run.cfg.output.group_by,
         ks=run.cfg.scoring.ks,
     )
-    write_summary(outdir, summary)
+    write_summary(outdir, summary, charts=run.cfg.output.charts)
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
     return summary, errors

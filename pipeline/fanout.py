@@ -135,7 +135,7 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
     async with plans:
         async for plan in plans:
             for outcome in plan.extra:
-                await outcome.event.wait()
+                await outcome.wait()
                 if outcome.entry is not None:
                     t_in, t_out = plan.extra_tokens
                     plan.extra_tokens = (
@@ -143,7 +143,7 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
                         t_out + outcome.entry[OUTPUT_TOKENS],
                     )
             for i, outcome in plan.waits:
-                await outcome.event.wait()
+                await outcome.wait()
                 plan.entries[i] = outcome.entry
                 if outcome.error is not None and plan.error is None:
                     plan.error = f"{outcome.error} (item #{i + 1})"

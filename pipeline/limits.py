@@ -6,10 +6,9 @@ pass a virtual one).
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import math
 from collections import deque
-from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -53,7 +52,10 @@ class AnyioClock:
     """The event loop's clock (`anyio.current_time`, `anyio.sleep`)."""
 
     def now(self) -> float:
-        return anyio.current_time()
+        try:  # what anyio.current_time() returns on asyncio, without its backend lookup
+            return asyncio.get_running_loop().time()
+        except RuntimeError:  # another backend (trio)
+            return anyio.current_time()
 
     async def sleep(self, seconds: float) -> None:
         await anyio.sleep(max(seconds, 0.0))
@@ -77,7 +79,7 @@ class GateStats:
 
 
 class RateGate:
-    """Admission control for one event loop: a `CapacityLimiter` for calls in flight, then one
+    """Admission control for one event loop: a FIFO count of places in flight, then one
     FIFO queue. Only its head sleeps, until the 429 pause, the RPM spacing and the TPM budget
     all allow a start; it then admits itself (no await in between) and wakes the next.
 
@@ -107,7 +109,9 @@ class RateGate:
     ) -> None:
         _check_limits(max_in_flight, rpm, tpm)
         self._clock: Clock = clock or AnyioClock()
-        self._in_flight = anyio.CapacityLimiter(max_in_flight)
+        self.max_in_flight = max_in_flight
+        self._free = max_in_flight  # places in flight not taken
+        self._flight_queue: deque[_Turn] = deque()  # tasks waiting for a place, in order
         self._adaptive = adaptive
         self._limit = math.inf if rpm is None else float(rpm)
         self._rate = self._limit
@@ -127,12 +131,40 @@ class RateGate:
         self._waited: dict[Reason, float] = {"pause": 0.0, "rpm": 0.0, "tpm": 0.0}
         self._counts = {"admitted": 0, "rate_limited": 0, "pauses": 0}
 
-    @contextlib.asynccontextmanager
-    async def slot(self, est_tokens: int) -> AsyncIterator[None]:
+    def slot(self, est_tokens: int) -> _Slot:
         """Hold one call-in-flight place, after waiting for RPM and TPM budget."""
-        async with self._in_flight:
+        return _Slot(self, est_tokens)
+
+    async def _enter(self, est_tokens: int) -> None:
+        """Take a place in flight (free: at once, no task switch; else in FIFO order), then
+        admission. A place handed to a task cancelled meanwhile goes to the next in line."""
+        if self._free and not self._flight_queue:
+            self._free -= 1
+        else:
+            turn = _Turn()
+            self._flight_queue.append(turn)
+            try:
+                await turn.event.wait()
+            except BaseException:
+                if turn.granted:
+                    self._exit()
+                else:
+                    self._flight_queue.remove(turn)
+                raise
+        try:
             await self._admit(max(est_tokens, 0))
-            yield
+        except BaseException:
+            self._exit()
+            raise
+
+    def _exit(self) -> None:
+        """Give the place back: to the first task waiting for one, else to the pool."""
+        if self._flight_queue:
+            turn = self._flight_queue.popleft()
+            turn.granted = True
+            turn.event.set()
+        else:
+            self._free += 1
 
     @property
     def epoch(self) -> int:
@@ -198,11 +230,17 @@ class RateGate:
         )
 
     async def _admit(self, est_tokens: int) -> None:
-        if not self._queue and self._next_start()[1] <= self._clock.now():
-            # nobody waiting and every limit allows a start now: what the queue below does
-            # in that case, without an Event and a queue entry per call
-            self._commit(est_tokens, False)
-            return
+        if not self._queue:
+            now = self._clock.now()
+            if (
+                self._pause_until <= now
+                and self._token_tat <= now
+                and self._last_admit + WINDOW_S / self._rate * _SPACING <= now
+            ):
+                # nobody waiting and every limit allows a start now (`_next_start` <= now):
+                # what the queue below does in that case, without an Event and a queue entry
+                self._commit(est_tokens, False, now)
+                return
         turn = anyio.Event()
         self._queue.append(turn)
         try:
@@ -243,8 +281,8 @@ class RateGate:
         start, reason = max(starts)
         return reason, start
 
-    def _commit(self, est_tokens: int, rpm_bound: bool) -> None:
-        now = self._clock.now()
+    def _commit(self, est_tokens: int, rpm_bound: bool, now: float | None = None) -> None:
+        now = self._clock.now() if now is None else now
         self._last_admit = now
         if self._sec_per_token:
             self._token_tat = max(self._token_tat, now) + est_tokens * self._sec_per_token
@@ -286,6 +324,32 @@ class RateGate:
         probe = SLOW_SLOPE * 2.0**calm_minutes
         slope = FAST_SLOPE if self._rate < TARGET * ceiling else probe
         self._rate = min(self._limit, self._rate + slope * ceiling / self._rate)
+
+
+class _Turn:
+    """A task's wait for a place in flight; `granted` once a leaving call handed it one."""
+
+    __slots__ = ("event", "granted")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.granted = False
+
+
+class _Slot:
+    """`RateGate.slot`: a plain async context manager (a generator-based one costs a
+    generator, its frames and a task switch per call)."""
+
+    __slots__ = ("_gate", "_tokens")
+
+    def __init__(self, gate: RateGate, est_tokens: int) -> None:
+        self._gate, self._tokens = gate, est_tokens
+
+    async def __aenter__(self) -> None:
+        await self._gate._enter(self._tokens)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._gate._exit()
 
 
 def _prune(times: deque[float], before: float) -> None:

@@ -4,6 +4,7 @@ written next to the output as summary.json (machines), summary.md and charts/*.p
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -437,6 +438,8 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         for p in summary["relevance_by_position"][:30]
     ]
     lines = [*_md_intro(summary), *_md_score(summary), *img("score_distribution.png")]
+    if not charts:
+        lines += _md_distribution(summary)
     lines += _md_table("Relevance by position", ["position", "items", "relevant rate"], positions)
     lines += img("relevance_by_position.png")
     lines += _md_table(
@@ -560,6 +563,25 @@ def _md_score(s: Mapping[str, Any]) -> list[str]:
     rows = [[b["band"], *text[b["band"]], b["rows"], _pct(b["share"])] for b in s["bands"]]
     head = ["band", "score" if scale == 1 else f"score / {scale:g}", "meaning", "rows", "share"]
     return out + _md_table("Score bands", head, rows)
+
+
+_BAR = 30  # characters of the longest bar of the text histogram
+
+
+def _md_distribution(s: Mapping[str, Any]) -> list[str]:
+    """The score distribution as a text picture, for a summary written without charts/*.png:
+    the rows scored exactly 0 (band "none"), then the (0, scale] bins of `score_histogram`."""
+    hist = s["score_histogram"]
+    values = [hist["zero"], *hist["counts"]]
+    if not sum(values):
+        return []
+    edges = hist["edges"]
+    labels = ["0 (none)", *(f"({lo:g}, {hi:g}]" for lo, hi in itertools.pairwise(edges))]
+    width, top = max(map(len, labels)), max(values)
+    bars = [f"{label:<{width}} {'█' * round(_BAR * n / top):<{_BAR}} {n:,}".rstrip()
+            for label, n in zip(labels, values, strict=True)]  # fmt: skip
+    note = "Charts: `ctxprec summary OUTDIR` draws them (charts/*.png), as `score --charts` does."
+    return ["## Score distribution (rows)", "", "```text", *bars, "```", "", note, ""]
 
 
 def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:

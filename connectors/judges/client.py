@@ -103,6 +103,7 @@ class HttpClient(abc.ABC):
         self._accepted = 0
         self._same_400: Counter[str] = Counter()
         self._paused_until = 0.0
+        self._call_headers: dict[str, str] | None = None
 
     # -- provider hooks
     @abc.abstractmethod
@@ -119,6 +120,12 @@ class HttpClient(abc.ABC):
         """The provider's auth and version headers, without the JSON content-type ones."""
         skip = {"content-type", "accept"}
         return {k: v for k, v in self._headers().items() if k.lower() not in skip}
+
+    def call_headers(self) -> dict[str, str]:
+        """The headers of every judge call: the same for the whole run, so built once."""
+        if self._call_headers is None:
+            self._call_headers = self._headers()
+        return self._call_headers
 
     async def aclose(self) -> None:
         if self._own_transport is not None:
@@ -192,7 +199,8 @@ class HttpClient(abc.ABC):
         while True:
             if self._refused is not None:
                 raise self._refused
-            await self._hold()
+            if self._paused_until:  # a run-wide pause was set once: wait out what is left
+                await self._hold()
             attempts += 1
             try:
                 data, reply_headers = await self._attempt(url, headers, payload, est_tokens)

@@ -216,7 +216,7 @@ class HttpJudgeBase(HttpClient):
             return self._payload(system, messages, schema, self.shape.budget(max_tokens))
 
         est = estimate_tokens(system, *(m["content"] for m in messages)) + budget
-        data, _ = await self.post_json(self._url, self._headers(), build(), est, build)
+        data, _ = await self.post_json(self._url, self.call_headers(), build(), est, build)
         tokens_in, tokens_out = self._usage(data) or (0, 0)
         self.stats.input_tokens += tokens_in
         self.stats.output_tokens += tokens_out

@@ -116,6 +116,21 @@ def _clip(text: str) -> str:
     return " ".join(text.split())[:120]
 
 
+def _schema_reply(text: str) -> Verdict | None:
+    """The reply structured output asks for, exactly {"relevant": <bool>, "reason": <text>}: the
+    verdict the general reading below gives it, without its passes; None for anything else."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if type(obj) is not dict or len(obj) != 2:
+        return None
+    relevant, reason = obj.get("relevant"), obj.get("reason")
+    if type(relevant) is not bool or type(reason) is not str or not reason.strip():
+        return None
+    return Verdict(relevant, reason.strip())
+
+
 def parse_verdict(text: str) -> Verdict:
     """Read one verdict. Order: the whole reply as JSON (bare or fenced); a verdict word at the
     start ("Yes - ...", "Relevant: no"); else the FIRST top-level JSON object with a verdict key.
@@ -129,6 +144,8 @@ def parse_verdict(text: str) -> Verdict:
     stripped = (text or "").strip()
     if not stripped:
         raise JudgeParseError("empty reply")
+    if stripped[0] == "{" and (found := _schema_reply(stripped)) is not None:
+        return found
     whole = _whole_json(stripped)
     if isinstance(whole, dict) and (found := _from_mapping(whole)) is not None:
         return found

@@ -94,6 +94,8 @@ def escape_tags(text: str) -> str:
     `</context_item`, `<query`, `<expected_output`, any case) becomes `&lt;`: an item holding
     `</context_item>` or a forged `<context_item index="3">` cannot end its own block or start
     another, so the judge sees exactly one block per item."""
+    if "<" not in text:  # nothing to escape (most texts): no regex pass
+        return text
     return _OUR_TAGS.sub(r"&lt;\1", text)
 
 
@@ -103,14 +105,18 @@ def _tagged(tag: str, text: str, attrs: str = "") -> str:
     return f"<{tag}{attrs}>\n{escape_tags(text)}\n</{tag}>"
 
 
+_SYSTEM_EXPECTED = _SYSTEM.format(criterion=CRITERION)  # built once, not for every call
+_SYSTEM_QUERY_ONLY = _SYSTEM.format(criterion=CRITERION_QUERY_ONLY)
+
+
 def item_messages(request: ItemRequest) -> tuple[str, str]:
     """(system, user) messages for one item."""
     if request.expected is not None:
-        system = _SYSTEM.format(criterion=CRITERION)
+        system = _SYSTEM_EXPECTED
         question = "Is the context item relevant for producing the expected output?"
         head = f"{_tagged('query', request.query)}\n{_tagged('expected_output', request.expected)}"
     else:
-        system = _SYSTEM.format(criterion=CRITERION_QUERY_ONLY)
+        system = _SYSTEM_QUERY_ONLY
         question = "Is the context item relevant for answering the query?"
         head = _tagged("query", request.query)
     return system, f"{head}\n{_tagged('context_item', request.item)}\n{question}"

@@ -129,8 +129,9 @@ class AiohttpTransport:
 
     async def send(self, request: HttpRequest) -> HttpResponse:
         session = self._session_now()
+        # aiohttp copies the headers into its own multidict: no copy of ours needed
         async with session.request(
-            request.method, request.url, headers=dict(request.headers), **self._body(request)
+            request.method, request.url, headers=request.headers, **self._body(request)
         ) as resp:
             raw = await resp.read()
             return HttpResponse(resp.status, raw.decode("utf-8", "replace"), resp.headers)

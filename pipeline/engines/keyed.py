@@ -229,7 +229,7 @@ async def _judge_all(
         finally:
             await dispatcher.close()
         for _, outcome in outcomes:
-            await outcome.event.wait()
+            await outcome.wait()
         done.set()
         await dispatcher.finish_memo()
     counters.memo_writes += await anyio.to_thread.run_sync(memo.set_many, recorder.take())

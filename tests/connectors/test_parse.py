@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from connectors.judges import parse
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
 from storage.core.errors import JudgeParseError
 from storage.core.verdict import Verdict
@@ -160,3 +161,40 @@ def test_other_common_reply_shapes(text: str, relevant: bool) -> None:
 def test_several_verdicts_for_one_item_are_refused() -> None:
     with pytest.raises(JudgeParseError):
         parse_verdict('{"verdicts": [{"verdict": "yes"}, {"verdict": "no"}]}')
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"relevant": true, "reason": "names the capital"}',
+        '{"relevant": false, "reason": "  padded  "}',
+        '{"relevant": true, "reason": "   "}',  # a blank reason: the general reading decides
+        '{"relevant": true, "reason": ""}',
+        '{"relevant": true, "reason": null}',
+        '{"relevant": 1, "reason": "r"}',
+        '{"relevant": "yes", "reason": "r"}',
+        '{"relevant": true, "reason": 5}',
+        '{"relevant": true, "Reason": "r"}',
+        '{"Relevant": false, "relevant": true}',
+        '{"relevant": false, "reason": "r", "extra": 1}',
+        '{"relevant": true, "reason": "r"} trailing prose',
+        '{"relevant": true, "reason": "r"',
+        '{"verdicts": [{"relevant": true, "reason": "r"}]}',
+        '{"reason": "r", "relevant": false}',
+    ],
+)
+def test_the_structured_reply_shortcut_reads_as_the_general_parser(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """parse_verdict reads the exact schema reply without its general passes; the verdict (or
+    the error) is the same as the general reading's."""
+
+    def outcome() -> Verdict | str:
+        try:
+            return parse_verdict(text)
+        except JudgeParseError as err:
+            return f"error: {err}"
+
+    fast = outcome()
+    monkeypatch.setattr(parse, "_schema_reply", lambda _text: None)
+    assert fast == outcome()

@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pipeline.cli import main
 from storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import (
@@ -77,6 +78,27 @@ def test_without_expected_column_judges_against_the_query(
     assert_scores_are_map_of_server_verdicts(out, src, fake.config)
     assert fake.stats.query_only == fake.stats.total > 0
     assert set(read(out).get_column("prompt_version")) == {"cp-item-query-v3"}
+
+
+def test_score_draws_charts_only_when_asked(
+    subset: Path, tmp_path: Path, fake: FakeJudgeServer
+) -> None:
+    """matplotlib costs about 0.7 s of CPU a run: `score` skips it unless --charts; its summary
+    then pictures the score distribution in text, and `ctxprec summary` draws the charts."""
+    plain, drawn = tmp_path / "plain", tmp_path / "drawn"
+    args = ["--model", "openai/judge-1", *HOTPOT_MAP]
+    assert score(subset, "-o", plain, *args) == 0
+    assert not (plain / "charts").exists()
+    assert "## Score distribution (rows)" in (plain / "summary.md").read_text()
+    assert score(subset, "-o", drawn, *args, "--charts") == 0
+    assert (drawn / "charts" / "score_distribution.png").stat().st_size > 1024
+    picture = "![score distribution](charts/score_distribution.png)"
+    assert picture in (drawn / "summary.md").read_text()
+    assert main(["summary", str(plain)]) == 0
+    assert (plain / "charts" / "score_distribution.png").stat().st_size > 1024
+    md = (plain / "summary.md").read_text()
+    assert picture in md
+    assert "## Score distribution (rows)" not in md
 
 
 def test_second_run_makes_zero_calls(subset: Path, tmp_path: Path, fake: FakeJudgeServer) -> None:

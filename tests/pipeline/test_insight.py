@@ -108,6 +108,7 @@ def test_label_agreement_by_hand_and_summary_rebuild(src: Path, tmp_path: Path) 
                 "retriever",
                 "--group-by",
                 "retriever",
+                "--charts",
                 "--progress",
                 "off",
             ]

@@ -115,6 +115,55 @@ async def test_max_in_flight_never_exceeded_with_200_tasks() -> None:
     assert gate.stats().admitted == 200
 
 
+async def test_places_in_flight_go_to_waiters_in_arrival_order() -> None:
+    clock = FakeClock()
+    gate = RateGate(2, None, None, clock=clock)
+    started: list[int] = []
+
+    async def call(i: int) -> None:
+        await clock.sleep(i * 0.01)  # arrive in order 0, 1, 2, ...
+        async with gate.slot(1):
+            started.append(i)
+            await clock.sleep(1.0 + (i % 3) * 0.37)
+
+    await run_workers(9, call)
+    assert started == list(range(9))
+
+
+async def test_a_waiter_cancelled_before_or_after_its_turn_gives_the_place_on() -> None:
+    clock = FakeClock()
+    gate = RateGate(1, None, None, clock=clock)
+    entered: list[str] = []
+    release = anyio.Event()
+
+    async def holder() -> None:
+        async with gate.slot(1):
+            entered.append("holder")
+            await release.wait()
+
+    async def waiter(name: str) -> None:
+        async with gate.slot(1):
+            entered.append(name)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await clock.sleep(0.1)
+        async with anyio.create_task_group() as doomed:
+            doomed.start_soon(waiter, "cancelled while waiting")
+            await clock.sleep(0.1)
+            doomed.cancel_scope.cancel()
+        async with anyio.create_task_group() as late:
+            late.start_soon(waiter, "granted, then cancelled")
+            await clock.sleep(0.1)
+            release.set()  # the place is handed to the waiter ...
+            late.cancel_scope.cancel()  # ... which is cancelled before it runs
+        tg.start_soon(waiter, "last")
+    assert entered == ["holder", "last"]
+    async with gate.slot(1):  # nothing leaked: the one place is free again
+        entered.append("again")
+    assert entered[-1] == "again"
+
+
 # --- requests per minute ----------------------------------------------------------------------
 
 

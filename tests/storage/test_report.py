@@ -257,6 +257,24 @@ def test_markdown_has_the_key_lines(outdir: Path) -> None:
     assert "![relevance by position](charts/relevance_by_position.png)" in md
 
 
+def test_markdown_without_charts_pictures_the_distribution_in_text(outdir: Path) -> None:
+    summary = build_summary(outdir, RUN)
+    md = render_markdown(summary, charts=False)
+    assert "![" not in md
+    block = md.split("## Score distribution (rows)\n\n```text\n", 1)[1].split("```", 1)[0]
+    lines = block.splitlines()
+    hist = summary["score_histogram"]
+    assert [int(line.rsplit(" ", 1)[1]) for line in lines] == [hist["zero"], *hist["counts"]]
+    assert lines[0].startswith("0 (none)")
+    assert lines[-1].startswith("(0.95, 1]")
+    longest = max(hist["zero"], *hist["counts"])
+    assert max(line.count("█") for line in lines) == 30
+    for line in lines:
+        assert line.count("█") == round(30 * int(line.rsplit(" ", 1)[1]) / longest)
+    assert "`ctxprec summary OUTDIR` draws them (charts/*.png)" in md
+    assert "Score distribution" not in render_markdown(summary)  # the charts show it instead
+
+
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == PNG_SIGNATURE
     width, height = struct.unpack(">II", data[16:24])
