@@ -8,6 +8,7 @@ Entries are never evicted (eviction_policy "none"): a verdict once paid for stay
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import pickle
 import sqlite3
@@ -120,14 +121,23 @@ def _write_failed(directory: Path, exc: BaseException) -> OutputError:
 # Each SQLite step releases the GIL and takes it back: a query returning one row per key, or an
 # `executemany`, hands the GIL over once per row. While another thread runs Python (the judge,
 # the rows of another batch) each hand-back waits for that thread's switch interval (5 ms): a
-# convoy that made 100,000 inserts take 570 s instead of 2 s. So reads come back as one JSON row
-# per chunk and writes go in as one statement per chunk of rows: one step, one hand-over.
+# convoy that made 100,000 inserts take 570 s instead of 2 s. So reads come back as one row per
+# chunk and writes go in as one statement per chunk of rows: one step, one hand-over.
+#
+# The read's one row holds the chunk's keys joined by a separator, a flag per key ("1": its
+# pickle is inline) and the inline pickles back to back. Pickles are self-delimiting, so one
+# `Unpickler` reads them in order; decoding them this way costs half of what JSON with hex did.
 _CHUNK = 900  # under SQLite's oldest limit of 999 bound parameters (the time is one more)
 _MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
+_SEP = "\x1f"  # between keys of the packed read (a key holding it takes the row-per-key read)
 _WHERE = "raw = 1 AND key IN ({}) AND (expire_time IS NULL OR expire_time > ?)"
 _SELECT = "SELECT key, mode, filename, value FROM Cache WHERE " + _WHERE
-_SELECT_JSON = (
-    "SELECT json_group_array(json_array(key, mode, hex(value))) FROM Cache WHERE " + _WHERE
+_INLINE = f"mode = {_MODE_PICKLE} AND filename IS NULL AND value IS NOT NULL"
+_SELECT_PACKED = (
+    "SELECT count(*), group_concat(key, char(31)),"
+    f" group_concat(CASE WHEN {_INLINE} THEN '1' ELSE '0' END, ''),"
+    f" CAST(group_concat(CASE WHEN {_INLINE} THEN value END, '') AS BLOB)"
+    " FROM Cache WHERE " + _WHERE
 )
 _EXISTING = "SELECT key FROM Cache WHERE raw = 1 AND key IN ({})"
 _INSERT = (
@@ -172,19 +182,20 @@ class Memo:
         # (a `transact()` here would take SQLite's write lock and stall behind every write)
         found: dict[str, MemoEntry] = {}
         sql = self._cache._sql
-        loads, unhex = pickle.loads, bytes.fromhex
         now = time.time()
         for chunk in _chunks(keys):
-            try:
-                (packed,) = sql(_SELECT_JSON.format(_marks(len(chunk))), (*chunk, now)).fetchone()
-            except sqlite3.OperationalError:  # an SQLite without JSON functions
+            query = _SELECT_PACKED.format(_marks(len(chunk)))
+            count, packed, inline, blob = sql(query, (*chunk, now)).fetchone()
+            if not count:
+                continue
+            got = packed.split(_SEP)
+            if len(got) != count:  # a key holding the separator
                 self._get_rows(chunk, now, found)
                 continue
-            for key, mode, data in json.loads(packed):
-                if mode == _MODE_PICKLE and data:
-                    entry = loads(unhex(data))
-                else:  # a big entry kept in its own file, or a value stored raw
-                    entry = self._cache.get(key)
+            load = pickle.Unpickler(io.BytesIO(blob or b"")).load
+            for key, flag in zip(got, inline, strict=True):
+                # not inline: a big entry kept in its own file, or a value stored raw
+                entry = load() if flag == "1" else self._cache.get(key)
                 if entry is not None:
                     found[key] = entry
         return found
