@@ -11,7 +11,7 @@ import polars as pl
 
 from storage.core.metric import map_score, round_half_up
 
-__all__ = ["build_reason", "failed_reason", "item_texts", "item_texts_frame"]
+__all__ = ["build_reason", "failed_reason", "item_texts", "item_texts_lazy"]
 
 _MAX_REASON_CHARS = 160
 _MAX_LISTED = 12
@@ -88,12 +88,12 @@ def item_texts(
         {"row": row, "rel": relevant, "why": reasons},
         schema={"row": pl.Int64, "rel": pl.Boolean, "why": pl.String},
     )
-    return item_texts_frame(items, sentence=sentence)
+    return item_texts_lazy(items.lazy(), sentence=sentence).collect().to_series().to_list()
 
 
-def item_texts_frame(items: pl.DataFrame, *, sentence: bool = False) -> list[str]:
-    """`item_texts` over a frame of the flat items (`row`, `rel`, `why`, and `pos`, each item's
-    0-based position in its row, when the caller has it)."""
+def item_texts_lazy(items: pl.LazyFrame, *, sentence: bool = False) -> pl.LazyFrame:
+    """`item_texts` as a query over the flat items (`row`, `rel`, `why`, and `pos`, each item's
+    0-based position in its row, when the caller has it): one column, `text`, a row each."""
     items = items.with_columns(why=_clause_expr(pl.col("why")))
     why = pl.col("why")
     short = (
@@ -101,7 +101,7 @@ def item_texts_frame(items: pl.DataFrame, *, sentence: bool = False) -> list[str
         .then(why)
         .otherwise(why.str.slice(0, _MAX_REASON_CHARS - 1) + pl.lit("…"))
     )
-    if "pos" not in items.columns:
+    if "pos" not in items.collect_schema():
         items = items.with_columns(pos=pl.int_range(pl.len()).over("row"))
     line = pl.format(
         "#{} {}: {}",
@@ -110,8 +110,7 @@ def item_texts_frame(items: pl.DataFrame, *, sentence: bool = False) -> list[str
         short,
     )
     grouped = (
-        items.lazy()
-        .group_by("row", maintain_order=True)
+        items.group_by("row", maintain_order=True)
         .agg(line.filter(pl.col("pos") < _MAX_LISTED).str.join("; ").alias("text"), pl.len())
         .select(
             pl.when(pl.col("len") > _MAX_LISTED)
@@ -125,8 +124,10 @@ def item_texts_frame(items: pl.DataFrame, *, sentence: bool = False) -> list[str
         # whitespace but plain spaces, none leading), so only its end needs stripping
         clause = (pl.lit("Items: ") + pl.col("text")).str.strip_chars_end(" .;,:")
         closed = clause.str.ends_with("?") | clause.str.ends_with("!") | clause.str.ends_with("…")
-        grouped = grouped.select(pl.when(closed).then(clause).otherwise(clause + pl.lit(".")))
-    return grouped.collect().to_series().to_list()
+        grouped = grouped.select(
+            pl.when(closed).then(clause).otherwise(clause + pl.lit(".")).alias("text")
+        )
+    return grouped
 
 
 def build_reason(

@@ -16,10 +16,10 @@ import polars as pl
 import pyarrow as pa
 
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
-from pipeline.reason import build_reason, failed_reason, item_texts_frame
+from pipeline.reason import build_reason, failed_reason, item_texts_lazy
 from pipeline.rows import BatchJob, RowPlan
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.metric import map_score, map_stage, rank_column_names
+from storage.core.metric import map_score, map_stage_lazy, rank_column_names
 from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
 
 __all__ = ["TableSpec", "reduce_rows", "scored_table"]
@@ -38,7 +38,7 @@ class TableSpec:
 def reduce_rows(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
     """The Polars stage over every judged item of the batch: row index -> its metrics."""
     flat = _Flat(plans)
-    scored, _ = _reduce(flat, spec, texts=False)
+    scored, _, _ = _reduce(flat, spec, texts=False)
     return {int(d["row"]): d for d in scored.iter_rows(named=True)}
 
 
@@ -47,7 +47,7 @@ class _Flat:
     verdict) with each row's offset into them: what the Polars stage and the list columns of
     the output take, without a Python list per row."""
 
-    __slots__ = ("lengths", "offsets", "ok", "reasons", "relevant", "row_ids")
+    __slots__ = ("empty", "lengths", "offsets", "ok", "reasons", "relevant", "row_ids")
 
     def __init__(self, plans: Sequence[RowPlan]) -> None:
         self.lengths = [len(plan.entries) for plan in plans]
@@ -61,6 +61,7 @@ class _Flat:
             self.reasons = list(map(itemgetter(REASON), entries))  # type: ignore[arg-type]
         # the rows the metric scores: ok, with every verdict in
         self.ok = [r for r, plan in enumerate(plans) if plan.status == STATUS_OK and plan.entries]
+        self.empty = [plan.status == STATUS_EMPTY for plan in plans]
         self.row_ids = (
             pl.Series("row", range(len(plans)), dtype=pl.Int64)
             .repeat_by(pl.Series(self.lengths, dtype=pl.UInt32))
@@ -68,37 +69,46 @@ class _Flat:
         )
 
 
-def _reduce(flat: _Flat, spec: TableSpec, *, texts: bool = True) -> tuple[pl.DataFrame, list[str]]:
-    """The metrics of the rows in `flat.ok` (one row each, in order, keyed by `row`) and the
-    items part of their reasons (`item_texts`), both built over the batch's flat items."""
-    items = pl.DataFrame(
+def _reduce(
+    flat: _Flat, spec: TableSpec, *, texts: bool = True
+) -> tuple[pl.DataFrame, list[str], pl.DataFrame]:
+    """Over the batch's flat items, in one Polars collect: the metrics of the rows in `flat.ok`
+    (one row each, in order, keyed by `row`), the items part of their reasons (`item_texts`),
+    and score, relevant_count and the rank columns of every row (the stage's figures for the
+    scored rows, zeros for an empty context list, nulls for a failed row)."""
+    items = pl.LazyFrame(
         {"row": flat.row_ids, "relevant": flat.relevant, "why": flat.reasons},
         schema={"row": pl.Int64, "relevant": pl.Boolean, "why": pl.String},
     )
     if len(flat.ok) != len(flat.lengths):  # some rows are not scored: their items stay out
         items = items.filter(pl.col("row").is_in(pl.Series(flat.ok, dtype=pl.Int64).implode()))
     items = items.with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
-    scored = map_stage(items.select("row", "position", "relevant"), scale=spec.scale, ks=spec.ks)
-    if not texts or items.is_empty():
-        return scored, []
-    return scored, item_texts_frame(
-        items.select("row", rel="relevant", why="why", pos="position"), sentence=True
+    scored = map_stage_lazy(
+        items.select("row", "position", "relevant"), scale=spec.scale, ks=spec.ks
     )
+    queries = [scored, _metric_columns(flat, scored, spec)]
+    if texts and flat.ok:
+        queries.append(
+            item_texts_lazy(
+                items.select("row", rel="relevant", why="why", pos="position"), sentence=True
+            )
+        )
+    done = pl.collect_all(queries)
+    return done[0], done[2].get_column("text").to_list() if len(done) > 2 else [], done[1]
 
 
-def _metric_columns(
-    plans: Sequence[RowPlan], scored: pl.DataFrame, spec: TableSpec
-) -> pl.DataFrame:
-    """score, relevant_count and the rank columns of every row: the stage's figures for the
-    scored rows, zeros for an empty context list, nulls for a failed row."""
+def _metric_columns(flat: _Flat, scored: pl.LazyFrame, spec: TableSpec) -> pl.LazyFrame:
+    """score, relevant_count and the rank columns of every row, from the stage's figures."""
     names = ["score", "relevant_count", *rank_column_names(spec.ks)]
-    empty = pl.Series([plan.status == STATUS_EMPTY for plan in plans], dtype=pl.Boolean)
-    frame = pl.DataFrame(
-        {"row": pl.int_range(len(plans), dtype=pl.Int64, eager=True), "empty": empty}
+    frame = pl.LazyFrame(
+        {"row": range(len(flat.lengths)), "empty": flat.empty},
+        schema={"row": pl.Int64, "empty": pl.Boolean},
     ).join(scored.select("row", *names), on="row", how="left", maintain_order="left")
-    zero = {name: pl.lit(False) if name.startswith("hit_at_") else pl.lit(0.0) for name in names}
-    zero["relevant_count"] = pl.lit(0, dtype=pl.Int64)
-    if empty.any():
+    if True in flat.empty:
+        zero = {
+            name: pl.lit(False) if name.startswith("hit_at_") else pl.lit(0.0) for name in names
+        }
+        zero["relevant_count"] = pl.lit(0, dtype=pl.Int64)
         frame = frame.with_columns(
             pl.when(pl.col("empty")).then(zero[name]).otherwise(pl.col(name)).alias(name)
             for name in names
@@ -181,10 +191,9 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
     flat verdicts and the rows' offsets."""
     plans = job.rows
     flat = _Flat(plans)
-    scored, texts = _reduce(flat, spec)
+    scored, texts, metrics = _reduce(flat, spec)
     null_rows = [plan.status == STATUS_FAILED and not plan.items for plan in plans]
     data: dict[str, Any] = _row_columns(plans, spec)
-    metrics = _metric_columns(plans, scored, spec)
     data.update((name, metrics.get_column(name).to_arrow()) for name in metrics.columns)
     data["reason"] = _reasons(plans, flat, scored, texts, spec)
     data["verdicts"] = _list_column(flat.relevant, flat, null_rows, pa.bool_())

@@ -139,6 +139,13 @@ _SELECT_PACKED = (
     f" CAST(group_concat(CASE WHEN {_INLINE} THEN value END, '') AS BLOB)"
     " FROM Cache WHERE " + _WHERE
 )
+# The same read with the keys as one JSON array: a whole batch in one statement, so the reading
+# thread takes the GIL back once per batch instead of once per 900 keys (where SQLite has no
+# JSON functions, the IN (?, ?, ...) form above is used)
+_SELECT_PACKED_JSON = _SELECT_PACKED.replace(
+    "key IN ({})", "key IN (SELECT value FROM json_each(?))"
+)
+_JSON_KEYS = 20_000  # keys per JSON read
 _EXISTING = "SELECT key FROM Cache WHERE raw = 1 AND key IN ({})"
 _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
@@ -174,6 +181,7 @@ class Memo:
                 cull_limit=0,
                 statistics=False,
             )
+            self._json_reads = True
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(directory, exc) from exc
 
@@ -181,24 +189,41 @@ class Memo:
         # plain reads, no transaction: in WAL mode they never wait for the memo writer
         # (a `transact()` here would take SQLite's write lock and stall behind every write)
         found: dict[str, MemoEntry] = {}
-        sql = self._cache._sql
         now = time.time()
+        if self._json_reads:
+            try:
+                for start in range(0, len(keys), _JSON_KEYS):
+                    part = keys[start : start + _JSON_KEYS]
+                    self._read_packed(_SELECT_PACKED_JSON, (json.dumps(part), now), part, found)
+                return found
+            except sqlite3.OperationalError:  # an SQLite without JSON functions
+                self._json_reads = False
+                found.clear()
         for chunk in _chunks(keys):
-            query = _SELECT_PACKED.format(_marks(len(chunk)))
-            count, packed, inline, blob = sql(query, (*chunk, now)).fetchone()
-            if not count:
-                continue
-            got = packed.split(_SEP)
-            if len(got) != count:  # a key holding the separator
-                self._get_rows(chunk, now, found)
-                continue
-            load = pickle.Unpickler(io.BytesIO(blob or b"")).load
-            for key, flag in zip(got, inline, strict=True):
-                # not inline: a big entry kept in its own file, or a value stored raw
-                entry = load() if flag == "1" else self._cache.get(key)
-                if entry is not None:
-                    found[key] = entry
+            self._read_packed(
+                _SELECT_PACKED.format(_marks(len(chunk))), (*chunk, now), chunk, found
+            )
         return found
+
+    def _read_packed(
+        self, query: str, params: Sequence[Any], keys: Sequence[str], found: dict[str, MemoEntry]
+    ) -> None:
+        """One packed read (`_SELECT_PACKED`) of `keys`; their entries go into `found`."""
+        count, packed, inline, blob = self._cache._sql(query, params).fetchone()
+        if not count:
+            return
+        got = packed.split(_SEP)
+        if len(got) != count:  # a key holding the separator: read these keys row by row
+            for chunk in _chunks(keys):
+                self._get_rows(chunk, params[-1], found)
+            return
+        load = pickle.Unpickler(io.BytesIO(blob or b"")).load
+        get = self._cache.get
+        for key, flag in zip(got, inline, strict=True):
+            # not inline: a big entry kept in its own file, or a value stored raw
+            entry = load() if flag == "1" else get(key)
+            if entry is not None:
+                found[key] = entry
 
     def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
         """The same read, one row per key."""

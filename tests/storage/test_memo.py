@@ -102,6 +102,11 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     keys = [k for k, _ in entries] + ["missing"]
     statements.clear()
     assert memo.get_many(keys) == dict(entries)
+    assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
+    # an SQLite without JSON functions: one SELECT per 900 keys, the same entries
+    monkeypatch.setattr(memo_module, "_SELECT_PACKED_JSON", "SELECT no_such_function(?, ?)")
+    statements.clear()
+    assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 3  # 2,001 keys: 3 chunks
     odd = [(f"a{memo_module._SEP}{i}", (True, f"odd {i}", 0, 0)) for i in range(3)]
     memo.set_many(odd)
