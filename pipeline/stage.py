@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
 from connectors.sources import SourceBatch
@@ -183,28 +184,44 @@ async def _execute_stage(
                 ticker.cancel_scope.cancel()
 
 
+_PLANNERS = 2  # batches planned at once: while one planning thread waits on its memo read
+# (SQLite runs without the GIL) the other hashes its keys, so a re-run keeps both cores busy
+
+
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:
-    """Read and plan batches in a worker thread (`pipeline.planning`: one hop for reading, the
-    row checks, the memo keys and the memo lookup) and process up to `in_flight` at once."""
+    """Plan batches in worker threads (`pipeline.planning`: the row checks, the memo keys and
+    the memo lookup), `_PLANNERS` at a time, reading them one at a time in input order, and
+    process up to `in_flight` at once."""
     cfg = run.plan.cfg
     batches: Iterator[SourceBatch] = run.planner.batches(
         run.plan.info, skip=run.skip, only_files=files
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
-    failure: UserError | None = None
-    async with anyio.create_task_group() as tg:
-        while True:
+    reading = anyio.Lock()
+    failures: list[UserError] = []
+
+    async def plan_batches(tg: TaskGroup) -> None:
+        while not failures:
             await in_flight.acquire()
+            planned: PlannedBatch | None = None
             try:
-                planned = await anyio.to_thread.run_sync(run.planner.next_planned, batches)
+                async with reading:
+                    batch = await anyio.to_thread.run_sync(next, batches, None)
+                if batch is not None:
+                    planned = await anyio.to_thread.run_sync(run.planner.plan, batch)
             except UserError as exc:  # unreadable data: finish the batches in flight first
-                failure, planned = exc, None
+                failures.append(exc)
+                planned = None
             if planned is None:
                 in_flight.release()
-                break
+                return
             tg.start_soon(_process_then_release, run, planned, in_flight)
-    if failure is not None:
-        raise failure
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(_PLANNERS):
+            tg.start_soon(plan_batches, tg)
+    if failures:
+        raise failures[0]
 
 
 async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
@@ -222,10 +239,10 @@ async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
 
 
 def _batches_in_flight(cfg: Config) -> int:
-    # enough open batches that the workers never wait on a batch boundary, and that the next
-    # batch is planned while two planned ones are being judged or reduced and committed
+    # enough open batches that the workers never wait on a batch boundary, and that every
+    # planner plans its next batch while two planned ones are judged or reduced and committed
     per_batch = max(cfg.run.batch_rows * 5, 1)
-    return max(3, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
+    return max(_PLANNERS + 2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
 async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:

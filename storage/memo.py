@@ -218,6 +218,9 @@ class Memo:
                 self._get_rows(chunk, params[-1], found)
             return
         load = pickle.Unpickler(io.BytesIO(blob or b"")).load
+        if "0" not in inline:  # every entry inline (the usual case): decode them in one go
+            found.update(zip(got, [load() for _ in range(count)], strict=True))
+            return
         get = self._cache.get
         for key, flag in zip(got, inline, strict=True):
             # not inline: a big entry kept in its own file, or a value stored raw
