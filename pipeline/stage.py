@@ -184,8 +184,10 @@ async def _execute_stage(
                 ticker.cancel_scope.cancel()
 
 
-_PLANNERS = 2  # batches planned at once: while one planning thread waits on its memo read
-# (SQLite runs without the GIL) the other hashes its keys, so a re-run keeps both cores busy
+# Batches planned at once. One planning thread already overlaps with the event loop's work (its
+# memo read runs in SQLite without the GIL); a second one raised peak RSS by ~200 MB (a malloc
+# arena per busy thread) for no gain that could be told from noise on 2 cores.
+_PLANNERS = 1
 
 
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:
