@@ -184,10 +184,10 @@ async def _execute_stage(
                 ticker.cancel_scope.cancel()
 
 
-# Batches planned at once. One planning thread already overlaps with the event loop's work (its
-# memo read runs in SQLite without the GIL); a second one raised peak RSS by ~200 MB (a malloc
-# arena per busy thread) for no gain that could be told from noise on 2 cores.
-_PLANNERS = 1
+# Batches planned at once: while one planning thread waits on its memo read (SQLite runs
+# without the GIL) the other reads, checks and hashes the next batch. (The memo's batched reads
+# share one SQLite connection, so a second thread does not add a page cache and memory map.)
+_PLANNERS = 2
 
 
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:

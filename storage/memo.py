@@ -12,6 +12,7 @@ import io
 import json
 import pickle
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Final, Protocol
 import platformdirs
 
 from storage.core.errors import OutputError
+from storage.layout import memo_db
 
 __all__ = [
     "INPUT_TOKENS",
@@ -182,6 +184,8 @@ class Memo:
                 statistics=False,
             )
             self._json_reads = True
+            self._reader: sqlite3.Connection | None = None
+            self._reading = threading.Lock()
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(directory, exc) from exc
 
@@ -209,7 +213,8 @@ class Memo:
         self, query: str, params: Sequence[Any], keys: Sequence[str], found: dict[str, MemoEntry]
     ) -> None:
         """One packed read (`_SELECT_PACKED`) of `keys`; their entries go into `found`."""
-        count, packed, inline, blob = self._cache._sql(query, params).fetchone()
+        with self._reading:
+            count, packed, inline, blob = self._read_connection().execute(query, params).fetchone()
         if not count:
             return
         got = packed.split(_SEP)
@@ -227,6 +232,23 @@ class Memo:
             entry = load() if flag == "1" else get(key)
             if entry is not None:
                 found[key] = entry
+
+    def _read_connection(self) -> sqlite3.Connection:
+        """The one connection batched reads use, whichever thread they come from (diskcache
+        opens one per thread; each holds its own page cache and memory map of the file, so
+        reads spread over a pool's threads multiplied the memory the memo takes)."""
+        if self._reader is None:
+            cache = self._cache
+            con = sqlite3.connect(
+                str(memo_db(self.directory)),
+                timeout=60,
+                isolation_level=None,
+                check_same_thread=False,  # used under `_reading`, by one thread at a time
+            )
+            con.execute(f"PRAGMA cache_size = {int(cache.sqlite_cache_size)}")
+            con.execute(f"PRAGMA mmap_size = {int(cache.sqlite_mmap_size)}")
+            self._reader = con
+        return self._reader
 
     def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
         """The same read, one row per key."""
@@ -289,4 +311,7 @@ class Memo:
         return len(self._cache)
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         self._cache.close()

@@ -100,6 +100,7 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     inserts = {s for s in statements if s.startswith("INSERT")}
     assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
     keys = [k for k, _ in entries] + ["missing"]
+    memo._read_connection().set_trace_callback(statements.append)  # batched reads' connection
     statements.clear()
     assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
