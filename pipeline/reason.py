@@ -11,7 +11,7 @@ import polars as pl
 
 from storage.core.metric import map_score, round_half_up
 
-__all__ = ["build_reason", "failed_reason", "item_texts"]
+__all__ = ["build_reason", "failed_reason", "item_texts", "item_texts_lazy"]
 
 _MAX_REASON_CHARS = 160
 _MAX_LISTED = 12
@@ -20,7 +20,12 @@ PY_WHITESPACE = (
     "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
     "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
-_SPACE_RUN = "[" + "".join(f"\\x{{{ord(c):X}}}" for c in PY_WHITESPACE) + "]+"
+_ANY_SPACE = "".join(f"\\x{{{ord(c):X}}}" for c in PY_WHITESPACE)
+_NOT_PLAIN = "".join(f"\\x{{{ord(c):X}}}" for c in PY_WHITESPACE if c != " ")
+# What `" ".join(text.split())` changes inside a text: a run of two or more whitespace
+# characters, or one that is not a plain space (a single plain space stays as it is, so text
+# that needs nothing costs the scan only, not one replacement per space)
+_SPACE_FIX = f"[{_ANY_SPACE}]{{2,}}|[{_NOT_PLAIN}]"
 
 
 def _short(text: str) -> str:
@@ -65,7 +70,7 @@ def _item_lines(relevant: Sequence[bool], reasons: Sequence[str]) -> list[str]:
 
 def _clause_expr(text: pl.Expr) -> pl.Expr:
     """`_clause` in Polars: whitespace runs to one space, no closing punctuation."""
-    return text.str.replace_all(_SPACE_RUN, " ").str.strip_chars(" ").str.strip_chars_end(" .;,:")
+    return text.str.replace_all(_SPACE_FIX, " ").str.strip_chars(" ").str.strip_chars_end(" .;,:")
 
 
 def item_texts(
@@ -79,16 +84,25 @@ def item_texts(
     ordered by row then position; `row` numbers the rows 0, 1, ... as they come), in Polars
     instead of one Python string operation per item. Equal to `"; ".join(_item_lines(...))`;
     with `sentence`, to `_sentence("Items: " + that)`, as `build_reason` writes it."""
-    why = _clause_expr(pl.col("why"))
+    items = pl.DataFrame(
+        {"row": row, "rel": relevant, "why": reasons},
+        schema={"row": pl.Int64, "rel": pl.Boolean, "why": pl.String},
+    )
+    return item_texts_lazy(items.lazy(), sentence=sentence).collect().to_series().to_list()
+
+
+def item_texts_lazy(items: pl.LazyFrame, *, sentence: bool = False) -> pl.LazyFrame:
+    """`item_texts` as a query over the flat items (`row`, `rel`, `why`, and `pos`, each item's
+    0-based position in its row, when the caller has it): one column, `text`, a row each."""
+    items = items.with_columns(why=_clause_expr(pl.col("why")))
+    why = pl.col("why")
     short = (
         pl.when(why.str.len_chars() <= _MAX_REASON_CHARS)
         .then(why)
         .otherwise(why.str.slice(0, _MAX_REASON_CHARS - 1) + pl.lit("…"))
     )
-    items = pl.DataFrame(
-        {"row": row, "rel": relevant, "why": reasons},
-        schema={"row": pl.Int64, "rel": pl.Boolean, "why": pl.String},
-    ).with_columns(pos=pl.int_range(pl.len()).over("row"))
+    if "pos" not in items.collect_schema():
+        items = items.with_columns(pos=pl.int_range(pl.len()).over("row"))
     line = pl.format(
         "#{} {}: {}",
         pl.col("pos") + 1,
@@ -96,8 +110,7 @@ def item_texts(
         short,
     )
     grouped = (
-        items.lazy()
-        .group_by("row", maintain_order=True)
+        items.group_by("row", maintain_order=True)
         .agg(line.filter(pl.col("pos") < _MAX_LISTED).str.join("; ").alias("text"), pl.len())
         .select(
             pl.when(pl.col("len") > _MAX_LISTED)
@@ -107,10 +120,14 @@ def item_texts(
         )
     )
     if sentence:
-        clause = _clause_expr(pl.lit("Items: ") + pl.col("text"))
+        # `_clause` of the joined text: its parts are clauses already (no whitespace runs, no
+        # whitespace but plain spaces, none leading), so only its end needs stripping
+        clause = (pl.lit("Items: ") + pl.col("text")).str.strip_chars_end(" .;,:")
         closed = clause.str.ends_with("?") | clause.str.ends_with("!") | clause.str.ends_with("…")
-        grouped = grouped.select(pl.when(closed).then(clause).otherwise(clause + pl.lit(".")))
-    return grouped.collect().to_series().to_list()
+        grouped = grouped.select(
+            pl.when(closed).then(clause).otherwise(clause + pl.lit(".")).alias("text")
+        )
+    return grouped
 
 
 def build_reason(

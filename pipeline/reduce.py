@@ -8,17 +8,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
 
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
-from pipeline.reason import build_reason, failed_reason, item_texts
+from pipeline.reason import build_reason, failed_reason, item_texts_lazy
 from pipeline.rows import BatchJob, RowPlan
-from storage.core.constants import STATUS_EMPTY, STATUS_OK
-from storage.core.metric import map_score, map_stage, rank_column_names
-from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT
+from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.metric import map_score, map_stage_lazy, rank_column_names
+from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
 
 __all__ = ["TableSpec", "reduce_rows", "scored_table"]
 
@@ -35,81 +37,138 @@ class TableSpec:
 
 def reduce_rows(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
     """The Polars stage over every judged item of the batch: row index -> its metrics."""
-    return _reduce(plans, spec)[0]
+    flat = _Flat(plans)
+    scored, _, _ = _reduce(flat, spec, texts=False)
+    return {int(d["row"]): d for d in scored.iter_rows(named=True)}
+
+
+class _Flat:
+    """A batch's verdicts as flat columns (row by row, item by item; None where an item has no
+    verdict) with each row's offset into them: what the Polars stage and the list columns of
+    the output take, without a Python list per row."""
+
+    __slots__ = ("empty", "lengths", "offsets", "ok", "reasons", "relevant", "row_ids")
+
+    def __init__(self, plans: Sequence[RowPlan]) -> None:
+        self.lengths = [len(plan.entries) for plan in plans]
+        self.offsets = [0, *accumulate(self.lengths)]
+        entries: list[MemoEntry | None] = list(chain.from_iterable(p.entries for p in plans))
+        if None in entries:
+            self.relevant: list[bool | None] = [None if e is None else e[RELEVANT] for e in entries]
+            self.reasons: list[str | None] = [None if e is None else e[REASON] for e in entries]
+        else:
+            self.relevant = list(map(itemgetter(RELEVANT), entries))  # type: ignore[arg-type]
+            self.reasons = list(map(itemgetter(REASON), entries))  # type: ignore[arg-type]
+        # the rows the metric scores: ok, with every verdict in
+        self.ok = [r for r, plan in enumerate(plans) if plan.status == STATUS_OK and plan.entries]
+        self.empty = [plan.status == STATUS_EMPTY for plan in plans]
+        self.row_ids = (
+            pl.Series("row", range(len(plans)), dtype=pl.Int64)
+            .repeat_by(pl.Series(self.lengths, dtype=pl.UInt32))
+            .explode()
+        )
 
 
 def _reduce(
-    plans: Sequence[RowPlan], spec: TableSpec
-) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Row index -> its metrics, and -> the items part of its reason (`item_texts`), for the
-    rows whose verdicts are all in; both built over the batch's flat items at once."""
-    ok = [r for r, plan in enumerate(plans) if plan.status == STATUS_OK and plan.entries]
-    entries = [e for r in ok for e in plans[r].entries]
-    if not entries:
-        return {}, {}
-    lengths = [len(plans[r].entries) for r in ok]
-    rows = pl.Series("row", ok, dtype=pl.Int64).repeat_by(pl.Series(lengths)).explode()
-    relevant = [e[RELEVANT] for e in entries]  # type: ignore[index]
-    items = pl.DataFrame(
-        {"row": rows, "relevant": relevant}, schema={"row": pl.Int64, "relevant": pl.Boolean}
-    ).with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
-    scored = map_stage(items, scale=spec.scale, ks=spec.ks)
-    metrics = {int(d["row"]): d for d in scored.iter_rows(named=True)}
-    reasons = [e[REASON] for e in entries]  # type: ignore[index]
-    texts = item_texts(items.get_column("row"), relevant, reasons, sentence=True)
-    return metrics, dict(zip(ok, texts, strict=True))
+    flat: _Flat, spec: TableSpec, *, texts: bool = True
+) -> tuple[pl.DataFrame, list[str], pl.DataFrame]:
+    """Over the batch's flat items, in one Polars collect: the metrics of the rows in `flat.ok`
+    (one row each, in order, keyed by `row`), the items part of their reasons (`item_texts`),
+    and score, relevant_count and the rank columns of every row (the stage's figures for the
+    scored rows, zeros for an empty context list, nulls for a failed row)."""
+    items = pl.LazyFrame(
+        {"row": flat.row_ids, "relevant": flat.relevant, "why": flat.reasons},
+        schema={"row": pl.Int64, "relevant": pl.Boolean, "why": pl.String},
+    )
+    if len(flat.ok) != len(flat.lengths):  # some rows are not scored: their items stay out
+        items = items.filter(pl.col("row").is_in(pl.Series(flat.ok, dtype=pl.Int64).implode()))
+    items = items.with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
+    scored = map_stage_lazy(
+        items.select("row", "position", "relevant"), scale=spec.scale, ks=spec.ks
+    )
+    queries = [scored, _metric_columns(flat, scored, spec)]
+    if texts and flat.ok:
+        queries.append(
+            item_texts_lazy(
+                items.select("row", rel="relevant", why="why", pos="position"), sentence=True
+            )
+        )
+    done = pl.collect_all(queries)
+    return done[0], done[2].get_column("text").to_list() if len(done) > 2 else [], done[1]
 
 
-def _empty_metrics(ks: Sequence[int]) -> dict[str, Any]:
-    out: dict[str, Any] = {name: 0.0 for name in rank_column_names(ks)}
-    out.update({f"hit_at_{k}": False for k in ks})
+def _metric_columns(flat: _Flat, scored: pl.LazyFrame, spec: TableSpec) -> pl.LazyFrame:
+    """score, relevant_count and the rank columns of every row, from the stage's figures."""
+    names = ["score", "relevant_count", *rank_column_names(spec.ks)]
+    frame = pl.LazyFrame(
+        {"row": range(len(flat.lengths)), "empty": flat.empty},
+        schema={"row": pl.Int64, "empty": pl.Boolean},
+    ).join(scored.select("row", *names), on="row", how="left", maintain_order="left")
+    if True in flat.empty:
+        zero = {
+            name: pl.lit(False) if name.startswith("hit_at_") else pl.lit(0.0) for name in names
+        }
+        zero["relevant_count"] = pl.lit(0, dtype=pl.Int64)
+        frame = frame.with_columns(
+            pl.when(pl.col("empty")).then(zero[name]).otherwise(pl.col(name)).alias(name)
+            for name in names
+        )
+    return frame.select(names)
+
+
+def _reasons(
+    plans: Sequence[RowPlan], flat: _Flat, scored: pl.DataFrame, texts: list[str], spec: TableSpec
+) -> list[str]:
+    """Each row's reason: from its verdicts, its score and its items sentence when scored."""
+    out: list[str] = []
+    scores = dict(zip(flat.ok, scored.get_column("score").to_list(), strict=True))
+    sentences = dict(zip(flat.ok, texts, strict=True))
+    relevant, offsets, scale = flat.relevant, flat.offsets, spec.scale
+    for r, plan in enumerate(plans):
+        criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
+        if plan.status == STATUS_OK:
+            out.append(
+                build_reason(
+                    relevant[offsets[r] : offsets[r + 1]],  # type: ignore[arg-type]
+                    (),
+                    score=scores[r],
+                    scale=scale,
+                    criterion=criterion,
+                    items_sentence=sentences[r],
+                )
+            )
+        elif plan.status == STATUS_EMPTY:
+            out.append(build_reason([], [], score=0.0, scale=scale, criterion=criterion))
+        else:
+            failed = [i for i, e in enumerate(plan.entries) if e is None]
+            out.append(failed_reason(len(plan.items), failed, plan.error or "failed"))
     return out
 
 
-def _row_columns(
-    plan: RowPlan,
-    metrics: dict[str, Any] | None,
-    spec: TableSpec,
-    items_sentence: str | None = None,
-) -> dict[str, Any]:
-    criterion = CRITERION if plan.expected is not None else CRITERION_QUERY_ONLY
-    version = prompt_version_for(plan.expected, spec.per_row)
-    entries = plan.entries
-    got = [e for e in entries if e is not None] if None in entries else entries
-    base: dict[str, Any] = {
-        "status": plan.status,
-        "error": plan.error,
-        "verdicts": [e[RELEVANT] if e is not None else None for e in entries],
-        "verdict_reasons": [e[REASON] if e is not None else None for e in entries],
-        "context_count": len(plan.items),
-        "judge_model": spec.judge_model,
-        "prompt_version": version,
-    }
-    base["input_tokens"], base["output_tokens"] = _paid_tokens(plan)
-    if plan.status == STATUS_OK:
-        assert metrics is not None
-        rel = [bool(e[RELEVANT]) for e in got]  # type: ignore[index]
-        base.update(metrics)  # the rank columns, score and relevant_count (and "row": unused)
-        base["reason"] = build_reason(
-            rel,
-            [e[REASON] for e in got] if items_sentence is None else (),  # type: ignore[index]
-            score=metrics["score"],
-            scale=spec.scale,
-            criterion=criterion,
-            items_sentence=items_sentence,
-        )
-    elif plan.status == STATUS_EMPTY:
-        base.update(_empty_metrics(spec.ks))
-        base.update(score=0.0, relevant_count=0, verdicts=[], verdict_reasons=[])
-        base["reason"] = build_reason([], [], score=0.0, scale=spec.scale, criterion=criterion)
-    else:
-        base.update(dict.fromkeys(rank_column_names(spec.ks)))
-        base.update(score=None, relevant_count=None)
-        failed = [i for i, e in enumerate(entries) if e is None]
-        base["reason"] = failed_reason(len(plan.items), failed, plan.error or "failed")
-        if not plan.items:
-            base.update(verdicts=None, verdict_reasons=None)
-    return base
+# Python lists become Arrow arrays through Polars: `pa.array(<list>)` imports pandas on its first
+# call whenever pandas is installed (to check the list is not a pandas object), ~0.2 s a run
+_POLARS_TYPE: dict[pa.DataType, pl.DataType] = {
+    pa.string(): pl.String(),
+    pa.int64(): pl.Int64(),
+    pa.int32(): pl.Int32(),
+    pa.float64(): pl.Float64(),
+    pa.bool_(): pl.Boolean(),
+    pa.timestamp("us", tz="UTC"): pl.Datetime("us", "UTC"),
+}
+
+
+def _arrow(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A Python list as an Arrow array of type `kind` (one of `_POLARS_TYPE`'s)."""
+    series = pl.Series(values=values, dtype=_POLARS_TYPE[kind])
+    return series.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(kind)
+
+
+def _list_column(values: list[Any], flat: _Flat, null_rows: list[bool], kind: pa.DataType) -> Any:
+    """A list<kind> column from flat values and the rows' offsets (null where `null_rows`)."""
+    mask = _arrow(null_rows, pa.bool_()) if True in null_rows else None
+    return pa.ListArray.from_arrays(
+        _arrow(flat.offsets, pa.int32()), _arrow(values, kind), mask=mask
+    )
 
 
 def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
@@ -126,28 +185,50 @@ def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
     return t_in + extra_in, t_out + extra_out
 
 
+def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
+    """The columns of the output made row by row, from each row's plan."""
+    versions = {
+        True: prompt_version_for("", spec.per_row),
+        False: prompt_version_for(None, spec.per_row),
+    }
+    tokens = [_paid_tokens(plan) for plan in plans]
+    return {
+        "status": [plan.status for plan in plans],
+        "error": [plan.error for plan in plans],
+        "context_count": [len(plan.items) for plan in plans],
+        "judge_model": [spec.judge_model] * len(plans),
+        "prompt_version": [versions[plan.expected is not None] for plan in plans],
+        "input_tokens": [t[0] for t in tokens],
+        "output_tokens": [t[1] for t in tokens],
+    }
+
+
 def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
-    """The batch's rows in the documented output schema."""
-    metrics, texts = _reduce(job.rows, spec)
-    cols = [
-        _row_columns(plan, metrics.get(r), spec, texts.get(r)) for r, plan in enumerate(job.rows)
-    ]
+    """The batch's rows in the documented output schema, built column by column: the verdicts
+    of the whole batch go through the Polars stage once, and the list columns are made from the
+    flat verdicts and the rows' offsets."""
+    plans = job.rows
+    flat = _Flat(plans)
+    scored, texts, metrics = _reduce(flat, spec)
+    null_rows = [plan.status == STATUS_FAILED and not plan.items for plan in plans]
+    data: dict[str, Any] = _row_columns(plans, spec)
+    data.update((name, metrics.get_column(name).to_arrow()) for name in metrics.columns)
+    data["reason"] = _reasons(plans, flat, scored, texts, spec)
+    data["verdicts"] = _list_column(flat.relevant, flat, null_rows, pa.bool_())
+    data["verdict_reasons"] = _list_column(flat.reasons, flat, null_rows, pa.string())
     now = datetime.now(UTC)
-    data: dict[str, Any] = {}
     frame = job.frame
     for name in spec.schema.names:
         if name in frame.columns:  # a passthrough named like a normalized column *is* it
             data[name] = frame.get_column(name).to_arrow()
         elif name == "scored_at":
-            data[name] = [now] * len(cols)
+            data[name] = [now] * len(plans)
         elif name == "label_verdicts":
             data[name] = frame.get_column("labels").to_arrow()
         elif name == "label_score":
             data[name] = _label_scores(frame, spec.scale)
-        else:
-            data[name] = [c[name] for c in cols]
     arrays = [
-        pa.array(data[f.name], type=f.type)
+        _arrow(data[f.name], f.type)
         if not isinstance(data[f.name], pa.Array | pa.ChunkedArray)
         else data[f.name].cast(f.type)
         for f in spec.schema

@@ -50,6 +50,12 @@ class BatchJob:
 
 
 def _check_items(items: Any, max_chars: int) -> str | None:
+    if (  # the usual case, checked in C: a list of strings, none too long
+        type(items) is list
+        and {*map(type, items)} <= {str}
+        and max(map(len, items), default=0) <= max_chars
+    ):
+        return None
     if not isinstance(items, list):
         return f"context is {type(items).__name__}, not a list of strings"
     for i, item in enumerate(items):

@@ -9,11 +9,14 @@ output folder already holds. `run_stage` does this for all files or an engine's 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+from anyio.abc import TaskGroup
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
 from connectors.sources import SourceBatch
@@ -140,7 +143,32 @@ def shared_memo(plan: RunPlan) -> MemoStore | None:
     return open_shared(_open_memo(plan.cfg), plan.runlog.outdir, plan.input)
 
 
+# How long a thread that wants the GIL waits before it makes the holder give it up (CPython's
+# default is 5 ms). The stage's threads hand the GIL over at every memo read, Polars query and
+# Parquet write (each runs without it); a thread coming back from one waits out this interval
+# while another runs Python, so at the default a batch's few dozen hand-overs cost tens of
+# milliseconds of wall time with no work done. Set for the stage only, then put back.
+_SWITCH_INTERVAL_S = 0.001
+
+
+@contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, _SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 async def _execute(
+    run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
+) -> None:
+    with _short_switch_interval():
+        await _execute_stage(run, files, stats, progress_mode)
+
+
+async def _execute_stage(
     run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
 ) -> None:
     progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
@@ -156,28 +184,46 @@ async def _execute(
                 ticker.cancel_scope.cancel()
 
 
+# Batches planned at once: while one planning thread waits on its memo read (SQLite runs
+# without the GIL) the other reads, checks and hashes the next batch. (The memo's batched reads
+# share one SQLite connection, so a second thread does not add a page cache and memory map.)
+_PLANNERS = 2
+
+
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:
-    """Read and plan batches in a worker thread (`pipeline.planning`: one hop for reading, the
-    row checks, the memo keys and the memo lookup) and process up to `in_flight` at once."""
+    """Plan batches in worker threads (`pipeline.planning`: the row checks, the memo keys and
+    the memo lookup), `_PLANNERS` at a time, reading them one at a time in input order, and
+    process up to `in_flight` at once."""
     cfg = run.plan.cfg
     batches: Iterator[SourceBatch] = run.planner.batches(
         run.plan.info, skip=run.skip, only_files=files
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
-    failure: UserError | None = None
-    async with anyio.create_task_group() as tg:
-        while True:
+    reading = anyio.Lock()
+    failures: list[UserError] = []
+
+    async def plan_batches(tg: TaskGroup) -> None:
+        while not failures:
             await in_flight.acquire()
+            planned: PlannedBatch | None = None
             try:
-                planned = await anyio.to_thread.run_sync(run.planner.next_planned, batches)
+                async with reading:
+                    batch = await anyio.to_thread.run_sync(next, batches, None)
+                if batch is not None:
+                    planned = await anyio.to_thread.run_sync(run.planner.plan, batch)
             except UserError as exc:  # unreadable data: finish the batches in flight first
-                failure, planned = exc, None
+                failures.append(exc)
+                planned = None
             if planned is None:
                 in_flight.release()
-                break
+                return
             tg.start_soon(_process_then_release, run, planned, in_flight)
-    if failure is not None:
-        raise failure
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(_PLANNERS):
+            tg.start_soon(plan_batches, tg)
+    if failures:
+        raise failures[0]
 
 
 async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
@@ -195,9 +241,10 @@ async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
 
 
 def _batches_in_flight(cfg: Config) -> int:
-    # enough open batches that the workers never wait on a batch boundary
+    # enough open batches that the workers never wait on a batch boundary, and that every
+    # planner plans its next batch while two planned ones are judged or reduced and committed
     per_batch = max(cfg.run.batch_rows * 5, 1)
-    return max(2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
+    return max(_PLANNERS + 2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
 async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:

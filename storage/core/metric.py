@@ -17,6 +17,7 @@ __all__ = [
     "average_precision",
     "map_score",
     "map_stage",
+    "map_stage_lazy",
     "rank_column_names",
     "rank_metrics",
     "round_half_up",
@@ -140,6 +141,21 @@ def map_stage(
     scale: float = 1.0,
     ks: Sequence[int] = (),
 ) -> pl.DataFrame:
+    """`map_stage_lazy`, collected."""
+    return map_stage_lazy(
+        items, key=key, position=position, relevant=relevant, scale=scale, ks=ks
+    ).collect()
+
+
+def map_stage_lazy(
+    items: pl.DataFrame | pl.LazyFrame,
+    *,
+    key: str = "row",
+    position: str = "position",
+    relevant: str = "relevant",
+    scale: float = 1.0,
+    ks: Sequence[int] = (),
+) -> pl.LazyFrame:
     """Score many rows at once from one row per judged item.
 
     Input: columns `key`, `position` (0-based rank), `relevant` (bool), with each row's items
@@ -180,4 +196,4 @@ def map_stage(
         )
         .select(key, "score", "ap", "relevant_count", "context_count", *rank_column_names(ks))
     )
-    return out.collect()
+    return out

@@ -89,8 +89,8 @@ def test_writes_and_reads_are_one_statement_per_chunk(
 ) -> None:
     """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
     per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
-    in as a handful of multi-row INSERTs, and the one-row-per-key read (for an SQLite without
-    JSON functions) finds the same entries as the JSON one."""
+    in as a handful of multi-row INSERTs and are read back with one SELECT per chunk of keys;
+    keys holding the packed read's separator take the row-per-key read and are found too."""
     memo = Memo(tmp_path / "m")
     statements: list[str] = []
     memo._cache._con.set_trace_callback(statements.append)
@@ -100,7 +100,16 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     inserts = {s for s in statements if s.startswith("INSERT")}
     assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
     keys = [k for k, _ in entries] + ["missing"]
-    by_json = memo.get_many(keys)
-    monkeypatch.setattr(memo_module, "_SELECT_JSON", "SELECT no_such_function({}) > ?")
-    assert memo.get_many(keys) == by_json == dict(entries)
+    memo._read_connection().set_trace_callback(statements.append)  # batched reads' connection
+    statements.clear()
+    assert memo.get_many(keys) == dict(entries)
+    assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
+    # an SQLite without JSON functions: one SELECT per 900 keys, the same entries
+    monkeypatch.setattr(memo_module, "_SELECT_PACKED_JSON", "SELECT no_such_function(?, ?)")
+    statements.clear()
+    assert memo.get_many(keys) == dict(entries)
+    assert len([s for s in statements if s.startswith("SELECT")]) == 3  # 2,001 keys: 3 chunks
+    odd = [(f"a{memo_module._SEP}{i}", (True, f"odd {i}", 0, 0)) for i in range(3)]
+    memo.set_many(odd)
+    assert memo.get_many([k for k, _ in odd] + keys[:5]) == dict(odd + entries[:5])
     memo.close()
