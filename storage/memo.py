@@ -141,11 +141,18 @@ _SELECT_PACKED = (
     f" CAST(group_concat(CASE WHEN {_INLINE} THEN value END, '') AS BLOB)"
     " FROM Cache WHERE " + _WHERE
 )
-# The same read with the keys as one JSON array: a whole batch in one statement, so the reading
-# thread takes the GIL back once per batch instead of once per 900 keys (where SQLite has no
-# JSON functions, the IN (?, ?, ...) form above is used)
-_SELECT_PACKED_JSON = _SELECT_PACKED.replace(
-    "key IN ({})", "key IN (SELECT value FROM json_each(?))"
+# The read of a whole batch, with its keys as one JSON array: one statement, so the reading
+# thread takes the GIL back once per batch instead of once per 900 keys. Its rows follow the
+# array (a LEFT JOIN from json_each probes the index key by key, in the order asked, which is
+# also the order a run wrote them in): one flag per key asked ("0" not there, "1" inline, "2"
+# elsewhere) and the inline pickles back to back, so the keys need not come back. Where SQLite
+# has no JSON functions, the IN (?, ?, ...) form above is used.
+_SELECT_ORDERED = (
+    "SELECT group_concat(CASE WHEN c.rowid IS NULL THEN '0'"
+    f" WHEN c.{_INLINE.replace(' AND ', ' AND c.')} THEN '1' ELSE '2' END, ''),"
+    f" CAST(group_concat(CASE WHEN c.{_INLINE.replace(' AND ', ' AND c.')} THEN c.value END, '')"
+    " AS BLOB) FROM json_each(?) AS j LEFT JOIN Cache AS c ON c.key = j.value AND c.raw = 1"
+    " AND (c.expire_time IS NULL OR c.expire_time > ?)"
 )
 _JSON_KEYS = 20_000  # keys per JSON read
 _EXISTING = "SELECT key FROM Cache WHERE raw = 1 AND key IN ({})"
@@ -197,41 +204,55 @@ class Memo:
         if self._json_reads:
             try:
                 for start in range(0, len(keys), _JSON_KEYS):
-                    part = keys[start : start + _JSON_KEYS]
-                    self._read_packed(_SELECT_PACKED_JSON, (json.dumps(part), now), part, found)
+                    self._read_ordered(keys[start : start + _JSON_KEYS], now, found)
                 return found
             except sqlite3.OperationalError:  # an SQLite without JSON functions
                 self._json_reads = False
                 found.clear()
         for chunk in _chunks(keys):
-            self._read_packed(
-                _SELECT_PACKED.format(_marks(len(chunk))), (*chunk, now), chunk, found
-            )
+            self._read_packed(chunk, now, found)
         return found
 
-    def _read_packed(
-        self, query: str, params: Sequence[Any], keys: Sequence[str], found: dict[str, MemoEntry]
-    ) -> None:
-        """One packed read (`_SELECT_PACKED`) of `keys`; their entries go into `found`."""
+    def _fetch(self, query: str, params: Sequence[Any]) -> Any:
         with self._reading:
-            count, packed, inline, blob = self._read_connection().execute(query, params).fetchone()
+            return self._read_connection().execute(query, params).fetchone()
+
+    def _read_ordered(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
+        """One `_SELECT_ORDERED` read of `keys`; their entries go into `found`."""
+        flags, blob = self._fetch(_SELECT_ORDERED, (json.dumps(keys), now))
+        if not blob and "2" not in flags:  # nothing there
+            return
+        load = pickle.Unpickler(io.BytesIO(blob or b"")).load
+        if flags.count("1") == len(keys):  # every entry inline (the usual case): in one go
+            found.update(zip(keys, [load() for _ in range(len(keys))], strict=True))
+            return
+        self._decode(zip(keys, flags, strict=True), load, found)
+
+    def _read_packed(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
+        """One `_SELECT_PACKED` read of up to `_CHUNK` keys; their entries go into `found`."""
+        count, packed, inline, blob = self._fetch(
+            _SELECT_PACKED.format(_marks(len(keys))), (*keys, now)
+        )
         if not count:
             return
         got = packed.split(_SEP)
         if len(got) != count:  # a key holding the separator: read these keys row by row
-            for chunk in _chunks(keys):
-                self._get_rows(chunk, params[-1], found)
+            self._get_rows(keys, now, found)
             return
         load = pickle.Unpickler(io.BytesIO(blob or b"")).load
-        if "0" not in inline:  # every entry inline (the usual case): decode them in one go
-            found.update(zip(got, [load() for _ in range(count)], strict=True))
-            return
+        self._decode(zip(got, inline, strict=True), load, found)
+
+    def _decode(
+        self, flagged: Iterable[tuple[str, str]], load: Any, found: dict[str, MemoEntry]
+    ) -> None:
         get = self._cache.get
-        for key, flag in zip(got, inline, strict=True):
-            # not inline: a big entry kept in its own file, or a value stored raw
-            entry = load() if flag == "1" else get(key)
-            if entry is not None:
-                found[key] = entry
+        for key, flag in flagged:
+            if flag == "1":
+                found[key] = load()
+            elif flag != "0":  # a big entry kept in its own file, or a value stored raw
+                entry = get(key)
+                if entry is not None:
+                    found[key] = entry
 
     def _read_connection(self) -> sqlite3.Connection:
         """The one connection batched reads use, whichever thread they come from (diskcache

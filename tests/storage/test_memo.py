@@ -72,7 +72,7 @@ def test_batched_reads_and_writes_share_diskcache_format(tmp_path: Path) -> None
     keys = [f"k{i}" for i in range(2_000)]  # more than one chunk of the IN (...) query
     assert memo.set_many([(k, (True, k, 1, 1)) for k in keys] + [("big", big)]) == 2_001
     assert memo.set_many([("old", (True, "replaced", 7, 8)), ("k5", (False, "again", 0, 0))]) == 2
-    found = memo.get_many([*keys, "big", "old", "missing"])
+    found = memo.get_many([*keys, "big", "old", "missing", "k3"])  # k3 asked twice
     assert len(found) == 2_002
     assert found["big"] == big
     assert found["k7"] == (True, "k7", 1, 1)
@@ -105,7 +105,7 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
     # an SQLite without JSON functions: one SELECT per 900 keys, the same entries
-    monkeypatch.setattr(memo_module, "_SELECT_PACKED_JSON", "SELECT no_such_function(?, ?)")
+    monkeypatch.setattr(memo_module, "_SELECT_ORDERED", "SELECT no_such_function(?, ?)")
     statements.clear()
     assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 3  # 2,001 keys: 3 chunks
