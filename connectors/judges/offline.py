@@ -72,8 +72,10 @@ _ASCII_TOKEN_RE = re.compile(r"[a-z0-9]+")
 # still works there; every other script splits on non-word characters.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_RE = re.compile(rf"[{_CJK}]")
 _MARKS_RE = re.compile(r"[\u0300-\u036f]+")
 _PAREN_TAIL_RE = re.compile(r"\s*\([^()]*\)\s*$")
+_SPACES_RE = re.compile(b"  +")
 _LEAD_RE = re.compile(r"\W*(.{2,80}?)\s*(?:\(|,|;|\bis\b|\bwas\b|\bare\b|\bwere\b)")
 
 _LEADING_ARTICLES = frozenset({"the", "a", "an"})
@@ -106,6 +108,77 @@ def _phrase(tokens: Sequence[str]) -> str:
     return " " + " ".join(tokens) + " "
 
 
+# `_padded(text)` is `_phrase(_tokens(text))` computed without making a string per token (the
+# judge's hot spot: every item is tokenized). Separators become spaces with one C-level
+# `bytes.translate`, runs of spaces are then folded into one. Texts whose lower case is not
+# ASCII go through the same NFKD as `_tokens`; their non-ASCII characters, a handful of
+# distinct ones in most texts, are mapped one by one (`_NonAscii`) by the rules of `_TOKEN_RE`:
+# a combining mark is dropped (`_MARKS_RE`), a CJK character is a token of its own, a word
+# character is kept and anything else separates. tests/connectors/test_offline_judge.py checks
+# the equality on every code point and on real texts.
+def _ascii_table(fold: bool) -> bytes:
+    """bytes.translate table: a-z and 0-9 kept, A-Z lowered when `fold` (else kept: after NFKD
+    they are `_TOKEN_RE` word characters as they are), every other ASCII byte a space; bytes of
+    multi-byte UTF-8 characters (>= 0x80) kept."""
+    table = bytearray(range(256))
+    for c in range(128):
+        if chr(c).isupper():
+            table[c] = c + 32 if fold else c
+        elif not (chr(c).islower() or chr(c).isdigit()):
+            table[c] = 32
+    return bytes(table)
+
+
+_FOLD = _ascii_table(fold=True)
+_KEEP_CASE = _ascii_table(fold=False)
+_ASCII = bytes(range(128))
+_MAX_CHAR_CACHE = 50_000
+_MAX_REPLACED = 12  # distinct non-ASCII characters mapped one `replace` each; more: `_tokens`
+
+
+class _NonAscii(dict[str, bytes]):
+    """What each non-ASCII character (of NFKD text) becomes in a padded text, filled on use."""
+
+    def __missing__(self, char: str) -> bytes:
+        raw = char.encode("utf-8", "surrogatepass")
+        if _MARKS_RE.fullmatch(char):
+            out = b""
+        elif _TOKEN_RE.fullmatch(char) is None:
+            out = b" "
+        elif _CJK_RE.fullmatch(char):
+            out = b" " + raw + b" "
+        else:
+            out = raw
+        if len(self) < _MAX_CHAR_CACHE:
+            self[char] = out
+        return out
+
+
+_NON_ASCII = _NonAscii()
+
+
+def _padded(text: str) -> str:
+    """`_phrase(_tokens(text))`: the text's tokens, space-separated and space-padded."""
+    if text.isascii():
+        data = text.encode("ascii").translate(_FOLD)
+    else:
+        low = text.lower()
+        if low.isascii():
+            data = low.encode("ascii").translate(_FOLD)
+        else:
+            data = unicodedata.normalize("NFKD", low).encode("utf-8", "surrogatepass")
+            others = set(data.translate(None, _ASCII).decode("utf-8", "surrogatepass"))
+            if len(others) > _MAX_REPLACED:  # one pass per character would cost more
+                return _phrase(_tokens(text))
+            for char in others:
+                raw, new = char.encode("utf-8", "surrogatepass"), _NON_ASCII[char]
+                if new != raw:
+                    data = data.replace(raw, new)
+            data = data.translate(_KEEP_CASE)
+    data = _SPACES_RE.sub(b" ", b" " + data + b" ")
+    return data.decode("utf-8", "surrogatepass") if len(data) > 1 else "  "
+
+
 def _quote(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
@@ -123,7 +196,8 @@ class _Query:
     answer: str | None  # padded answer phrase when rule 1 applies
     answer_display: str
     answer_note: str  # why rule 1 was skipped ("" when it applies)
-    terms: tuple[str, ...] = ()  # rule 1b: a sentence answer's content words absent from the query
+    # rule 1b: a sentence answer's content words absent from the query, (word, padded key)
+    terms: tuple[tuple[str, str], ...] = ()
 
 
 @lru_cache(maxsize=4096)
@@ -169,12 +243,12 @@ def _prepare(query: str, expected: str | None) -> _Query:
         else:
             answer = _phrase(ans)
             note = f"it lacks the expected answer {display}"
-    terms: tuple[str, ...] = ()
+    terms: tuple[tuple[str, str], ...] = ()
     if expected is not None:
         ans_tokens = _tokens(expected)
         if len(ans_tokens) >= MIN_SENTENCE_TOKENS:
             in_query = set(tokens)
-            terms = tuple(dict.fromkeys(
+            terms = tuple((t, f" {t} ") for t in dict.fromkeys(
                 t for t in ans_tokens
                 if t not in _STOPWORDS and t not in in_query and (len(t) >= 3 or t.isdigit())
             ))  # fmt: skip
@@ -194,28 +268,29 @@ def _prepare(query: str, expected: str | None) -> _Query:
 def _subject(item: str) -> str | None:
     """What the item is about: its title line, else its opening words (a name in most texts)."""
     head, sep, rest = item.partition("\n")
-    if sep and rest.strip() and 0 < len(head.strip()) <= MAX_TITLE_CHARS:
-        return _PAREN_TAIL_RE.sub("", head).strip()
+    if sep and rest and not rest.isspace() and 0 < len(head.strip()) <= MAX_TITLE_CHARS:
+        return (_PAREN_TAIL_RE.sub("", head) if ")" in head else head).strip()
     match = _LEAD_RE.match(item, 0, 120)
     if match is None:
         return None
     lead = match.group(1).strip()
-    if len(_tokens(lead)) > MAX_SUBJECT_TOKENS:
+    if _padded(lead).count(" ") - 1 > MAX_SUBJECT_TOKENS:  # its number of tokens
         return None
     return lead
 
 
-def _names_subject(q: _Query, subject: Sequence[str]) -> bool:
+def _names_subject(q: _Query, subject: str) -> bool:
     """True when the query names `subject` as a whole name (rule 2)."""
-    n = len(subject)
-    if not n or all(t in _STOPWORDS for t in subject):
+    key = _padded(subject)
+    if len(key) <= 2 or key not in q.padded:  # no words, or not in the query (fast reject)
         return False
-    if _phrase(subject) not in q.padded:  # fast reject at C speed
+    wanted = tuple(key[1:-1].split(" "))
+    if all(t in _STOPWORDS for t in wanted):
         return False
     if not q.cased:
         return True
     toks, caps = q.tokens, q.capitalised
-    wanted = tuple(subject)
+    n = len(wanted)
     for i in range(len(toks) - n + 1):
         if toks[i : i + n] != wanted:
             continue
@@ -265,13 +340,13 @@ class OfflineJudge:
     def decide(self, query: str, expected: str | None, item: str) -> Verdict:
         """The verdict for one item: the synchronous core of `judge_item`."""
         q = _prepare(query, expected)
-        padded = _phrase(_tokens(item))
+        padded = _padded(item)
 
         if q.answer is not None and q.answer in padded:
             return Verdict(True, f"Contains the expected answer {q.answer_display}.")
 
         if q.terms:
-            present = [t for t in q.terms if f" {t} " in padded]
+            present = [t for t, key in q.terms if key in padded]
             if present and len(present) >= TERM_SHARE * len(q.terms):
                 listed = ", ".join(present[:5]) + (", …" if len(present) > 5 else "")
                 return Verdict(
@@ -281,7 +356,7 @@ class OfflineJudge:
                 )
 
         subject = _subject(item)
-        if subject is not None and _names_subject(q, _tokens(subject)):
+        if subject is not None and _names_subject(q, subject):
             return Verdict(True, f"It is about {_quote(subject)}, which the query names.")
 
         hits = [shown for key, shown in q.pairs if key in padded]
