@@ -13,6 +13,7 @@ import pickle
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -136,6 +137,7 @@ _INSERT = (
 )
 _ROW = "(?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)"
 _INSERT_ROWS = 999 // 7  # rows of 7 parameters in one INSERT
+_STEP_ROWS = 50_000  # rows of one JSON INSERT (a bigger write is several: bounded memory)
 # All new keys of a write in one step (SQLite's JSON functions): the keys and where each pickled
 # value lies in one BLOB of them all, as one JSON text of [key, offset, length] rows.
 _INSERT_JSON = (
@@ -158,6 +160,15 @@ def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
+
+
+def _slices(rows: dict[str, MemoEntry], n: int) -> Iterable[dict[str, MemoEntry]]:
+    if len(rows) <= n:
+        yield rows
+        return
+    items = iter(rows.items())
+    while part := dict(islice(items, n)):
+        yield part
 
 
 def _has_json(sql: Any) -> bool:
@@ -243,7 +254,10 @@ class Memo:
         try:
             with cache.transact():
                 if self._json_writes:
-                    rows = self._insert_new(rows)
+                    left: dict[str, MemoEntry] = {}
+                    for part in _slices(rows, _STEP_ROWS):
+                        left.update(self._insert_new(part))
+                    rows = left
                 else:
                     for key in self._existing(list(rows)):
                         cache.set(key, rows.pop(key))

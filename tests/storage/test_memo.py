@@ -117,13 +117,14 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     without_json.close()
 
 
-@pytest.mark.parametrize("json_writes", [True, False])
+@pytest.mark.parametrize(("json_writes", "step"), [(True, 50_000), (True, 2), (False, 50_000)])
 def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
-    tmp_path: Path, json_writes: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_writes: bool, step: int
 ) -> None:
-    """New keys go in with one INSERT OR IGNORE; the keys it found stored (told apart by their
-    rowid) are replaced through diskcache's `set`, as are a value too big for the row and a key
-    JSON would have to escape. diskcache's count stays right."""
+    """New keys go in with one INSERT OR IGNORE (one per `step` rows); the keys it found stored
+    (told apart by their rowid) are replaced through diskcache's `set`, as are a value too big
+    for the row and a key JSON would have to escape. diskcache's count stays right."""
+    monkeypatch.setattr(memo_module, "_STEP_ROWS", step)
     memo = Memo(tmp_path / "m")
     memo._json_writes = json_writes
     memo._cache.set("old1", (False, "from diskcache", 5, 6))
