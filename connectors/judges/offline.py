@@ -40,7 +40,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
+from itertools import compress, pairwise
 
 from connectors.judges.base import Gate, ItemRequest, JudgeStats
 from storage.core.errors import ConfigError
@@ -192,10 +192,13 @@ class _Query:
     tokens: tuple[str, ...]
     capitalised: tuple[bool, ...]
     cased: bool  # the query uses capitals beyond its first word: trust capitalisation
-    pairs: tuple[tuple[str, str], ...]  # (padded phrase key, display) for rule 3
+    pair_keys: tuple[str, ...]  # padded phrase keys of the word pairs, for rule 3 ...
+    pair_words: tuple[str, ...]  # ... and the pairs as shown in a reason
+    of_pairs: str  # " of N query word pairs"
     answer: str | None  # padded answer phrase when rule 1 applies
     answer_display: str
     answer_note: str  # why rule 1 was skipped ("" when it applies)
+    note_capitalised: str  # the same, capitalised: the start of a reason
     # rule 1b: a sentence answer's content words absent from the query, (word, padded key)
     terms: tuple[tuple[str, str], ...] = ()
 
@@ -258,10 +261,13 @@ def _prepare(query: str, expected: str | None) -> _Query:
         tokens=tokens,
         capitalised=capitalised,
         cased=cased,
-        pairs=tuple(pairs),
+        pair_keys=tuple(key for key, _ in pairs),
+        pair_words=tuple(words for _, words in pairs),
+        of_pairs=f" of {len(pairs)} query word pairs",
         answer=answer,
         answer_display=display,
         answer_note=note,
+        note_capitalised=note[:1].upper() + note[1:],
     )
 
 
@@ -359,24 +365,24 @@ class OfflineJudge:
         if subject is not None and _names_subject(q, subject):
             return Verdict(True, f"It is about {_quote(subject)}, which the query names.")
 
-        hits = [shown for key, shown in q.pairs if key in padded]
-        shared = f"{len(hits)} of {len(q.pairs)} query word pairs"
-        if hits:
-            shared += " (" + ", ".join(hits[:4]) + (", …" if len(hits) > 4 else "") + ")"
+        hits = list(compress(q.pair_words, map(padded.__contains__, q.pair_keys)))
+        n = len(hits)
+        if n:
+            shared = f"{n}{q.of_pairs} (" + ", ".join(hits[:4]) + (", …)" if n > 4 else ")")
+        else:
+            shared = f"0{q.of_pairs}"
         threshold = self.phrase_threshold
-        if (
-            threshold is not None
-            and len(hits) >= MIN_PHRASE_HITS
-            and len(hits) >= threshold * len(q.pairs)
-        ):
+        if threshold is not None and n >= MIN_PHRASE_HITS and n >= threshold * len(q.pair_keys):
             return Verdict(True, f"Shares {shared} with the query.")
 
-        parts = [q.answer_note] if q.answer_note else []
+        # "<why not rule 1>, its subject '…' is not named in the query and it shares only …"
+        note = q.note_capitalised
         if subject is not None:
-            parts.append(f"its subject {_quote(subject)} is not named in the query")
-        parts.append(f"it shares only {shared}")
-        text = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-        return Verdict(False, text[:1].upper() + text[1:] + ".")
+            named = f"s subject {_quote(subject)} is not named in the query and it shares only"
+            text = f"{note}, it{named} {shared}." if note else f"It{named} {shared}."
+        else:
+            text = f"{note} and it shares only {shared}." if note else f"It shares only {shared}."
+        return Verdict(False, text)
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         self.stats.requests += 1
