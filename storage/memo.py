@@ -270,14 +270,14 @@ class Memo:
 
     def _pickled(
         self, rows: Mapping[str, MemoEntry]
-    ) -> tuple[list[tuple[str, int, int]], list[bytes], dict[str, MemoEntry]]:
+    ) -> tuple[list[tuple[str, int, int]], bytearray, dict[str, MemoEntry]]:
         """Each verdict pickled as `Disk.store` pickles it into the row: (key, 1-based offset
-        in the concatenated pickles, length) and the pickles; the rest (values big enough for a
-        file, keys that are not plain printable ASCII) is left to `Cache.set`."""
+        in the concatenated pickles, length) and the pickles, concatenated; the rest (values big
+        enough for a file, keys that are not plain printable ASCII) is left to `Cache.set`."""
         disk = self._cache.disk
         protocol, small, dumps = disk.pickle_protocol, disk.min_file_size, pickle.dumps
         index: list[tuple[str, int, int]] = []
-        blobs: list[bytes] = []
+        blobs = bytearray()
         left: dict[str, MemoEntry] = {}
         at = 1
         for key, value in rows.items():
@@ -286,7 +286,7 @@ class Memo:
                 left[key] = value
                 continue
             index.append((key, at, len(data)))
-            blobs.append(data)
+            blobs += data
             at += len(data)
         return index, blobs, left
 
@@ -298,7 +298,7 @@ class Memo:
         if not index:
             return left
         sql = self._cache._sql
-        cursor = sql(_INSERT_JSON, (time.time(), b"".join(blobs), json.dumps(index)))
+        cursor = sql(_INSERT_JSON, (time.time(), blobs, json.dumps(index)))
         inserted = cursor.rowcount
         if inserted == len(index):
             return left
@@ -330,8 +330,8 @@ class Memo:
         index, blobs, left = self._pickled(rows)
         now = time.time()
         params = [
-            (key, now, now, 0, _MODE_PICKLE, None, data)
-            for (key, _, _), data in zip(index, blobs, strict=True)
+            (key, now, now, 0, _MODE_PICKLE, None, bytes(blobs[at - 1 : at - 1 + n]))
+            for key, at, n in index
         ]
         sql = self._cache._sql
         for start in range(0, len(params), _INSERT_ROWS):
