@@ -139,13 +139,14 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
         ("old2", (True, "replaced 2", 0, 0)),
         ("old3", (True, "replaced 3", 0, 0)),
         ("é\x01 key", (True, "escaped", 0, 0)),
+        ('a "quoted" back\\slash key', (False, "JSON escapes it", 0, 0)),
         ("big", big),
     ]
-    assert memo.set_many(entries) == 7
+    assert memo.set_many(entries) == 8
     assert memo.get_many([k for k, _ in entries]) == dict(entries)
     assert {k: memo._cache.get(k) for k, _ in entries} == dict(entries)
     after = dict(memo._cache._sql("SELECT key, store_time FROM Cache").fetchall())
     assert all(after[k] > before[k] for k in before)  # the stored ones were written again
-    assert len(memo) == 7
+    assert len(memo) == 8
     assert len(list((tmp_path / "m").rglob("*.val"))) == 1  # old3's file went, big's came
     memo.close()
