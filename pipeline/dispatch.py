@@ -22,7 +22,9 @@ from storage.memo import MemoEntry, MemoStore
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 
-_MEMO_QUEUE = 20_000  # verdicts waiting for the memo writer, at most (then senders wait)
+_MEMO_QUEUE = 80_000  # verdicts waiting for the memo writer, at most (then senders wait)
+_MEMO_GROUP = 40_000  # verdicts of a synchronous judge the writer waits for (< _MEMO_QUEUE) ...
+_MEMO_WAIT = 2.0  # ... for at most this many seconds
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
@@ -113,11 +115,11 @@ class Dispatcher:
         send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
-        # bounded: a judge faster than the memo's disk (the offline one) waits for the writer
         # unbounded stream of lists (one call's verdicts, or a batch judged inline), bounded by
         # the verdicts queued: a judge faster than the memo's disk waits for the writer
         msend, mrecv = anyio.create_memory_object_stream[_Verdicts](math.inf)
         self._queued = 0
+        self._in_hand: _Verdicts = []  # taken from the stream by the memo writer, not yet written
         self._drained = anyio.Event()
         self._memo_send: MemoryObjectSendStream[_Verdicts] = msend
         self._memo_recv: MemoryObjectReceiveStream[_Verdicts] = mrecv
@@ -285,32 +287,58 @@ class Dispatcher:
 
     # -- memo writer ---------------------------------------------------------------------
     async def _memo_writer(self) -> None:
-        """Group commit: take everything queued, write it in one transaction, repeat."""
+        """Group commit: take everything queued, write it in one transaction, repeat. With a
+        synchronous judge (offline: a verdict costs nothing to redo) it waits, briefly, for a
+        few batches' worth: the memo's cost per verdict falls with the size of a transaction."""
         memo = self.memo
         recv = self._memo_recv
+        least = _MEMO_GROUP if self.decider is not None else 1
         try:
             async with recv:
-                while True:
-                    try:
-                        first = await recv.receive()
-                    except anyio.EndOfStream:
-                        return
-                    batch = list(first)
-                    while True:
-                        try:
-                            batch += recv.receive_nowait()
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
+                ended = False
+                while not ended:
+                    ended = await self._gather(recv, least)
+                    batch = self._in_hand
+                    if not batch:
+                        continue
                     if memo is not None:  # (a failed write ends the run: nobody waits on)
                         await anyio.to_thread.run_sync(memo.set_many, batch)
+                    self._in_hand = []
                     self._written(len(batch))
                     self.counters.memo_writes += len(batch)
         finally:
             await self._flush_left()
 
+    async def _gather(self, recv: MemoryObjectReceiveStream[_Verdicts], least: int) -> bool:
+        """Move queued verdicts into `_in_hand`: one message (waiting for it), then all that are
+        queued, then, while fewer than `least`, what comes within `_MEMO_WAIT` s. True when
+        the stream has ended (what is in hand is the last)."""
+        hand = self._in_hand
+        try:
+            hand += await recv.receive()
+        except anyio.EndOfStream:
+            return True
+        deadline = anyio.current_time() + _MEMO_WAIT
+        while True:
+            try:
+                hand += recv.receive_nowait()
+                continue
+            except anyio.WouldBlock:
+                pass
+            except anyio.EndOfStream:
+                return True
+            wait = deadline - anyio.current_time()
+            if len(hand) >= least or wait <= 0:
+                return False
+            with anyio.move_on_after(wait):
+                try:
+                    hand += await recv.receive()
+                except anyio.EndOfStream:
+                    return True
+
     async def _flush_left(self) -> None:
         """On cancellation (Ctrl-C), write what was already queued before giving up."""
-        left: _Verdicts = []
+        left, self._in_hand = self._in_hand, []
         while True:
             try:
                 left += self._memo_recv.receive_nowait()

@@ -15,6 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -162,6 +163,20 @@ _INSERT = (
 )
 _ROW = "(?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)"
 _INSERT_ROWS = 999 // 7  # rows of 7 parameters in one INSERT
+_STEP_ROWS = 50_000  # rows of one JSON INSERT (a bigger write is several: bounded memory)
+# All new keys of a write in one step (SQLite's JSON functions): the keys and where each pickled
+# value lies in one BLOB of them all, as one JSON text of [key, offset, length] rows.
+_INSERT_JSON = (
+    "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+    " tag, size, mode, filename, value) SELECT json_extract(j.value, '$[0]'), 1, ?1, NULL, ?1, 0,"
+    f" NULL, 0, {_MODE_PICKLE}, NULL, substr(?2, json_extract(j.value, '$[1]'),"
+    " json_extract(j.value, '$[2]')) FROM json_each(?3) AS j"
+)
+# which of the keys were stored before the INSERT (a rowid below its first)
+_STORED_JSON = (
+    "SELECT json_group_array(c.key) FROM json_each(?) AS j CROSS JOIN Cache AS c"
+    " ON c.key = j.value AND c.raw = 1 WHERE c.rowid < ?"
+)
 
 
 def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -171,6 +186,24 @@ def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)
+
+
+def _slices(rows: dict[str, MemoEntry], n: int) -> Iterable[dict[str, MemoEntry]]:
+    if len(rows) <= n:
+        yield rows
+        return
+    items = iter(rows.items())
+    while part := dict(islice(items, n)):
+        yield part
+
+
+def _has_json(sql: Any) -> bool:
+    """Whether this SQLite has the JSON functions (built in since 3.38, an option before)."""
+    try:
+        sql("SELECT json_extract('[1]', '$[0]')").fetchone()
+    except sqlite3.OperationalError:
+        return False
+    return True
 
 
 class Memo:
@@ -190,11 +223,12 @@ class Memo:
                 cull_limit=0,
                 statistics=False,
             )
-            self._json_reads = True
             self._reader: sqlite3.Connection | None = None
             self._reading = threading.Lock()
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(directory, exc) from exc
+        self._json_writes = _has_json(self._cache._sql)
+        self._json_reads = self._json_writes  # turned off too if a read finds no JSON functions
 
     def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]:
         # plain reads, no transaction: in WAL mode they never wait for the memo writer
@@ -285,8 +319,9 @@ class Memo:
 
     def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:
         """Store verdicts in one transaction: on a full disk none of them is kept. New keys go
-        in with multi-row INSERTs; a key already there is replaced by `Cache.set` (it may own a
-        file to clean up)."""
+        in with one INSERT for all (a few multi-row ones without SQLite's JSON functions); a
+        key already there, or a value big enough for a file of its own, goes through
+        `Cache.set` (an old entry may own a file to clean up)."""
         rows: dict[str, MemoEntry] = {}
         n = 0
         cache = self._cache
@@ -300,33 +335,91 @@ class Memo:
             return n
         try:
             with cache.transact():
-                sql = cache._sql
-                for chunk in _chunks(list(rows)):
-                    for (key,) in sql(_EXISTING.format(_marks(len(chunk))), chunk).fetchall():
+                if self._json_writes:
+                    left: dict[str, MemoEntry] = {}
+                    for part in _slices(rows, _STEP_ROWS):
+                        left.update(self._insert_new(part))
+                    rows = left
+                else:
+                    for key in self._existing(list(rows)):
                         cache.set(key, rows.pop(key))
-                params = self._new_rows(rows)
-                for start in range(0, len(params), _INSERT_ROWS):
-                    part = params[start : start + _INSERT_ROWS]
-                    sql(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
+                    rows = self._insert_rows(rows)
+                for key, value in rows.items():
+                    cache.set(key, value)
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(self.directory, exc) from exc
         return n
 
-    def _new_rows(self, rows: Mapping[str, MemoEntry]) -> list[tuple[Any, ...]]:
-        """INSERT parameters, each value stored as `Disk.store` stores it (pickled in the row,
-        or in a file when large)."""
+    def _pickled(
+        self, rows: Mapping[str, MemoEntry]
+    ) -> tuple[list[tuple[str, int, int]], bytearray, dict[str, MemoEntry]]:
+        """Each verdict pickled as `Disk.store` pickles it into the row: (key, 1-based offset
+        in the concatenated pickles, length) and the pickles, concatenated; the rest (values big
+        enough for a file, keys that are not plain printable ASCII) is left to `Cache.set`."""
         disk = self._cache.disk
-        protocol, small = disk.pickle_protocol, disk.min_file_size
-        now = time.time()
-        out: list[tuple[Any, ...]] = []
+        protocol, small, dumps = disk.pickle_protocol, disk.min_file_size, pickle.dumps
+        index: list[tuple[str, int, int]] = []
+        blobs = bytearray()
+        left: dict[str, MemoEntry] = {}
+        at = 1
         for key, value in rows.items():
-            data = pickle.dumps(value, protocol=protocol) if type(value) is tuple else None
-            if data is not None and len(data) < small:
-                out.append((key, now, now, 0, _MODE_PICKLE, None, sqlite3.Binary(data)))
-            else:
-                size, mode, filename, db_value = disk.store(value, False, key=key)
-                out.append((key, now, now, size, mode, filename, db_value))
-        return out
+            data = dumps(value, protocol=protocol) if type(value) is tuple else None
+            if data is None or len(data) >= small or not (key.isascii() and key.isprintable()):
+                left[key] = value
+                continue
+            index.append((key, at, len(data)))
+            blobs += data
+            at += len(data)
+        return index, blobs, left
+
+    def _insert_new(self, rows: Mapping[str, MemoEntry]) -> dict[str, MemoEntry]:
+        """INSERT OR IGNORE every key at once (one SQLite step: the GIL is handed over once);
+        returns the rows left for `Cache.set`: the keys stored already, which the INSERT left
+        as they were, and what `_pickled` left."""
+        index, blobs, left = self._pickled(rows)
+        if not index:
+            return left
+        sql = self._cache._sql
+        cursor = sql(_INSERT_JSON, (time.time(), blobs, json.dumps(index)))
+        inserted = cursor.rowcount
+        if inserted == len(index):
+            return left
+        keys = [key for key, _, _ in index]
+        if inserted <= 0:
+            stored = keys
+        else:
+            # this INSERT's rows are the rowids above the table's largest before it (the Cache
+            # table has no AUTOINCREMENT, and the write lock keeps other writers out)
+            first = cursor.lastrowid - inserted + 1
+            (packed,) = sql(_STORED_JSON, (json.dumps(keys), first)).fetchone()
+            stored = json.loads(packed)
+        for key in stored:
+            left[key] = rows[key]
+        return left
+
+    def _existing(self, keys: list[str]) -> list[str]:
+        """Which of `keys` are stored already (for an SQLite without JSON functions)."""
+        sql = self._cache._sql
+        return [
+            key
+            for chunk in _chunks(keys)
+            for (key,) in sql(_EXISTING.format(_marks(len(chunk))), chunk).fetchall()
+        ]
+
+    def _insert_rows(self, rows: Mapping[str, MemoEntry]) -> dict[str, MemoEntry]:
+        """INSERT new keys with multi-row INSERTs (for an SQLite without JSON functions);
+        returns what `_pickled` left."""
+        index, blobs, left = self._pickled(rows)
+        now = time.time()
+        params = [
+            (key, now, now, 0, _MODE_PICKLE, None, bytes(blobs[at - 1 : at - 1 + n]))
+            for key, at, n in index
+        ]
+        sql = self._cache._sql
+        for start in range(0, len(params), _INSERT_ROWS):
+            part = params[start : start + _INSERT_ROWS]
+            sql(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
+        return left
 
     def __len__(self) -> int:
         return len(self._cache)

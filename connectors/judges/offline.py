@@ -40,7 +40,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
+from itertools import compress, pairwise
 
 from connectors.judges.base import Gate, ItemRequest, JudgeStats
 from storage.core.errors import ConfigError
@@ -72,8 +72,10 @@ _ASCII_TOKEN_RE = re.compile(r"[a-z0-9]+")
 # still works there; every other script splits on non-word characters.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_CJK_RE = re.compile(rf"[{_CJK}]")
 _MARKS_RE = re.compile(r"[\u0300-\u036f]+")
 _PAREN_TAIL_RE = re.compile(r"\s*\([^()]*\)\s*$")
+_SPACES_RE = re.compile(b"  +")
 _LEAD_RE = re.compile(r"\W*(.{2,80}?)\s*(?:\(|,|;|\bis\b|\bwas\b|\bare\b|\bwere\b)")
 
 _LEADING_ARTICLES = frozenset({"the", "a", "an"})
@@ -106,6 +108,77 @@ def _phrase(tokens: Sequence[str]) -> str:
     return " " + " ".join(tokens) + " "
 
 
+# `_padded(text)` is `_phrase(_tokens(text))` computed without making a string per token (the
+# judge's hot spot: every item is tokenized). Separators become spaces with one C-level
+# `bytes.translate`, runs of spaces are then folded into one. Texts whose lower case is not
+# ASCII go through the same NFKD as `_tokens`; their non-ASCII characters, a handful of
+# distinct ones in most texts, are mapped one by one (`_NonAscii`) by the rules of `_TOKEN_RE`:
+# a combining mark is dropped (`_MARKS_RE`), a CJK character is a token of its own, a word
+# character is kept and anything else separates. tests/connectors/test_offline_judge.py checks
+# the equality on every code point and on real texts.
+def _ascii_table(fold: bool) -> bytes:
+    """bytes.translate table: a-z and 0-9 kept, A-Z lowered when `fold` (else kept: after NFKD
+    they are `_TOKEN_RE` word characters as they are), every other ASCII byte a space; bytes of
+    multi-byte UTF-8 characters (>= 0x80) kept."""
+    table = bytearray(range(256))
+    for c in range(128):
+        if chr(c).isupper():
+            table[c] = c + 32 if fold else c
+        elif not (chr(c).islower() or chr(c).isdigit()):
+            table[c] = 32
+    return bytes(table)
+
+
+_FOLD = _ascii_table(fold=True)
+_KEEP_CASE = _ascii_table(fold=False)
+_ASCII = bytes(range(128))
+_MAX_CHAR_CACHE = 50_000
+_MAX_REPLACED = 12  # distinct non-ASCII characters mapped one `replace` each; more: `_tokens`
+
+
+class _NonAscii(dict[str, bytes]):
+    """What each non-ASCII character (of NFKD text) becomes in a padded text, filled on use."""
+
+    def __missing__(self, char: str) -> bytes:
+        raw = char.encode("utf-8", "surrogatepass")
+        if _MARKS_RE.fullmatch(char):
+            out = b""
+        elif _TOKEN_RE.fullmatch(char) is None:
+            out = b" "
+        elif _CJK_RE.fullmatch(char):
+            out = b" " + raw + b" "
+        else:
+            out = raw
+        if len(self) < _MAX_CHAR_CACHE:
+            self[char] = out
+        return out
+
+
+_NON_ASCII = _NonAscii()
+
+
+def _padded(text: str) -> str:
+    """`_phrase(_tokens(text))`: the text's tokens, space-separated and space-padded."""
+    if text.isascii():
+        data = text.encode("ascii").translate(_FOLD)
+    else:
+        low = text.lower()
+        if low.isascii():
+            data = low.encode("ascii").translate(_FOLD)
+        else:
+            data = unicodedata.normalize("NFKD", low).encode("utf-8", "surrogatepass")
+            others = set(data.translate(None, _ASCII).decode("utf-8", "surrogatepass"))
+            if len(others) > _MAX_REPLACED:  # one pass per character would cost more
+                return _phrase(_tokens(text))
+            for char in others:
+                raw, new = char.encode("utf-8", "surrogatepass"), _NON_ASCII[char]
+                if new != raw:
+                    data = data.replace(raw, new)
+            data = data.translate(_KEEP_CASE)
+    data = _SPACES_RE.sub(b" ", b" " + data + b" ")
+    return data.decode("utf-8", "surrogatepass") if len(data) > 1 else "  "
+
+
 def _quote(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return repr(text if len(text) <= limit else text[: limit - 1] + "…")
@@ -119,11 +192,15 @@ class _Query:
     tokens: tuple[str, ...]
     capitalised: tuple[bool, ...]
     cased: bool  # the query uses capitals beyond its first word: trust capitalisation
-    pairs: tuple[tuple[str, str], ...]  # (padded phrase key, display) for rule 3
+    pair_keys: tuple[str, ...]  # padded phrase keys of the word pairs, for rule 3 ...
+    pair_words: tuple[str, ...]  # ... and the pairs as shown in a reason
+    of_pairs: str  # " of N query word pairs"
     answer: str | None  # padded answer phrase when rule 1 applies
     answer_display: str
     answer_note: str  # why rule 1 was skipped ("" when it applies)
-    terms: tuple[str, ...] = ()  # rule 1b: a sentence answer's content words absent from the query
+    note_capitalised: str  # the same, capitalised: the start of a reason
+    # rule 1b: a sentence answer's content words absent from the query, (word, padded key)
+    terms: tuple[tuple[str, str], ...] = ()
 
 
 @lru_cache(maxsize=4096)
@@ -169,12 +246,12 @@ def _prepare(query: str, expected: str | None) -> _Query:
         else:
             answer = _phrase(ans)
             note = f"it lacks the expected answer {display}"
-    terms: tuple[str, ...] = ()
+    terms: tuple[tuple[str, str], ...] = ()
     if expected is not None:
         ans_tokens = _tokens(expected)
         if len(ans_tokens) >= MIN_SENTENCE_TOKENS:
             in_query = set(tokens)
-            terms = tuple(dict.fromkeys(
+            terms = tuple((t, f" {t} ") for t in dict.fromkeys(
                 t for t in ans_tokens
                 if t not in _STOPWORDS and t not in in_query and (len(t) >= 3 or t.isdigit())
             ))  # fmt: skip
@@ -184,38 +261,42 @@ def _prepare(query: str, expected: str | None) -> _Query:
         tokens=tokens,
         capitalised=capitalised,
         cased=cased,
-        pairs=tuple(pairs),
+        pair_keys=tuple(key for key, _ in pairs),
+        pair_words=tuple(words for _, words in pairs),
+        of_pairs=f" of {len(pairs)} query word pairs",
         answer=answer,
         answer_display=display,
         answer_note=note,
+        note_capitalised=note[:1].upper() + note[1:],
     )
 
 
 def _subject(item: str) -> str | None:
     """What the item is about: its title line, else its opening words (a name in most texts)."""
     head, sep, rest = item.partition("\n")
-    if sep and rest.strip() and 0 < len(head.strip()) <= MAX_TITLE_CHARS:
-        return _PAREN_TAIL_RE.sub("", head).strip()
+    if sep and rest and not rest.isspace() and 0 < len(head.strip()) <= MAX_TITLE_CHARS:
+        return (_PAREN_TAIL_RE.sub("", head) if ")" in head else head).strip()
     match = _LEAD_RE.match(item, 0, 120)
     if match is None:
         return None
     lead = match.group(1).strip()
-    if len(_tokens(lead)) > MAX_SUBJECT_TOKENS:
+    if _padded(lead).count(" ") - 1 > MAX_SUBJECT_TOKENS:  # its number of tokens
         return None
     return lead
 
 
-def _names_subject(q: _Query, subject: Sequence[str]) -> bool:
+def _names_subject(q: _Query, subject: str) -> bool:
     """True when the query names `subject` as a whole name (rule 2)."""
-    n = len(subject)
-    if not n or all(t in _STOPWORDS for t in subject):
+    key = _padded(subject)
+    if len(key) <= 2 or key not in q.padded:  # no words, or not in the query (fast reject)
         return False
-    if _phrase(subject) not in q.padded:  # fast reject at C speed
+    wanted = tuple(key[1:-1].split(" "))
+    if all(t in _STOPWORDS for t in wanted):
         return False
     if not q.cased:
         return True
     toks, caps = q.tokens, q.capitalised
-    wanted = tuple(subject)
+    n = len(wanted)
     for i in range(len(toks) - n + 1):
         if toks[i : i + n] != wanted:
             continue
@@ -265,13 +346,13 @@ class OfflineJudge:
     def decide(self, query: str, expected: str | None, item: str) -> Verdict:
         """The verdict for one item: the synchronous core of `judge_item`."""
         q = _prepare(query, expected)
-        padded = _phrase(_tokens(item))
+        padded = _padded(item)
 
         if q.answer is not None and q.answer in padded:
             return Verdict(True, f"Contains the expected answer {q.answer_display}.")
 
         if q.terms:
-            present = [t for t in q.terms if f" {t} " in padded]
+            present = [t for t, key in q.terms if key in padded]
             if present and len(present) >= TERM_SHARE * len(q.terms):
                 listed = ", ".join(present[:5]) + (", …" if len(present) > 5 else "")
                 return Verdict(
@@ -281,27 +362,27 @@ class OfflineJudge:
                 )
 
         subject = _subject(item)
-        if subject is not None and _names_subject(q, _tokens(subject)):
+        if subject is not None and _names_subject(q, subject):
             return Verdict(True, f"It is about {_quote(subject)}, which the query names.")
 
-        hits = [shown for key, shown in q.pairs if key in padded]
-        shared = f"{len(hits)} of {len(q.pairs)} query word pairs"
-        if hits:
-            shared += " (" + ", ".join(hits[:4]) + (", …" if len(hits) > 4 else "") + ")"
+        hits = list(compress(q.pair_words, map(padded.__contains__, q.pair_keys)))
+        n = len(hits)
+        if n:
+            shared = f"{n}{q.of_pairs} (" + ", ".join(hits[:4]) + (", …)" if n > 4 else ")")
+        else:
+            shared = f"0{q.of_pairs}"
         threshold = self.phrase_threshold
-        if (
-            threshold is not None
-            and len(hits) >= MIN_PHRASE_HITS
-            and len(hits) >= threshold * len(q.pairs)
-        ):
+        if threshold is not None and n >= MIN_PHRASE_HITS and n >= threshold * len(q.pair_keys):
             return Verdict(True, f"Shares {shared} with the query.")
 
-        parts = [q.answer_note] if q.answer_note else []
+        # "<why not rule 1>, its subject '…' is not named in the query and it shares only …"
+        note = q.note_capitalised
         if subject is not None:
-            parts.append(f"its subject {_quote(subject)} is not named in the query")
-        parts.append(f"it shares only {shared}")
-        text = ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
-        return Verdict(False, text[:1].upper() + text[1:] + ".")
+            named = f"s subject {_quote(subject)} is not named in the query and it shares only"
+            text = f"{note}, it{named} {shared}." if note else f"It{named} {shared}."
+        else:
+            text = f"{note} and it shares only {shared}." if note else f"It shares only {shared}."
+        return Verdict(False, text)
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         self.stats.requests += 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import random
 from pathlib import Path
 
 import pytest
 
+from connectors.judges import offline
 from connectors.judges.base import ItemRequest, Judge, JudgeStats, NullGate
 from connectors.judges.offline import OfflineJudge
 from connectors.judges.registry import create_judge
@@ -201,3 +204,58 @@ def test_agreement_with_human_labels_stays_above_floor() -> None:
             query_only.append(judge.decide(question, None, item).relevant)
     assert _kappa(with_expected, gold) >= KAPPA_FLOOR_EXPECTED
     assert _kappa(query_only, gold) >= KAPPA_FLOOR_QUERY_ONLY
+
+
+# Every verdict and reason of the three variants on the HotpotQA file (with and without the
+# expected output), hashed. Pinned with offline-v2 before the tokenizer was made faster: a
+# change that moves it changes verdicts or reasons, so it needs a new HEURISTIC_VERSION.
+PINNED_VERDICTS = "992a5e86f2bf3642b4c23228c6340b78362219d0e590d588848709b2cfdd202a"
+
+
+@pytest.mark.skipif(not DATASET.exists(), reason=f"shared dataset not found at {DATASET}")
+def test_verdicts_and_reasons_are_pinned() -> None:
+    pl = pytest.importorskip("polars")
+    df = pl.read_parquet(DATASET, columns=["question", "ground_truth", "contexts"])
+    digest = hashlib.sha256()
+    for variant in ("", "strict", "lenient"):
+        judge = make(variant)
+        for question, truth, contexts in df.iter_rows():
+            for expected in (truth, None):
+                for item in contexts:
+                    v = judge.decide(question, expected, item)
+                    digest.update(b"%d%s\n" % (v.relevant, v.reason.encode()))
+    assert digest.hexdigest() == PINNED_VERDICTS
+
+
+def _reference_padded(text: str) -> str:
+    return offline._phrase(offline._tokens(text))
+
+
+@pytest.mark.slow  # 1.1 M code points, a few seconds
+def test_fast_padded_text_equals_the_token_phrase_on_every_code_point() -> None:
+    """`_padded` (translate and fold spaces) is `_phrase(_tokens(...))` (one string per token)
+    for every character: alone, inside a word, doubled, upper-cased, before a combining mark;
+    a few distinct characters a text, as `_padded` maps them one by one up to _MAX_REPLACED."""
+    for start in range(0, 0x110000, 4):
+        text = " ".join(
+            f"{c}|ab{c}cd X{c}{c}9 {c.upper()}\u0301e{c}_"
+            for c in map(chr, range(start, start + 4))
+        )
+        assert offline._padded(text) == _reference_padded(text), hex(start)
+    many = "".join(map(chr, range(0x4E00, 0x4E40))) + " abc\u00e9 déjà"  # past _MAX_REPLACED
+    odd = ["", " ", "\n\n", "x", "..a..", "\u212a", "ǅungla", "ﬁne ＡＢＣ", "東京タワー", many]
+    for text in odd:
+        assert offline._padded(text) == _reference_padded(text)
+
+
+@pytest.mark.skipif(not DATASET.exists(), reason=f"shared dataset not found at {DATASET}")
+def test_fast_padded_text_equals_the_token_phrase_on_real_texts() -> None:
+    pl = pytest.importorskip("polars")
+    df = pl.read_parquet(DATASET, columns=["question", "ground_truth", "contexts"])
+    texts = [*df["question"], *df["ground_truth"], *(t for row in df["contexts"] for t in row)]
+    rng = random.Random(27)
+    for text in texts[:: len(texts) // 2_000]:  # and with odd characters put in
+        at = rng.randrange(len(text) + 1)
+        odd = "".join(chr(rng.randrange(0x110000)) for _ in range(rng.randrange(1, 4)))
+        texts.append(text[:at] + odd + text[at:])
+    assert [offline._padded(t) for t in texts] == [_reference_padded(t) for t in texts]

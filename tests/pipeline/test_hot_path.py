@@ -59,8 +59,9 @@ def test_item_texts_equal_the_per_row_item_lines() -> None:
 # its charts (once per run, though their work follows the data) are not counted. Work done in C
 # (SQLite, Polars, Arrow, hashing) is not counted: the guard watches the per-item Python code,
 # which is what grew before. Measured when set (2026-12-01): warm 51.3, cold 151.4 (the offline
-# judge is about half of that); main before the hot-path work: warm 162.2, cold 465.8.
-BUDGET = {"warm": 61.5, "cold": 181.5}  # +20 %: change only as docs/performance.md says
+# judge is about half of that); main before the hot-path work: warm 162.2, cold 465.8. Cold
+# lowered to 148.4 + 20 % after the offline judge's word-pair search (docs/performance.md).
+BUDGET = {"warm": 37.9, "cold": 159.2}  # +20 %: change only as docs/performance.md says
 
 _COUNTER = """
 import itertools, json, sys, threading

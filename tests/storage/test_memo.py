@@ -89,8 +89,9 @@ def test_writes_and_reads_are_one_statement_per_chunk(
 ) -> None:
     """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
     per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
-    in as a handful of multi-row INSERTs and are read back with one SELECT per chunk of keys;
-    keys holding the packed read's separator take the row-per-key read and are found too."""
+    in as one INSERT (a handful of multi-row ones for an SQLite without JSON functions) and are
+    read back with one SELECT (one per 900 keys without JSON functions); keys holding the packed
+    read's separator take the row-per-key read and are found too."""
     memo = Memo(tmp_path / "m")
     statements: list[str] = []
     memo._cache._con.set_trace_callback(statements.append)
@@ -98,7 +99,7 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     assert memo.set_many(entries) == 2_000
     # (SQLite also reports each trigger run with the text of the statement that fired it)
     inserts = {s for s in statements if s.startswith("INSERT")}
-    assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
+    assert len(inserts) == 1
     keys = [k for k, _ in entries] + ["missing"]
     memo._read_connection().set_trace_callback(statements.append)  # batched reads' connection
     statements.clear()
@@ -112,4 +113,49 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     odd = [(f"a{memo_module._SEP}{i}", (True, f"odd {i}", 0, 0)) for i in range(3)]
     memo.set_many(odd)
     assert memo.get_many([k for k, _ in odd] + keys[:5]) == dict(odd + entries[:5])
+
+    without_json = Memo(tmp_path / "m2")
+    without_json._json_writes = False
+    statements.clear()
+    without_json._cache._con.set_trace_callback(statements.append)
+    assert without_json.set_many(entries) == 2_000
+    inserts = {s for s in statements if s.startswith("INSERT")}
+    assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
+    assert without_json.get_many(keys) == dict(entries)
+    memo.close()
+    without_json.close()
+
+
+@pytest.mark.parametrize(("json_writes", "step"), [(True, 50_000), (True, 2), (False, 50_000)])
+def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_writes: bool, step: int
+) -> None:
+    """New keys go in with one INSERT OR IGNORE (one per `step` rows); the keys it found stored
+    (told apart by their rowid) are replaced through diskcache's `set`, as are a value too big
+    for the row and a key JSON would have to escape. diskcache's count stays right."""
+    monkeypatch.setattr(memo_module, "_STEP_ROWS", step)
+    memo = Memo(tmp_path / "m")
+    memo._json_writes = json_writes
+    memo._cache.set("old1", (False, "from diskcache", 5, 6))
+    memo.set_many([("old2", (False, "first write", 0, 0))])
+    memo._cache.set("old3", (False, "r" * 100_000, 0, 0))  # kept in a file of its own
+    before = dict(memo._cache._sql("SELECT key, store_time FROM Cache").fetchall())
+    big = (True, "b" * 100_000, 1, 2)
+    entries = [
+        ("new1", (True, "n1", 0, 0)),
+        ("old1", (True, "replaced 1", 0, 0)),
+        ("new2", (False, "n2", 0, 0)),
+        ("old2", (True, "replaced 2", 0, 0)),
+        ("old3", (True, "replaced 3", 0, 0)),
+        ("é\x01 key", (True, "escaped", 0, 0)),
+        ('a "quoted" back\\slash key', (False, "JSON escapes it", 0, 0)),
+        ("big", big),
+    ]
+    assert memo.set_many(entries) == 8
+    assert memo.get_many([k for k, _ in entries]) == dict(entries)
+    assert {k: memo._cache.get(k) for k, _ in entries} == dict(entries)
+    after = dict(memo._cache._sql("SELECT key, store_time FROM Cache").fetchall())
+    assert all(after[k] > before[k] for k in before)  # the stored ones were written again
+    assert len(memo) == 8
+    assert len(list((tmp_path / "m").rglob("*.val"))) == 1  # old3's file went, big's came
     memo.close()
