@@ -47,7 +47,16 @@ class _Flat:
     verdict) with each row's offset into them: what the Polars stage and the list columns of
     the output take, without a Python list per row."""
 
-    __slots__ = ("empty", "lengths", "offsets", "ok", "reasons", "relevant", "row_ids")
+    __slots__ = (
+        "empty",
+        "lengths",
+        "offsets",
+        "ok",
+        "reasons",
+        "relevant",
+        "relevant_s",
+        "row_ids",
+    )
 
     def __init__(self, plans: Sequence[RowPlan]) -> None:
         self.lengths = [len(plan.entries) for plan in plans]
@@ -55,10 +64,13 @@ class _Flat:
         entries: list[MemoEntry | None] = list(chain.from_iterable(p.entries for p in plans))
         if None in entries:
             self.relevant: list[bool | None] = [None if e is None else e[RELEVANT] for e in entries]
-            self.reasons: list[str | None] = [None if e is None else e[REASON] for e in entries]
+            reasons: list[str | None] = [None if e is None else e[REASON] for e in entries]
         else:
             self.relevant = list(map(itemgetter(RELEVANT), entries))  # type: ignore[arg-type]
-            self.reasons = list(map(itemgetter(REASON), entries))  # type: ignore[arg-type]
+            reasons = list(map(itemgetter(REASON), entries))  # type: ignore[arg-type]
+        # made once: the Polars stage and the output's list columns both read them
+        self.relevant_s = pl.Series("relevant", self.relevant, dtype=pl.Boolean)
+        self.reasons = pl.Series("why", reasons, dtype=pl.String)
         # the rows the metric scores: ok, with every verdict in
         self.ok = [r for r, plan in enumerate(plans) if plan.status == STATUS_OK and plan.entries]
         self.empty = [plan.status == STATUS_EMPTY for plan in plans]
@@ -76,10 +88,7 @@ def _reduce(
     (one row each, in order, keyed by `row`), the items part of their reasons (`item_texts`),
     and score, relevant_count and the rank columns of every row (the stage's figures for the
     scored rows, zeros for an empty context list, nulls for a failed row)."""
-    items = pl.LazyFrame(
-        {"row": flat.row_ids, "relevant": flat.relevant, "why": flat.reasons},
-        schema={"row": pl.Int64, "relevant": pl.Boolean, "why": pl.String},
-    )
+    items = pl.LazyFrame([flat.row_ids, flat.relevant_s, flat.reasons])
     if len(flat.ok) != len(flat.lengths):  # some rows are not scored: their items stay out
         items = items.filter(pl.col("row").is_in(pl.Series(flat.ok, dtype=pl.Int64).implode()))
     items = items.with_columns(position=pl.int_range(pl.len(), dtype=pl.Int64).over("row"))
@@ -163,12 +172,13 @@ def _arrow(values: list[Any], kind: pa.DataType) -> pa.Array:
     return series.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(kind)
 
 
-def _list_column(values: list[Any], flat: _Flat, null_rows: list[bool], kind: pa.DataType) -> Any:
+def _list_column(
+    values: pl.Series, flat: _Flat, null_rows: list[bool], kind: pa.DataType
+) -> pa.Array:
     """A list<kind> column from flat values and the rows' offsets (null where `null_rows`)."""
     mask = _arrow(null_rows, pa.bool_()) if True in null_rows else None
-    return pa.ListArray.from_arrays(
-        _arrow(flat.offsets, pa.int32()), _arrow(values, kind), mask=mask
-    )
+    items = values.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(kind)
+    return pa.ListArray.from_arrays(_arrow(flat.offsets, pa.int32()), items, mask=mask)
 
 
 def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
@@ -214,7 +224,7 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
     data: dict[str, Any] = _row_columns(plans, spec)
     data.update((name, metrics.get_column(name).to_arrow()) for name in metrics.columns)
     data["reason"] = _reasons(plans, flat, scored, texts, spec)
-    data["verdicts"] = _list_column(flat.relevant, flat, null_rows, pa.bool_())
+    data["verdicts"] = _list_column(flat.relevant_s, flat, null_rows, pa.bool_())
     data["verdict_reasons"] = _list_column(flat.reasons, flat, null_rows, pa.string())
     now = datetime.now(UTC)
     frame = job.frame

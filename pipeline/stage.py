@@ -9,9 +9,7 @@ output folder already holds. `run_stage` does this for all files or an engine's 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -143,32 +141,7 @@ def shared_memo(plan: RunPlan) -> MemoStore | None:
     return open_shared(_open_memo(plan.cfg), plan.runlog.outdir, plan.input)
 
 
-# How long a thread that wants the GIL waits before it makes the holder give it up (CPython's
-# default is 5 ms). The stage's threads hand the GIL over at every memo read, Polars query and
-# Parquet write (each runs without it); a thread coming back from one waits out this interval
-# while another runs Python, so at the default a batch's few dozen hand-overs cost tens of
-# milliseconds of wall time with no work done. Set for the stage only, then put back.
-_SWITCH_INTERVAL_S = 0.001
-
-
-@contextmanager
-def _short_switch_interval() -> Iterator[None]:
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, _SWITCH_INTERVAL_S))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
-
-
 async def _execute(
-    run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
-) -> None:
-    with _short_switch_interval():
-        await _execute_stage(run, files, stats, progress_mode)
-
-
-async def _execute_stage(
     run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
 ) -> None:
     progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
