@@ -67,7 +67,7 @@ def _batch_options(args: argparse.Namespace) -> Any:
     return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
 
 
-_YOUNG_THRESHOLD = 10_000  # new container objects between young collections (CPython: 700)
+_YOUNG_THRESHOLD = 100_000  # new container objects between young collections (CPython: 700)
 
 
 @contextlib.contextmanager
@@ -75,9 +75,11 @@ def _collector_for_a_run() -> Iterator[None]:
     """Python's cyclic garbage collector during a score run: what was imported before it
     (Polars, PyArrow, aiohttp and their tables: hundreds of thousands of objects that live
     until exit) is left out of its passes (`gc.freeze`), and young collections run after
-    10,000 new objects instead of 700. Each judge call allocates a few hundred short-lived
+    100,000 new objects instead of 700. Each judge call allocates a few hundred short-lived
     objects; with the defaults the collector took ~17 % of a 6,000-call run's CPU (the bare
-    aiohttp loop's: ~10 %), with these ~6 %. Undone when the run ends (a score run in a
+    aiohttp loop's: ~10 %), at 10,000 ~6 %. A warm re-run's batches (10,000 items of tuples,
+    lists and row plans each) crossed 10,000 every batch: 0.4 s of collections in a 1 M-item
+    run, each one stopping every thread; at 100,000 none. Undone when the run ends (a score run in a
     longer-lived process, e.g. a test, gives it back as it was)."""
     old = gc.get_threshold()
     gc.freeze()

@@ -127,7 +127,7 @@ def test_a_score_run_tunes_the_collector_and_gives_it_back(tmp_path: Path) -> No
         assert main([*argv, "--cache-dir", str(tmp_path / "memo"), "--quiet"]) == 0
     assert len(seen) == 1
     threshold, frozen = seen[0]
-    assert threshold == (10_000, *before[0][1:])
+    assert threshold == (100_000, *before[0][1:])
     assert frozen > before[1]
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
