@@ -71,7 +71,12 @@ def _throughput(r: dict[str, Any]) -> list[Row]:
                 "process, ctxprec ÷ bare loop",
                 "≤ 1.25x",
                 f"{_pf(cpu['ratio'] <= 1.25)} {cpu['ratio']:.2f}x ({cpu['ctxprec_cpu_s']:.2f} vs "
-                f"{cpu['bare_cpu_s']:.2f} s)",
+                f"{cpu['bare_cpu_s']:.2f} s"
+                + (
+                    f"; median of interleaved pairs {', '.join(f'{x:.2f}x' for x in pairs)})"
+                    if (pairs := cpu.get("pair_ratios"))
+                    else ")"
+                ),
             )
         )
     return rows
