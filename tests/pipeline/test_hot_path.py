@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,9 +59,9 @@ def test_item_texts_equal_the_per_row_item_lines() -> None:
 # imported before the hooks (when and in which thread they load varies), and the summary and
 # its charts (once per run, though their work follows the data) are not counted. Work done in C
 # (SQLite, Polars, Arrow, hashing) is not counted: the guard watches the per-item Python code,
-# which is what grew before. Measured when set (2026-12-01): warm 51.3, cold 151.4 (the offline
-# judge is about half of that); main before the hot-path work: warm 162.2, cold 465.8. Cold
-# lowered to 148.4 + 20 % after the offline judge's word-pair search (docs/performance.md).
+# which is what grew before. Measured when set (2026-12-01, second round of issue 27): warm 31.6,
+# cold 132.7; the first round left 51.3 and 151.4; main before the hot-path work: warm 162.2,
+# cold 465.8 (docs/performance.md).
 BUDGET = {"warm": 37.9, "cold": 159.2}  # +20 %: change only as docs/performance.md says
 
 _COUNTER = """
@@ -88,9 +89,7 @@ def profile(frame, event, arg):
 # imports first, hooks after: when and in which thread a module is first imported varies from
 # run to run (by ~100,000 steps), and an import is not per-item work
 import importlib
-for name in ("diskcache", "matplotlib.figure", "matplotlib.ticker",
-             "matplotlib.backends.backend_agg", "pipeline.commands", "pipeline.entry",
-             "pipeline.stage", "pipeline.planning", "connectors.judges.offline"):
+for name in MODULES:
     try:
         importlib.import_module(name)
     except ModuleNotFoundError:  # another checkout measured (python -m ... ROOT)
@@ -134,13 +133,26 @@ def write_fixed_input(path: Path, rows: int) -> Path:
     return path
 
 
-def _counted(root: Path, argv: list[str]) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXPREC_")}
-    env["PYTHONPATH"] = str(root)
+_OFFLINE_MODULES = (
+    *("diskcache", "matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_agg"),
+    *("pipeline.commands", "pipeline.entry", "pipeline.stage", "pipeline.planning"),
+    "connectors.judges.offline",
+)
+
+
+def counted_steps(
+    root: Path, argv: list[str], modules: Sequence[str], env: Mapping[str, str] = {}
+) -> int:
+    """The steps (Python lines plus builtin calls, every thread) of `ctxprec ARGV` run with the
+    code under `root`, after importing `modules` unhooked; the summary and its charts are not
+    counted. `env` is added to this environment without its CTXPREC_ and OPENAI_ variables."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
+    environ.update(env, PYTHONPATH=str(root))
+    script = f"MODULES = {tuple(modules)!r}\n{_COUNTER}"
     out = subprocess.run(
-        [sys.executable, "-c", _COUNTER, *argv],
+        [sys.executable, "-c", script, *argv],
         cwd=root,
-        env=env,
+        env=environ,
         capture_output=True,
         text=True,
         check=True,
@@ -160,7 +172,7 @@ def calls_per_item(work: Path, root: Path = REPO) -> dict[str, float]:
         for path in ("cold", "warm"):
             argv = ["score", str(data), "-o", str(work / f"out-{rows}-{path}"), "--model"]
             argv += ["offline", "--cache-dir", str(memo), "--progress", "off", "--quiet"]
-            counts[path][rows] = _counted(root, argv)
+            counts[path][rows] = counted_steps(root, argv, _OFFLINE_MODULES)
     items = (large - small) * 10
     return {k: (v[large] - v[small]) / items for k, v in counts.items()}
 

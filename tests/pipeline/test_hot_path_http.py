@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +18,7 @@ from pipeline import commands
 from pipeline.cli import main
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
-from tests.pipeline.test_hot_path import write_fixed_input
+from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 
 # Steps = Python lines executed plus builtin calls made, in every thread of a real `ctxprec
 # score` process against the loopback fake judge (no latency), aiohttp's own code included: that
@@ -34,58 +32,10 @@ from tests.pipeline.test_hot_path import write_fixed_input
 # 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
 BUDGET = 2_110  # +10 %: change only as docs/performance.md says
 
-_COUNTER = """
-import itertools, json, sys, threading
-lines, builtins, local = itertools.count(), itertools.count(), threading.local()
-SUMMARY = ("storage/report.py", "storage/charts.py")  # the summary and its charts: per run
-def trace(frame, event, arg):  # a new frame: count its lines, unless inside the summary
-    if getattr(local, "skip", False):
-        return None
-    if frame.f_code.co_filename.endswith(SUMMARY):
-        local.skip = True
-        return leave
-    return count
-def count(frame, event, arg):
-    if event == "line":
-        next(lines)
-    return count
-def leave(frame, event, arg):
-    if event == "return":
-        local.skip = False
-    return leave
-def profile(frame, event, arg):
-    if event == "c_call" and not getattr(local, "skip", False):
-        next(builtins)
-import importlib
-for name in ("aiohttp", "anyio", "pipeline.commands", "pipeline.entry", "pipeline.stage",
-             "pipeline.planning", "connectors.judges.openai", "storage.report"):
-    importlib.import_module(name)
-from pipeline.cli import main
-for hook in (threading.settrace, sys.settrace):
-    hook(trace)
-for hook in (threading.setprofile, sys.setprofile):
-    hook(profile)
-code = main(sys.argv[1:])
-for hook in (threading.settrace, sys.settrace, threading.setprofile, sys.setprofile):
-    hook(None)
-print(json.dumps({"code": code, "steps": next(lines) + next(builtins)}))
-"""
-
-
-def _counted(root: Path, url: str, argv: list[str]) -> int:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CTXPREC_", "OPENAI_"))}
-    env.update(PYTHONPATH=str(root), OPENAI_BASE_URL=url, NO_PROXY="127.0.0.1")
-    out = subprocess.run(
-        [sys.executable, "-c", _COUNTER, *argv],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["code"] == 0, out.stderr
-    return int(got["steps"])
+_MODULES = (
+    *("aiohttp", "anyio", "pipeline.commands", "pipeline.entry", "pipeline.stage"),
+    *("pipeline.planning", "connectors.judges.openai", "storage.report"),
+)
 
 
 def steps_per_call(work: Path, root: Path = REPO) -> float:
@@ -97,7 +47,8 @@ def steps_per_call(work: Path, root: Path = REPO) -> float:
             data = write_fixed_input(work / f"in-{rows}.parquet", rows)
             argv = ["score", str(data), "-o", str(work / f"out-{rows}"), "--model", "openai/fake"]
             argv += ["--no-memo", "--concurrency", "4", "--progress", "off", "--quiet"]
-            counts[rows] = _counted(root, server.url, argv)
+            env = {"OPENAI_BASE_URL": server.url, "NO_PROXY": "127.0.0.1"}
+            counts[rows] = counted_steps(root, argv, _MODULES, env)
     return (counts[large] - counts[small]) / ((large - small) * 10)
 
 
