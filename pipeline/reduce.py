@@ -22,7 +22,7 @@ from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.metric import map_score, map_stage_lazy, rank_column_names
 from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
 
-__all__ = ["TableSpec", "reduce_rows", "scored_table"]
+__all__ = ["TableSpec", "scored_table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +33,6 @@ class TableSpec:
     ks: tuple[int, ...]
     per_row: bool
     has_labels: bool
-
-
-def reduce_rows(plans: Sequence[RowPlan], spec: TableSpec) -> dict[int, dict[str, Any]]:
-    """The Polars stage over every judged item of the batch: row index -> its metrics."""
-    flat = _Flat(plans)
-    scored, _, _ = _reduce(flat, spec, texts=False)
-    return {int(d["row"]): d for d in scored.iter_rows(named=True)}
 
 
 class _Flat:
@@ -81,9 +74,7 @@ class _Flat:
         )
 
 
-def _reduce(
-    flat: _Flat, spec: TableSpec, *, texts: bool = True
-) -> tuple[pl.DataFrame, list[str], pl.DataFrame]:
+def _reduce(flat: _Flat, spec: TableSpec) -> tuple[pl.DataFrame, list[str], pl.DataFrame]:
     """Over the batch's flat items, in one Polars collect: the metrics of the rows in `flat.ok`
     (one row each, in order, keyed by `row`), the items part of their reasons (`item_texts`),
     and score, relevant_count and the rank columns of every row (the stage's figures for the
@@ -96,7 +87,7 @@ def _reduce(
         items.select("row", "position", "relevant"), scale=spec.scale, ks=spec.ks
     )
     queries = [scored, _metric_columns(flat, scored, spec)]
-    if texts and flat.ok:
+    if flat.ok:
         queries.append(
             item_texts_lazy(
                 items.select("row", rel="relevant", why="why", pos="position"), sentence=True
