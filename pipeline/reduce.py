@@ -12,6 +12,7 @@ from itertools import accumulate, chain
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -157,10 +158,39 @@ _POLARS_TYPE: dict[pa.DataType, pl.DataType] = {
 }
 
 
+_INT32_OFFSETS = 2**31  # a string array's offsets must stay below this to fit in 32 bits
+
+
+def _fit(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """`array` as type `kind`. Polars hands strings over with 64-bit offsets (large_string);
+    those are narrowed by rewriting the offsets alone (the text is not copied) rather than by
+    `Array.cast`, whose first use imports pyarrow.compute, ~25 ms of a small run's start-up.
+    Anything else that differs goes through `cast`."""
+    if array.type == kind:
+        return array
+    if kind == pa.string() and array.type == pa.large_string():
+        validity, offsets, data = array.buffers()
+        if offsets is not None:
+            wide = np.frombuffer(offsets, dtype=np.int64, count=array.offset + len(array) + 1)
+            if int(wide[-1]) < _INT32_OFFSETS:
+                buffers = [validity, pa.py_buffer(wide.astype(np.int32)), data or pa.py_buffer(b"")]
+                return pa.Array.from_buffers(
+                    kind, len(array), buffers, array.null_count, array.offset
+                )
+    return array.cast(kind)
+
+
+def _fit_any(array: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """`_fit` for an array or each chunk of a chunked one."""
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([_fit(chunk, kind) for chunk in array.chunks], type=kind)
+    return _fit(array, kind)
+
+
 def _arrow(values: list[Any], kind: pa.DataType) -> pa.Array:
     """A Python list as an Arrow array of type `kind` (one of `_POLARS_TYPE`'s)."""
     series = pl.Series(values=values, dtype=_POLARS_TYPE[kind])
-    return series.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(kind)
+    return _fit(series.to_arrow(compat_level=pl.CompatLevel.oldest()), kind)
 
 
 def _list_column(
@@ -168,7 +198,7 @@ def _list_column(
 ) -> pa.Array:
     """A list<kind> column from flat values and the rows' offsets (null where `null_rows`)."""
     mask = _arrow(null_rows, pa.bool_()) if True in null_rows else None
-    items = values.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(kind)
+    items = _fit(values.to_arrow(compat_level=pl.CompatLevel.oldest()), kind)
     return pa.ListArray.from_arrays(_arrow(flat.offsets, pa.int32()), items, mask=mask)
 
 
@@ -231,7 +261,7 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
     arrays = [
         _arrow(data[f.name], f.type)
         if not isinstance(data[f.name], pa.Array | pa.ChunkedArray)
-        else data[f.name].cast(f.type)
+        else _fit_any(data[f.name], f.type)
         for f in spec.schema
     ]
     return pa.Table.from_arrays(arrays, schema=spec.schema)

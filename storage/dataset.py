@@ -11,7 +11,6 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage.atomic import atomic_write
@@ -42,6 +41,10 @@ def drop_ids(outdir: OutPath, ids: Collection[object]) -> int:
     of `ids` without those rows."""
     if not ids:
         return 0
+    # here, not at the top: pyarrow.compute builds a wrapper for every kernel when imported
+    # (~25 ms), and only a re-scoring run drops rows
+    import pyarrow.compute as pc
+
     wanted = list(ids)
     dropped = 0
     for path in part_files(outdir):

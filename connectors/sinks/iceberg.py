@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from connectors.sinks.base import (
     SinkResult,
@@ -100,6 +99,8 @@ def _id_in(ids: pa.Array) -> BooleanExpression:
 
 def _first_per_id(rows: pa.Table) -> pa.Table:
     """Each id once (the first row), should the pending files hold an id twice."""
+    import pyarrow.compute as pc  # here: importing it builds every kernel's wrapper (~25 ms)
+
     if pc.count_distinct(rows["id"]).as_py() == rows.num_rows:
         return rows
     index = pa.array(range(rows.num_rows), pa.int64())
@@ -245,6 +246,8 @@ class IcebergSink:
         files: int,
     ) -> int:
         """Write the rows whose id the table lacks, in one snapshot; how many were written."""
+        import pyarrow.compute as pc  # here: importing it builds every kernel's wrapper (~25 ms)
+
         if rows.num_rows == 0:
             return 0
         table = self._open(catalog)
@@ -292,6 +295,7 @@ class IcebergSink:
         """The ids of `rows` that the table already holds, in any partition: the table's id
         column is read (up to `_ID_FILTER_LIMIT` ids, files whose id bounds exclude them all are
         skipped) and matched against the run's ids in Arrow."""
+        import pyarrow.compute as pc
         from pyiceberg.expressions import AlwaysTrue
 
         ids = rows["id"].combine_chunks()
