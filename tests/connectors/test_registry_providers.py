@@ -21,7 +21,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.catalog import ProviderSpec, builtin_providers, known_price, providers
+from connectors.judges.catalog import (
+    ProviderSpec,
+    builtin_providers,
+    known_price,
+    providers,
+    registry_prices,
+)
 from connectors.judges.conversation import HttpJudgeBase
 from pipeline.cli import main
 from pipeline.config import load_config
@@ -110,6 +116,26 @@ async def test_local_servers_need_no_key_and_get_one_when_set(
         await judge.aclose()
     assert "authorization" not in {k.lower() for k in server.stats.headers[0]}
     assert create_judge(JudgeSettings(model=f"{provider}/m"))._url.startswith("http://127.0.0.1")  # type: ignore[attr-defined]
+
+
+def test_a_price_read_from_its_line_alone_equals_the_whole_table_parsed() -> None:
+    """known_price parses one line of the [prices] table (a run needs one model's price, and the
+    table is 90 % of the file); every model's price must be what tomllib reads from the whole
+    table, aliases included."""
+    table = registry_prices()
+    assert len(table) > 100
+    for model, price in table.items():
+        assert known_price(model) == price, model
+    aliased = [
+        (m, spec.aliases[0])
+        for m in table
+        for spec in [builtin_providers()[m.split("/")[0]]]
+        if spec.aliases
+    ]
+    assert aliased  # e.g. gemini/... for google/...
+    for model, alias in aliased:
+        assert known_price(f"{alias}/{model.partition('/')[2]}") == table[model], model
+    assert known_price("openai/no-such-model-anywhere") is None
 
 
 def test_registry_urls_resolve_without_base_url(no_keys: pytest.MonkeyPatch) -> None:
