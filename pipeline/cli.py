@@ -349,10 +349,20 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def one_blas_thread() -> None:
+    """ctxprec multiplies no matrices, yet NumPy (PyArrow imports it) loads OpenBLAS, which
+    starts a thread per core that busy-waits for work once loaded: ~0.1 s of CPU per process on
+    two cores, more than the client work of a few hundred judge calls. One thread, unless the
+    user set OPENBLAS_NUM_THREADS; it must be set before NumPy is first imported, which a
+    command's own modules do (`_command`)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = None) -> int:
     """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly.
     `retry_clock` times the judges' waits between HTTP attempts (None: real ones; a test
     passes an instant one)."""
+    one_blas_thread()
     try:
         try:
             return _main(argv, retry_clock)

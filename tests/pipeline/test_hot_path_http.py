@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -87,3 +89,28 @@ if __name__ == "__main__":  # print the figure: python -m tests.pipeline.test_ho
     with tempfile.TemporaryDirectory() as tmp:
         code_root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO
         print(json.dumps({"steps_per_call": steps_per_call(Path(tmp), code_root)}))
+
+
+@pytest.mark.parametrize(("preset", "want"), [(None, "1"), ("2", "2")])
+def test_a_command_runs_with_one_openblas_thread_unless_the_user_said(
+    preset: str | None, want: str
+) -> None:
+    """NumPy's OpenBLAS threads busy-wait after loading (~0.1 s of CPU a process on two
+    cores); ctxprec needs none of them. A user's own OPENBLAS_NUM_THREADS is kept."""
+    probe = (
+        "import os\n"
+        "from pipeline.cli import main\n"
+        "main(['providers'])\n"
+        "import numpy\n"  # a command's modules import it after main set the variable
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    value, tasks = out.stdout.split()[-2:]
+    assert value == want
+    if sys.platform == "linux":
+        assert int(tasks) == int(want)  # the main thread, plus OpenBLAS's extra ones if asked
