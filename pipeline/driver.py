@@ -186,7 +186,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         # a small input for a paid judge: price it first, so the summary can show estimate vs
         # actual (the offline judge costs nothing: no pass over the input for it)
         try:
-            est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg))
+            est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg, info=run.info))
         except UserError:
             pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
         else:

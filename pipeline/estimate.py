@@ -12,7 +12,7 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge, estimate_tokens
 from connectors.judges.catalog import prices_taken
 from connectors.judges.prompts import item_messages, row_messages
-from connectors.sources import inspect_input
+from connectors.sources import SourceInfo, inspect_input
 from pipeline.config import Config
 from pipeline.planning import BatchPlanner, open_memo
 from pipeline.recheck import recheck_cost
@@ -50,10 +50,13 @@ def estimate(
     *,
     latency_s: float | None = None,
     skip_ids: pl.Series | None = None,
+    info: SourceInfo | None = None,
 ) -> dict[str, Any]:
     """Figures for a run of `cfg` over `input`; reads the memo, never writes or calls. Rows
-    whose id is in `skip_ids` (already scored in the target folder) are counted apart."""
-    info = inspect_input(input, cfg.columns, cfg.storage)
+    whose id is in `skip_ids` (already scored in the target folder) are counted apart. `info`:
+    the input as a run already inspected it (None: inspected here)."""
+    if info is None:
+        info = inspect_input(input, cfg.columns, cfg.storage)
     judge = create_judge(cfg.judge, stats=JudgeStats(), key_source=_no_key_needed)
     prefix = judge_prefix(judge.identity())
     per_row = cfg.judge.mode == "row"
