@@ -82,9 +82,16 @@ class Config:
 # ---------------------------------------------------------------- field kinds
 
 
+@functools.cache
+def _section_hints(section: str) -> dict[str, Any]:
+    """A settings section's annotations, evaluated once (get_type_hints evaluates every one of
+    the class's string annotations on each call)."""
+    return typing.get_type_hints(SECTIONS[section])
+
+
 def _hint(key: str) -> Any:
     section, _, name = key.partition(".")
-    return typing.get_type_hints(SECTIONS[section])[name]
+    return _section_hints(section)[name]
 
 
 @functools.cache
