@@ -1,0 +1,74 @@
+"""The console script ends without the interpreter's teardown (`ctxprec_entry.leave`): exit
+handlers still run, stdout and stderr are complete, the exit code is the command's; a live
+non-daemon thread or child process gets Python's normal exit instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fakes.inputs import REPO
+from tests.pipeline.test_hot_path import write_fixed_input
+
+
+def _entry(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+_PROBE = (
+    "import atexit, sys, ctxprec_entry\n"
+    "atexit.register(lambda: print('exit handler ran', file=sys.stderr, flush=True))\n"
+    "sys.argv = ['ctxprec', *sys.argv[1:]]\n"
+    "code = ctxprec_entry.main()\n"
+    "print('after main', code, file=sys.stderr)\n"  # reached only when Python exits normally
+    "sys.exit(code)\n"
+)
+
+
+def test_a_score_run_leaves_fast_with_its_output_and_exit_handlers(tmp_path: Path) -> None:
+    data = write_fixed_input(tmp_path / "in.parquet", 20)
+    out = tmp_path / "out"
+    argv = ["score", str(data), "-o", str(out), "--progress", "off", "--quiet"]
+    done = _entry(_PROBE, *argv, "--cache-dir", str(tmp_path / "memo"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "exit handler ran" in done.stderr
+    assert "after main" not in done.stderr  # os._exit: no teardown
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["rows"]["total"] == 20
+    assert (out / "summary.md").is_file()
+
+
+def test_the_exit_code_of_a_refused_command_survives_the_fast_exit(tmp_path: Path) -> None:
+    done = _entry(_PROBE, "score", str(tmp_path / "missing.parquet"), "-o", "o", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "ctxprec: error:" in done.stderr
+    assert "after main" not in done.stderr
+
+
+def test_a_live_non_daemon_thread_gets_the_normal_exit(tmp_path: Path) -> None:
+    code = (
+        "import sys, threading, ctxprec_entry\n"
+        "stop = threading.Event()\n"
+        "t = threading.Thread(target=lambda: (stop.wait(), print('thread joined', flush=True)))\n"
+        "t.start()\n"
+        "sys.argv = ['ctxprec', 'providers']\n"
+        "code = ctxprec_entry.main()\n"  # the thread is alive until after this returns
+        "print('after main', code, flush=True)\n"
+        "stop.set()\n"
+        "sys.exit(code)\n"
+    )
+    done = _entry(code, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["after main 0", "thread joined"]
