@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import pickle
+import queue
 import sqlite3
 import threading
 import time
@@ -156,6 +157,7 @@ _SELECT_ORDERED = (
     " AND (c.expire_time IS NULL OR c.expire_time > ?)"
 )
 _JSON_KEYS = 20_000  # keys per JSON read
+_READERS = 2  # read connections at most (`Memo._take_reader`): the two batch planners
 _EXISTING = "SELECT key FROM Cache WHERE raw = 1 AND key IN ({})"
 _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
@@ -223,8 +225,9 @@ class Memo:
                 cull_limit=0,
                 statistics=False,
             )
-            self._reader: sqlite3.Connection | None = None
-            self._reading = threading.Lock()
+            self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+            self._opened: list[sqlite3.Connection] = []
+            self._opening = threading.Lock()
         except (OSError, sqlite3.Error) as exc:
             raise _write_failed(directory, exc) from exc
         self._json_writes = _has_json(self._cache._sql)
@@ -252,8 +255,11 @@ class Memo:
         return found
 
     def _fetch(self, query: str, params: Sequence[Any]) -> Any:
-        with self._reading:
-            return self._read_connection().execute(query, params).fetchone()
+        con = self._take_reader()
+        try:
+            return con.execute(query, params).fetchone()
+        finally:
+            self._readers.put(con)
 
     def _read_ordered(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
         """One `_SELECT_ORDERED` read of `keys`; their entries go into `found`."""
@@ -292,22 +298,31 @@ class Memo:
                 if entry is not None:
                     found[key] = entry
 
-    def _read_connection(self) -> sqlite3.Connection:
-        """The one connection batched reads use, whichever thread they come from (diskcache
-        opens one per thread; each holds its own page cache and memory map of the file, so
-        reads spread over a pool's threads multiplied the memory the memo takes)."""
-        if self._reader is None:
-            cache = self._cache
-            con = sqlite3.connect(
-                str(memo_db(self.directory)),
-                timeout=60,
-                isolation_level=None,
-                check_same_thread=False,  # used under `_reading`, by one thread at a time
-            )
-            con.execute(f"PRAGMA cache_size = {int(cache.sqlite_cache_size)}")
-            con.execute(f"PRAGMA mmap_size = {int(cache.sqlite_mmap_size)}")
-            self._reader = con
-        return self._reader
+    def _take_reader(self) -> sqlite3.Connection:
+        """A read connection of the memo's own small pool: a free one, a new one while fewer
+        than `_READERS` are open, else the next one given back. Two batch planners read at once
+        (SQLite runs a query without the GIL: a 1 M-entry memo read by two threads, 180,000 keys/s
+        on one shared connection, 260,000 on two). The pool is bounded because each connection
+        holds its own page cache and memory map of the file (diskcache opens one per thread,
+        which multiplied the memory a thread pool's reads took)."""
+        try:
+            return self._readers.get_nowait()
+        except queue.Empty:
+            pass
+        with self._opening:
+            if len(self._opened) < _READERS:
+                cache = self._cache
+                con = sqlite3.connect(
+                    str(memo_db(self.directory)),
+                    timeout=60,
+                    isolation_level=None,
+                    check_same_thread=False,  # taken from the pool by one thread at a time
+                )
+                con.execute(f"PRAGMA cache_size = {int(cache.sqlite_cache_size)}")
+                con.execute(f"PRAGMA mmap_size = {int(cache.sqlite_mmap_size)}")
+                self._opened.append(con)
+                return con
+        return self._readers.get()
 
     def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
         """The same read, one row per key."""
@@ -429,7 +444,9 @@ class Memo:
         return len(self._cache)
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        with self._opening:
+            for con in self._opened:
+                con.close()
+            self._opened.clear()
+            self._readers = queue.SimpleQueue()
         self._cache.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,7 +103,9 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     inserts = {s for s in statements if s.startswith("INSERT")}
     assert len(inserts) == 1
     keys = [k for k, _ in entries] + ["missing"]
-    memo._read_connection().set_trace_callback(statements.append)  # batched reads' connection
+    reader = memo._take_reader()  # batched reads' connection (one thread: always this one)
+    reader.set_trace_callback(statements.append)
+    memo._readers.put(reader)
     statements.clear()
     assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
@@ -159,3 +163,31 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
     assert len(memo) == 8
     assert len(list((tmp_path / "m").rglob("*.val"))) == 1  # old3's file went, big's came
     memo.close()
+
+
+def test_batched_reads_share_a_pool_of_two_connections(tmp_path: Path) -> None:
+    """Two threads read at once on two connections (SQLite runs a query without the GIL), never
+    more: each connection holds its own page cache and memory map of the file."""
+    memo = Memo(tmp_path / "m")
+    entries = [(f"k{i}", (i % 3 == 0, f"why {i}", i, 1)) for i in range(4_000)]
+    memo.set_many(entries)
+    want = dict(entries)
+    start = threading.Barrier(4)
+    seen: list[dict[str, Any]] = []
+
+    def read(part: int) -> None:
+        start.wait()
+        got: dict[str, Any] = {}
+        for _ in range(20):
+            got.update(memo.get_many([k for k, _ in entries[part::4]]))
+        seen.append(got)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {k: v for got in seen for k, v in got.items()} == want
+    assert 1 <= len(memo._opened) <= memo_module._READERS == 2
+    memo.close()
+    assert memo._opened == []
