@@ -144,10 +144,8 @@ class Dispatcher:
     # -- lookups -------------------------------------------------------------------------
     def known(self, key: str) -> MemoEntry | ItemOutcome | None:
         """A verdict or an outcome to await when the item is done or in flight in this run."""
-        hit = self._recent.get(key)
-        if hit is not None:
-            return hit
-        return self._pending.get(key) or self._failed.get(key)
+        # (a verdict tuple and an outcome are both true: `or` takes the first found)
+        return self._recent.get(key) or self._pending.get(key) or self._failed.get(key)
 
     def credit(self, key: str) -> bool:
         """True the first time a row of this run takes the tokens of `key`'s verdict: each
@@ -247,6 +245,14 @@ class Dispatcher:
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1
+        if job.request is not None:  # one item (`_remember`, inline)
+            key, outcome, entry = job.key, job.outcomes[0], entries[0]
+            outcome.entry = self._recent[key] = entry
+            if len(self._recent) > _RECENT_CAP:
+                self._recent.popitem(last=False)
+            self._pending.pop(key, None)
+            outcome.finish()
+            return
         for key, outcome, entry in zip(job.keys, job.outcomes, entries, strict=True):
             outcome.entry = entry
             self._remember(key, entry)
