@@ -222,7 +222,12 @@ class Dispatcher:
                     self._room.set()
                     self._room = None
                 try:
-                    entries = await self._call(job)
+                    if job.request is not None:  # `_call` of one item, inline (a coroutine less)
+                        reply = await self.judge.judge_item(job.request)
+                        v = reply.verdict
+                        entries = [(v.relevant, v.reason, reply.input_tokens, reply.output_tokens)]
+                    else:
+                        entries = await self._call(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
                     await self._partly(job, exc)
                 except JudgeError as exc:
