@@ -112,9 +112,16 @@ class Dispatcher:
         self._recent: OrderedDict[str, MemoEntry] = OrderedDict()
         self._failed: OrderedDict[str, ItemOutcome] = OrderedDict()  # failed calls, not retried
         self._credited: OrderedDict[str, None] = OrderedDict()  # keys whose tokens a row carries
-        send, recv = anyio.create_memory_object_stream[_Job](max(64, concurrency * 2))
+        # the job stream itself is unbounded; `_send_job` bounds it: a sender that finds
+        # `_job_cap` jobs not yet taken waits until the workers took half of them, so senders
+        # wake once per half a buffer, not once per job (anyio's bounded stream wakes a waiting
+        # sender for every job taken, after a WouldBlock and a checkpoint for every job sent)
+        send, recv = anyio.create_memory_object_stream[_Job](math.inf)
         self._job_send: MemoryObjectSendStream[_Job] = send
         self._job_recv: MemoryObjectReceiveStream[_Job] = recv
+        self._job_cap = max(64, concurrency * 2)
+        self._backlog = 0  # jobs sent and not yet taken by a worker
+        self._room: anyio.Event | None = None  # set when the backlog fell to half the cap
         # unbounded stream of lists (one call's verdicts, or a batch judged inline), bounded by
         # the verdicts queued: a judge faster than the memo's disk waits for the writer
         msend, mrecv = anyio.create_memory_object_stream[_Verdicts](math.inf)
@@ -137,10 +144,8 @@ class Dispatcher:
     # -- lookups -------------------------------------------------------------------------
     def known(self, key: str) -> MemoEntry | ItemOutcome | None:
         """A verdict or an outcome to await when the item is done or in flight in this run."""
-        hit = self._recent.get(key)
-        if hit is not None:
-            return hit
-        return self._pending.get(key) or self._failed.get(key)
+        # (a verdict tuple and an outcome are both true: `or` takes the first found)
+        return self._recent.get(key) or self._pending.get(key) or self._failed.get(key)
 
     def credit(self, key: str) -> bool:
         """True the first time a row of this run takes the tokens of `key`'s verdict: each
@@ -161,11 +166,14 @@ class Dispatcher:
         return outcome
 
     async def _send_job(self, job: _Job) -> None:
-        """Into the job stream: at once while it has room (no task switch per job), else wait."""
-        try:
-            self._job_send.send_nowait(job)
-        except anyio.WouldBlock:
-            await self._job_send.send(job)
+        """Into the job stream: at once while fewer than `_job_cap` jobs wait for a worker (no
+        task switch per job), else once the workers have taken half of them."""
+        while self._backlog >= self._job_cap:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        self._backlog += 1
+        self._job_send.send_nowait(job)
 
     async def decide_now(self, key: str, request: ItemRequest) -> MemoEntry:
         """Judge inline with a synchronous judge: no stream, no task switch, no event."""
@@ -209,8 +217,17 @@ class Dispatcher:
                         return
                 except anyio.EndOfStream:
                     return
+                self._backlog -= 1  # taken: wake the senders once half the cap is left
+                if self._room is not None and self._backlog <= self._job_cap // 2:
+                    self._room.set()
+                    self._room = None
                 try:
-                    entries = await self._call(job)
+                    if job.request is not None:  # `_call` of one item, inline (a coroutine less)
+                        reply = await self.judge.judge_item(job.request)
+                        v = reply.verdict
+                        entries = [(v.relevant, v.reason, reply.input_tokens, reply.output_tokens)]
+                    else:
+                        entries = await self._call(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
                     await self._partly(job, exc)
                 except JudgeError as exc:
@@ -233,6 +250,14 @@ class Dispatcher:
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1
+        if job.request is not None:  # one item (`_remember`, inline)
+            key, outcome, entry = job.key, job.outcomes[0], entries[0]
+            outcome.entry = self._recent[key] = entry
+            if len(self._recent) > _RECENT_CAP:
+                self._recent.popitem(last=False)
+            self._pending.pop(key, None)
+            outcome.finish()
+            return
         for key, outcome, entry in zip(job.keys, job.outcomes, entries, strict=True):
             outcome.entry = entry
             self._remember(key, entry)

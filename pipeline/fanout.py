@@ -108,20 +108,20 @@ async def _lookup(
     if _all_found(plan, found, dispatcher):
         return
     missing: list[int] = []
+    known_now = dispatcher.known
     for i, key in enumerate(plan.keys):
-        if _from_memo(plan, i, key, found, dispatcher):
+        if key in found and _from_memo(plan, i, key, found, dispatcher):
             continue
-        known = dispatcher.known(key)
+        known = known_now(key)
         if known is None:
             missing.append(i)
+            plan.paid[i] = True
         elif isinstance(known, ItemOutcome):
             counters.dedup_hits += 1
             plan.waits.append((i, known))
         else:
             counters.dedup_hits += 1
             plan.entries[i] = known
-    for i in missing:
-        plan.paid[i] = True
     if missing and dispatcher.decider is not None and not per_row:
         assert plan.query is not None
         for i in missing:
@@ -143,7 +143,8 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
                         t_out + outcome.entry[OUTPUT_TOKENS],
                     )
             for i, outcome in plan.waits:
-                await outcome.wait()
+                if not outcome.done:
+                    await outcome.wait()
                 plan.entries[i] = outcome.entry
                 if outcome.error is not None and plan.error is None:
                     plan.error = f"{outcome.error} (item #{i + 1})"

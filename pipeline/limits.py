@@ -288,8 +288,10 @@ class RateGate:
             self._token_tat = max(self._token_tat, now) + est_tokens * self._sec_per_token
         if self._first_admit is None:
             self._first_admit = now
-        self._admits.append(now)
-        _prune(self._admits, now - WINDOW_S)
+        admits = self._admits
+        admits.append(now)
+        if admits[0] <= now - WINDOW_S:
+            _prune(admits, now - WINDOW_S)
         self._counts["admitted"] += 1
         _ADMISSION.set((self, self._epoch))
         if rpm_bound and self._adaptive:
@@ -346,7 +348,20 @@ class _Slot:
         self._gate, self._tokens = gate, est_tokens
 
     async def __aenter__(self) -> None:
-        await self._gate._enter(self._tokens)
+        gate = self._gate
+        if gate._free and not gate._flight_queue and not gate._queue:
+            # a free place, nobody waiting, every limit allows a start now: what `_enter` and
+            # `_admit` do then, without their two coroutines
+            now = gate._clock.now()
+            if (
+                gate._pause_until <= now
+                and gate._token_tat <= now
+                and gate._last_admit + WINDOW_S / gate._rate * _SPACING <= now
+            ):
+                gate._commit(max(self._tokens, 0), False, now)
+                gate._free -= 1
+                return
+        await gate._enter(self._tokens)
 
     async def __aexit__(self, *exc: object) -> None:
         self._gate._exit()

@@ -8,7 +8,6 @@ headers and the usage reading; `conversation` builds the request bodies and read
 from __future__ import annotations
 
 import abc
-import json
 import logging
 import time
 from collections import Counter
@@ -16,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from connectors.judges import jsonfast
 from connectors.judges.base import Gate, JudgeStats
 from connectors.judges.retry import (
     RetryClock,
@@ -47,10 +47,10 @@ def _json_object(body: str) -> dict[str, Any]:
     # A 200 whose body is not a JSON object is a transport/proxy glitch (HTML error page,
     # truncated body), not a model decision: retry it like a 5xx instead of re-asking.
     try:
-        data = json.loads(body)
+        data = jsonfast.loads(body)
     except ValueError:
         data = None
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         detail = error_detail(body)
         raise JudgeRetryableError(f"HTTP 200 with a non-JSON body: {detail}", cause="garbage")
     return data
@@ -196,14 +196,38 @@ class HttpClient(abc.ABC):
         With `rebuild` (the payload from the current shape), a rejected shape is adapted to and
         sent again at once; a refusal of the whole run raises JudgeRefusedRunError."""
         started, attempts, retries, adaptations = self.clock.now(), 0, 0, 0
+        gate = self.gate
         while True:
             if self._refused is not None:
                 raise self._refused
             if self._paused_until:  # a run-wide pause was set once: wait out what is left
                 await self._hold()
             attempts += 1
+            # one attempt, written out here rather than in a coroutine of its own: each level of
+            # coroutines is walked again at every resumption of the call (a few per call)
             try:
-                data, reply_headers = await self._attempt(url, headers, payload, est_tokens)
+                async with gate.slot(est_tokens):
+                    if self._refused is not None:  # refused while this call waited for its slot
+                        raise self._refused
+                    self.stats.requests += 1
+                    if _log.isEnabledFor(logging.DEBUG):  # not built for every call otherwise
+                        _log.debug("POST %s headers=%s", url, redacted_headers(headers))
+                    try:
+                        request = HttpRequest("POST", url, headers, payload)
+                        reply = await self.transport.send(request)
+                    except Exception as exc:
+                        cause = classify_exception(exc)
+                        if cause is None:
+                            raise
+                        _log.debug("POST %s: %s", url, cause)
+                        raise cause from exc
+                status = reply.status
+                if not 200 <= status < 300:
+                    raise self._http_error(status, reply.body, reply.headers)
+                data = _json_object(reply.body)
+                usage = self._usage(data)
+                if usage is not None:
+                    gate.used_tokens(est_tokens, usage[0] + usage[1])
             except JudgeError as err:
                 if self._refused is not None:
                     raise self._refused from err
@@ -224,7 +248,7 @@ class HttpClient(abc.ABC):
                     raise self._give_up(err, url, attempts) from err
             else:
                 self._accepted += 1
-                return data, reply_headers
+                return data, reply.headers
             retries += 1
             self.stats.retries += 1
             _log.debug("retry %d of POST %s in %.2fs", retries, url, wait)
@@ -260,37 +284,6 @@ class HttpClient(abc.ABC):
             limits = f" ({RetryPolicy.of(self.settings).describe()})"
         message = f"{self.model}: POST {url} failed after {attempts} attempt(s){limits}: {err}"
         return _final_error(err, redact(message))
-
-    async def _attempt(
-        self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
-    ) -> tuple[dict[str, Any], Mapping[str, str]]:
-        async with self.gate.slot(est_tokens):
-            if self._refused is not None:  # refused while this call waited for its slot
-                raise self._refused
-            self.stats.requests += 1
-            status, body, reply_headers = await self._send(url, headers, payload)
-        if not 200 <= status < 300:
-            raise self._http_error(status, body, reply_headers)
-        data = _json_object(body)
-        usage = self._usage(data)
-        if usage is not None:
-            self.gate.used_tokens(est_tokens, sum(usage))
-        return data, reply_headers
-
-    async def _send(
-        self, url: str, headers: Mapping[str, str], payload: dict[str, Any]
-    ) -> tuple[int, str, Mapping[str, str]]:
-        if _log.isEnabledFor(logging.DEBUG):  # not built for every call when nobody logs it
-            _log.debug("POST %s headers=%s", url, redacted_headers(headers))
-        try:
-            reply = await self.transport.send(HttpRequest("POST", url, headers, payload))
-        except Exception as exc:
-            err = classify_exception(exc)
-            if err is None:
-                raise
-            _log.debug("POST %s: %s", url, err)
-            raise err from exc
-        return reply.status, reply.body, reply.headers
 
     def _http_error(self, status: int, body: str, headers: Mapping[str, str]) -> JudgeError:
         raw = classify(status, body, headers)

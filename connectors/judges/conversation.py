@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
+from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError
 from connectors.judges.catalog import KeySource, ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
@@ -40,6 +41,10 @@ _REASK_ROW = (
     "in order: none missing, none repeated."
 )
 _REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
+
+_ITEM: Schema = ("verdict", prompts.ITEM_SCHEMA)  # one object: request templates key on it
+_ROW: Schema = ("verdicts", prompts.ROW_SCHEMA)
+_content = itemgetter("content")
 
 _FRESH_CONVERSATIONS = 1
 _MAX_BUMPS = 3  # budget raises one call may go through (x4 each, up to shapes.BUDGET_CAP)
@@ -101,6 +106,8 @@ class HttpJudgeBase(HttpClient):
         )  # fmt: skip
         self.model, self._name, self._base, self.spec = model, model_name, base, spec
         self.provider = spec.id
+        # request bodies' fixed parts, by (shape version, budget, id of the schema); see openai
+        self._templates: dict[tuple[int, int, int], tuple[Any, dict[str, Any] | None]] = {}
         self.shape = self._first_shape()
 
     @property
@@ -160,17 +167,22 @@ class HttpJudgeBase(HttpClient):
         """The same conversation as `payload`, built again with the current shape."""
         return payload
 
+    def _read(self, data: dict[str, Any]) -> tuple[str, str, tuple[int, int] | None, int]:
+        """The reply's text, finish, usage and cached input tokens (the four hooks above;
+        a provider may read them in one pass)."""
+        return self._text(data), self._finish(data), self._usage(data), self._cached(data)
+
     # -- what a batch API needs: the same request bodies, the same reading of replies
     def build_payload(self, request: ItemRequest | None = None, *, row: Row | None = None
                       ) -> dict[str, Any]:  # fmt: skip
         """The request body this judge sends for one item (or, with `row`, one row's items)."""
         if request is not None:
             system, user = prompts.item_messages(request)
-            schema: Schema = ("verdict", prompts.ITEM_SCHEMA)
+            schema: Schema = _ITEM
             budget = self.settings.max_output_tokens
         elif row is not None:
             system, user = prompts.row_messages(*row)
-            schema = ("verdicts", prompts.ROW_SCHEMA)
+            schema = _ROW
             budget = self.settings.max_output_tokens * len(row[2])
         else:
             raise ValueError("build_payload needs an ItemRequest or a row")
@@ -209,19 +221,37 @@ class HttpJudgeBase(HttpClient):
     async def _complete(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> _Reply:
-        factor = self.shape.budget_factor
-        budget = self.shape.budget(max_tokens)
+        factor, payload, est, build = self._call_for(system, messages, schema, max_tokens)
+        headers = self._call_headers or self.call_headers()
+        data, _ = await self.post_json(self._url, headers, payload, est, build)
+        return self._reply(data, factor)
+
+    # `_complete` in its two halves (judge_item awaits post_json itself: one coroutine level
+    # less, walked again at every resumption of a call)
+    def _call_for(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> tuple[int, dict[str, Any], int, Callable[[], dict[str, Any]]]:
+        """The budget factor, the body, the token estimate and the body's rebuilder of a call."""
+        shape = self.shape
+        budget = shape.budget(max_tokens)
 
         def build() -> dict[str, Any]:
             return self._payload(system, messages, schema, self.shape.budget(max_tokens))
 
-        est = estimate_tokens(system, *(m["content"] for m in messages)) + budget
-        data, _ = await self.post_json(self._url, self.call_headers(), build(), est, build)
-        tokens_in, tokens_out = self._usage(data) or (0, 0)
-        self.stats.input_tokens += tokens_in
-        self.stats.output_tokens += tokens_out
-        self.stats.cached_input_tokens += self._cached(data)
-        return _Reply(self._text(data), self._finish(data), tokens_in, tokens_out, factor)
+        # estimate_tokens(system, *contents): the same count, without a generator per call
+        est = (len(system) + sum(map(len, map(_content, messages)))) // 4 + 1 + budget
+        # build(), as it is now
+        return shape.budget_factor, self._payload(system, messages, schema, budget), est, build
+
+    def _reply(self, data: dict[str, Any], factor: int) -> _Reply:
+        """A call's reply, its tokens counted in the run's stats."""
+        text, finish, usage, cached = self._read(data)
+        tokens_in, tokens_out = usage or (0, 0)
+        stats = self.stats
+        stats.input_tokens += tokens_in
+        stats.output_tokens += tokens_out
+        stats.cached_input_tokens += cached
+        return _Reply(text, finish, tokens_in, tokens_out, factor)
 
     def _check_finish(self, finish: str) -> None:
         if finish == "refused":
@@ -246,13 +276,17 @@ class HttpJudgeBase(HttpClient):
 
     async def _call_parsed(
         self, system: str, messages: list[Message], schema: Schema, parse: Callable[[str], T],
-        max_tokens: int,
+        max_tokens: int, first: _Reply | None = None,
     ) -> tuple[T | JudgeParseError, str, int, int]:  # fmt: skip
         """One call, read; a reply cut off by its budget is asked again with a larger budget
-        (not re-asked: the model did nothing wrong). Refusals and filters raise."""
+        (not re-asked: the model did nothing wrong). Refusals and filters raise. `first`: the
+        reply of the first call, when the caller made it already."""
         spent_in = spent_out = 0
         for _ in range(1 + _MAX_BUMPS):
-            reply = await self._complete(system, messages, schema, max_tokens)
+            if first is not None:
+                reply, first = first, None
+            else:
+                reply = await self._complete(system, messages, schema, max_tokens)
             spent_in, spent_out = spent_in + reply.tokens_in, spent_out + reply.tokens_out
             self._check_finish(reply.finish)
             try:
@@ -267,20 +301,22 @@ class HttpJudgeBase(HttpClient):
     # -- the conversation: ask, re-ask once, start afresh once
     async def _ask(
         self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
-        max_tokens: int,
+        max_tokens: int, first: _Reply | None = None,
     ) -> tuple[T, int, int]:  # fmt: skip
         """A conversation: one call, and on an unreadable reply one re-ask showing the model its
         reply. A conversation that stays unreadable is started afresh once (a transient garbage
-        reply twice in a row is not a broken model), then the item fails as `unparseable`."""
+        reply twice in a row is not a broken model), then the item fails as `unparseable`.
+        `first`: the reply of the conversation's first call, when the caller made it already."""
         spent_in = spent_out = 0
         for fresh in range(1 + _FRESH_CONVERSATIONS):
             if fresh:
                 self.stats.retries += 1
             try:
                 value, t_in, t_out = await self._conversation(
-                    system, user, schema, parse, reask, max_tokens
+                    system, user, schema, parse, reask, max_tokens, first
                 )
             except _Unreadable as bad:
+                first = None
                 spent_in, spent_out = spent_in + bad.tokens_in, spent_out + bad.tokens_out
                 error = bad.error
                 if error.cause == "truncated":
@@ -292,11 +328,11 @@ class HttpJudgeBase(HttpClient):
 
     async def _conversation(
         self, system: str, user: str, schema: Schema, parse: Callable[[str], T], reask: str,
-        max_tokens: int,
+        max_tokens: int, reply: _Reply | None = None,
     ) -> tuple[T, int, int]:  # fmt: skip
         messages = [{"role": "user", "content": user}]
         first, text, tokens_in, tokens_out = await self._call_parsed(
-            system, messages, schema, parse, max_tokens
+            system, messages, schema, parse, max_tokens, reply
         )
         if not isinstance(first, JudgeParseError):
             return first, tokens_in, tokens_out
@@ -322,10 +358,24 @@ class HttpJudgeBase(HttpClient):
     # -- the Judge protocol
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         system, user = prompts.item_messages(request)
+        max_tokens = self.settings.max_output_tokens
+        # the conversation's first call, made here: a readable reply that stopped on its own
+        # (nearly every call) is the verdict at once; anything else goes on in `_ask` from it
+        messages = [{"role": "user", "content": user}]
+        factor, payload, est, build = self._call_for(system, messages, _ITEM, max_tokens)
+        headers = self._call_headers or self.call_headers()  # (`_complete`, inline)
+        data, _ = await self.post_json(self._url, headers, payload, est, build)
+        reply = self._reply(data, factor)
+        if reply.finish == "stop":
+            try:
+                verdict = parse_verdict(reply.text)
+            except JudgeParseError:
+                pass
+            else:
+                return JudgeReply(verdict, reply.tokens_in, reply.tokens_out)
         verdict, tokens_in, tokens_out = await self._ask(
-            system, user, ("verdict", prompts.ITEM_SCHEMA), parse_verdict, _REASK_ITEM,
-            self.settings.max_output_tokens,
-        )  # fmt: skip
+            system, user, _ITEM, parse_verdict, _REASK_ITEM, max_tokens, reply
+        )
         return JudgeReply(verdict, tokens_in, tokens_out)
 
     async def judge_row(
@@ -343,7 +393,7 @@ class HttpJudgeBase(HttpClient):
         system, user = prompts.row_messages(query, expected, items)
         try:
             verdicts, tokens_in, tokens_out = await self._conversation(
-                system, user, ("verdicts", prompts.ROW_SCHEMA),
+                system, user, _ROW,
                 lambda text: parse_row_verdicts(text, n), _REASK_ROW.format(n=n, last=n - 1),
                 self.settings.max_output_tokens * n,
             )  # fmt: skip

@@ -20,6 +20,9 @@ __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
+_FINISH = {"content_filter": "filtered", "length": "length"}  # other finish reasons: "stop"
+
+
 @functools.lru_cache(maxsize=16)
 def _is_azure(base_url: str) -> bool:
     """Azure OpenAI (keys in `api-key`): asked for every call's headers, parsed once."""
@@ -69,6 +72,30 @@ class OpenAIJudge(HttpJudgeBase):
         return headers
 
     def _payload(
+        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
+    ) -> dict[str, Any]:
+        """The body `_build` gives, from a copy of the body's fixed part (everything but the
+        messages, in its order), built once per shape version, schema and budget."""
+        shape = self.shape
+        key = (shape.version, max_tokens, id(schema))
+        known = self._templates.get(key)
+        if known is None or known[0] is not schema:  # (an entry holds its schema: ids stay)
+            if len(self._templates) >= 64:
+                self._templates.clear()
+            fixed = self._build("", [], schema, max_tokens)
+            known = self._templates[key] = (schema, fixed if "messages" in fixed else None)
+        if known[1] is None:
+            return self._build(system, messages, schema, max_tokens)
+        if shape.system_in_user and messages:
+            first = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+            chat: list[Message] = [first, *messages[1:]]
+        else:
+            chat = [{"role": "system", "content": system}, *messages]
+        payload = known[1].copy()
+        payload["messages"] = chat  # (the key is there: its place in the order stays)
+        return payload
+
+    def _build(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> dict[str, Any]:
         shape = self.shape
@@ -122,6 +149,28 @@ class OpenAIJudge(HttpJudgeBase):
         elif not system and str(first.get("content", "")).startswith("\n\n"):
             first["content"] = str(first["content"])[2:]
         return fresh
+
+    def _read(self, data: dict[str, Any]) -> tuple[str, str, tuple[int, int] | None, int]:
+        """`_text`, `_finish`, `_usage` and `_cached` of one reply, read in one pass."""
+        choices = data.get("choices")
+        choice = choices[0] if type(choices) is list and choices else None
+        message = choice.get("message") if type(choice) is dict else None
+        if type(message) is not dict:
+            return self._text(data), self._finish(data), self._usage(data), self._cached(data)
+        content = message.get("content") or ""
+        text = content if type(content) is str else self._text(data)
+        if message.get("refusal"):
+            finish = "refused"
+        else:
+            reason = choice.get("finish_reason")  # type: ignore[union-attr]
+            finish = _FINISH.get(reason, "stop") if type(reason) is str else "stop"
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            return text, finish, None, 0
+        details = usage.get("prompt_tokens_details")
+        cached = json_int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        pair = json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
+        return text, finish, pair, cached
 
     def _message(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         choices = data.get("choices")

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from connectors.judges import jsonfast
 from storage.core.errors import JudgeParseError
 from storage.core.verdict import Verdict
 
@@ -120,7 +121,7 @@ def _schema_reply(text: str) -> Verdict | None:
     """The reply structured output asks for, exactly {"relevant": <bool>, "reason": <text>}: the
     verdict the general reading below gives it, without its passes; None for anything else."""
     try:
-        obj = json.loads(text)
+        obj = jsonfast.loads(text)
     except ValueError:
         return None
     if type(obj) is not dict or len(obj) != 2:

@@ -19,6 +19,7 @@ __all__ = [
     "ROW_SCHEMA",
     "escape_tags",
     "item_messages",
+    "item_prompt_chars",
     "prompt_version_for",
     "reason_prompt",
     "row_messages",
@@ -89,6 +90,9 @@ def prompt_version_for(expected: str | None, per_row: bool = False) -> str:
 _OUR_TAGS = re.compile(r"<(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
 
 
+_ESCAPED = r"&lt;\1"
+
+
 def escape_tags(text: str) -> str:
     """The text verbatim except that an opening `<` of one of our own tags (`<context_item`,
     `</context_item`, `<query`, `<expected_output`, any case) becomes `&lt;`: an item holding
@@ -96,7 +100,7 @@ def escape_tags(text: str) -> str:
     another, so the judge sees exactly one block per item."""
     if "<" not in text:  # nothing to escape (most texts): no regex pass
         return text
-    return _OUR_TAGS.sub(r"&lt;\1", text)
+    return _OUR_TAGS.sub(_ESCAPED, text)
 
 
 def _tagged(tag: str, text: str, attrs: str = "") -> str:
@@ -109,17 +113,45 @@ _SYSTEM_EXPECTED = _SYSTEM.format(criterion=CRITERION)  # built once, not for ev
 _SYSTEM_QUERY_ONLY = _SYSTEM.format(criterion=CRITERION_QUERY_ONLY)
 
 
-def item_messages(request: ItemRequest) -> tuple[str, str]:
-    """(system, user) messages for one item."""
-    if request.expected is not None:
+def _item_frame(query: str, expected: str | None) -> tuple[str, str, str]:
+    """What the user message of each item of a row has around the item's own text: (system,
+    the text before it, the text after it)."""
+    if expected is not None:
         system = _SYSTEM_EXPECTED
         question = "Is the context item relevant for producing the expected output?"
-        head = f"{_tagged('query', request.query)}\n{_tagged('expected_output', request.expected)}"
+        head = f"{_tagged('query', query)}\n{_tagged('expected_output', expected)}"
     else:
         system = _SYSTEM_QUERY_ONLY
         question = "Is the context item relevant for answering the query?"
-        head = _tagged("query", request.query)
-    return system, f"{head}\n{_tagged('context_item', request.item)}\n{question}"
+        head = _tagged("query", query)
+    return system, f"{head}\n<context_item>\n", f"\n</context_item>\n{question}"
+
+
+# the frame of the latest row asked for, by the identity of its query and expected output (the
+# items of a row share those objects): one tuple, replaced whole, so threads may share it
+_last_frame: tuple[object, object, tuple[str, str, str]] = (None, None, ("", "", ""))
+
+
+def item_messages(request: ItemRequest) -> tuple[str, str]:
+    """(system, user) messages for one item. The query and expected output are escaped and
+    framed once per row (`_item_frame`), not once per item."""
+    global _last_frame
+    query, expected, last = request.query, request.expected, _last_frame
+    if last[0] is not query or last[1] is not expected:
+        last = _last_frame = (query, expected, _item_frame(query, expected))
+    system, before, after = last[2]
+    item = request.item
+    if "<" in item:  # `escape_tags`, inline
+        item = _OUR_TAGS.sub(_ESCAPED, item)
+    return system, f"{before}{item}{after}"
+
+
+def item_prompt_chars(query: str, expected: str | None, items: Sequence[str]) -> list[int]:
+    """The characters of each item's (system, user) messages: what `estimate_tokens` counts,
+    framed once for the row."""
+    system, before, after = _item_frame(query, expected)
+    fixed = len(system) + len(before) + len(after)
+    return [fixed + len(escape_tags(item)) for item in items]
 
 
 def row_messages(query: str, expected: str | None, items: Sequence[str]) -> tuple[str, str]:

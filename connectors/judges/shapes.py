@@ -9,10 +9,11 @@ judge, shared by every call of the run: when a server rejects a parameter, `lear
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "EFFORTS",
@@ -32,6 +33,7 @@ EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 OUTPUT_LADDER = ("json_schema", "json_object_schema", "json_object", "text")
 REASONING_ROOM = 8192  # completion tokens left for reasoning on top of the visible answer
 BUDGET_CAP = 65536  # no completion budget above this, however often a reply is cut off
+_VERSIONS = itertools.count(1)
 
 
 @dataclass
@@ -45,7 +47,14 @@ class RequestShape:
     output: str = "json_schema"
     system_in_user: bool = False  # o1-mini/o1-preview take no system message
     budget_factor: int = 1
-    dropped: set[str] = field(default_factory=set)
+    dropped: set[str] = field(default_factory=set)  # replaced, never changed in place
+    # a number no other state of any shape had: what a judge builds from the shape (openai's
+    # request-body template) is kept per version
+    version: ClassVar[int] = 0
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "version", next(_VERSIONS))
 
     def budget(self, visible: int) -> int:
         room = REASONING_ROOM if self.reasoning else 0
@@ -201,7 +210,7 @@ def learn_openai(
     if param == "reasoning_effort" and "reasoning_effort" in payload:
         return _learn_effort(shape, f)
     if param in payload and param not in _NEVER_DROPPED:
-        shape.dropped.add(param)
+        shape.dropped = shape.dropped | {param}
         return f"{param}: not sent (the server rejects it)"
     if "system" in f.text and "role" in f.text and not shape.system_in_user:
         shape.system_in_user = True
@@ -232,6 +241,6 @@ def learn_anthropic(
         return "temperature: not sent (the model rejects it)"
     for key in ("top_p", "top_k"):
         if key in payload and key in f.message:
-            shape.dropped.add(key)
+            shape.dropped = shape.dropped | {key}
             return f"{key}: not sent (the model rejects it)"
     return None
