@@ -12,6 +12,7 @@ command is done it ends the process without the interpreter's teardown (`leave`)
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -101,10 +102,9 @@ def leave(code: int) -> int:
         return code
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # a reader gone (`| head`) or a closed stream: there is nothing more to say to it
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a reader gone (`| head`) or a closed stream: nothing to add
-            pass
     os._exit(code)
 
 
