@@ -18,6 +18,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from types import ModuleType
 
 __all__ = ["check_packages", "main"]
@@ -78,13 +79,21 @@ def main() -> int:
     return leave(code)
 
 
+_ENDING_S = 1.0  # how long `_needs_teardown` waits for threads that are ending
+
+
 def _needs_teardown() -> bool:
     """True while something still relies on the interpreter's normal shutdown: a thread that is
     not a daemon (it would be joined), or a child process of `multiprocessing` (it would be
-    reaped)."""
+    reaped). Threads that are ending get up to `_ENDING_S` to finish first: anyio's worker
+    threads are told to stop when the run's event loop ends and leave a moment later."""
     main_thread = threading.main_thread()
-    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        return True
+    deadline = time.monotonic() + _ENDING_S
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return True
     multiprocessing = sys.modules.get("multiprocessing")
     return multiprocessing is not None and bool(multiprocessing.active_children())
 

@@ -15,6 +15,7 @@ command exits 0, never an error.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import logging
@@ -345,8 +346,27 @@ BROKEN_PIPE_EXIT = 0  # a reader that left early (`| head`) is normal use, not a
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
     module, _, function = COMMANDS[name].partition(":")
-    run: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), function)
+    loaded = sys.modules.get(module) or _load_frozen(module)
+    run: Callable[[argparse.Namespace], int] = getattr(loaded, function)
     return run
+
+
+def _load_frozen(module: str) -> Any:
+    """Import a command's module with the cyclic collector paused, then freeze what exists
+    (`gc.freeze`: later collections skip it). Polars, PyArrow, aiohttp and ctxprec's own modules
+    make ~500,000 objects that live until exit: with the collector on, ~180 collections walked
+    them while they loaded (one of them full), and merely pausing it would leave them all young
+    for the next collection to walk. Paused and frozen, a command's imports cost ~40 ms less
+    CPU. What an import leaves in a cycle stays until exit, like the modules themselves."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        loaded = importlib.import_module(module)
+        gc.freeze()
+    finally:
+        if collecting:
+            gc.enable()
+    return loaded
 
 
 def one_blas_thread() -> None:

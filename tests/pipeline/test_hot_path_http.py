@@ -5,6 +5,7 @@ seconds, do not depend on the machine or its load."""
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import os
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pipeline import commands
+from pipeline import cli, commands
 from pipeline.cli import main
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
@@ -116,3 +117,31 @@ def test_a_command_runs_with_one_openblas_thread_unless_the_user_said(
     assert value == want
     if sys.platform == "linux":
         assert int(tasks) == int(want)  # the main thread, plus OpenBLAS's extra ones if asked
+
+
+def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading Polars, PyArrow, aiohttp and ctxprec's modules makes ~500,000 long-lived objects;
+    collections during that walked them again. A command's module loads with the collector
+    off, what exists is then frozen out of later passes, and the collector is on again after,
+    also when the import fails."""
+    (tmp_path / "ctxprec_gc_probe.py").write_text(
+        "import gc\nENABLED = gc.isenabled()\ndef run(args):\n    return 0\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli.COMMANDS, "probe", "ctxprec_gc_probe:run")
+    monkeypatch.setitem(cli.COMMANDS, "broken", "ctxprec_no_such_module:run")
+    frozen = gc.get_freeze_count()
+    try:
+        assert gc.isenabled()
+        assert cli._command("probe")(argparse.Namespace()) == 0
+        assert sys.modules["ctxprec_gc_probe"].ENABLED is False  # off while it loaded
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > frozen
+        with pytest.raises(ImportError):
+            cli._command("broken")
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()  # this test process's objects go back to the collector
+        sys.modules.pop("ctxprec_gc_probe", None)
