@@ -18,7 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
 from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
-from storage.memo import MemoEntry, MemoStore
+from storage.memo import MemoEntry, MemoStore, entry_of
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 
@@ -222,10 +222,8 @@ class Dispatcher:
                     self._room.set()
                     self._room = None
                 try:
-                    if job.request is not None:  # `_call` of one item, inline (a coroutine less)
-                        reply = await self.judge.judge_item(job.request)
-                        v = reply.verdict
-                        entries = [(v.relevant, v.reason, reply.input_tokens, reply.output_tokens)]
+                    if job.request is not None:  # one item: `_call`'s first case, a coroutine less
+                        entries = [entry_of(await self.judge.judge_item(job.request))]
                     else:
                         entries = await self._call(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
@@ -239,25 +237,12 @@ class Dispatcher:
 
     async def _call(self, job: _Job) -> list[MemoEntry]:
         if job.request is not None:
-            reply = await self.judge.judge_item(job.request)
-            v = reply.verdict
-            return [(v.relevant, v.reason, reply.input_tokens, reply.output_tokens)]
+            return [entry_of(await self.judge.judge_item(job.request))]
         assert job.row is not None
-        replies = await self.judge.judge_row(*job.row)
-        return [
-            (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens) for r in replies
-        ]
+        return [entry_of(reply) for reply in await self.judge.judge_row(*job.row)]
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1
-        if job.request is not None:  # one item (`_remember`, inline)
-            key, outcome, entry = job.key, job.outcomes[0], entries[0]
-            outcome.entry = self._recent[key] = entry
-            if len(self._recent) > _RECENT_CAP:
-                self._recent.popitem(last=False)
-            self._pending.pop(key, None)
-            outcome.finish()
-            return
         for key, outcome, entry in zip(job.keys, job.outcomes, entries, strict=True):
             outcome.entry = entry
             self._remember(key, entry)
@@ -300,7 +285,7 @@ class Dispatcher:
             if isinstance(r, JudgeError):
                 self._fail(part, r)
             else:
-                entry = (r.verdict.relevant, r.verdict.reason, r.input_tokens, r.output_tokens)
+                entry = entry_of(r)
                 self._succeed(part, [entry])
                 good.append((key, entry))
         await self.to_memo(good)

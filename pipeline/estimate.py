@@ -10,6 +10,7 @@ from typing import Any
 import polars as pl
 
 from connectors.judges import JudgeStats, create_judge, estimate_tokens
+from connectors.judges.base import tokens_for_chars
 from connectors.judges.catalog import prices_taken
 from connectors.judges.prompts import item_prompt_chars, row_messages
 from connectors.sources import SourceInfo, inspect_input
@@ -38,7 +39,7 @@ def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bo
         system, user = row_messages(query, expected, items)
         return [estimate_tokens(system, user)]
     # estimate_tokens(*item_messages(...)) of each item, the row's part framed once
-    return [chars // 4 + 1 for chars in item_prompt_chars(query, expected, items)]
+    return [tokens_for_chars(chars) for chars in item_prompt_chars(query, expected, items)]
 
 
 def estimate(

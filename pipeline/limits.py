@@ -232,13 +232,9 @@ class RateGate:
     async def _admit(self, est_tokens: int) -> None:
         if not self._queue:
             now = self._clock.now()
-            if (
-                self._pause_until <= now
-                and self._token_tat <= now
-                and self._last_admit + WINDOW_S / self._rate * _SPACING <= now
-            ):
-                # nobody waiting and every limit allows a start now (`_next_start` <= now):
-                # what the queue below does in that case, without an Event and a queue entry
+            if self._open_at(now):
+                # nobody waiting and every limit allows a start now: what the queue below
+                # does in that case, without an Event and a queue entry
                 self._commit(est_tokens, False, now)
                 return
         turn = anyio.Event()
@@ -280,6 +276,15 @@ class RateGate:
         ]
         start, reason = max(starts)
         return reason, start
+
+    def _open_at(self, now: float) -> bool:
+        """Every limit allows a start at `now` (`_next_start` <= now): no 429 pause, the TPM
+        budget and the RPM spacing."""
+        return (
+            self._pause_until <= now
+            and self._token_tat <= now
+            and self._last_admit + WINDOW_S / self._rate * _SPACING <= now
+        )
 
     def _commit(self, est_tokens: int, rpm_bound: bool, now: float | None = None) -> None:
         now = self._clock.now() if now is None else now
@@ -353,11 +358,7 @@ class _Slot:
             # a free place, nobody waiting, every limit allows a start now: what `_enter` and
             # `_admit` do then, without their two coroutines
             now = gate._clock.now()
-            if (
-                gate._pause_until <= now
-                and gate._token_tat <= now
-                and gate._last_admit + WINDOW_S / gate._rate * _SPACING <= now
-            ):
+            if gate._open_at(now):
                 gate._commit(max(self._tokens, 0), False, now)
                 gate._free -= 1
                 return

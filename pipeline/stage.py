@@ -158,8 +158,8 @@ async def _execute(
 
 
 # Batches planned at once: while one planning thread waits on its memo read (SQLite runs
-# without the GIL) the other reads, checks and hashes the next batch. (The memo's batched reads
-# share one SQLite connection, so a second thread does not add a page cache and memory map.)
+# without the GIL) the other reads, checks and hashes the next batch, or reads the memo too (the
+# memo keeps two read connections, one per planner: `storage.memo.Memo._take_reader`).
 _PLANNERS = 2
 
 

@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol
 import platformdirs
 
 from storage.core.errors import OutputError
+from storage.core.verdict import JudgeReply
 from storage.layout import memo_db
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "MemoEntry",
     "MemoStore",
     "default_cache_dir",
+    "entry_of",
     "item_keys",
     "judge_prefix",
     "memo_key",
@@ -46,6 +48,14 @@ MEMO_RECIPE = "ctxprec-memo-v1"  # change when the recipe below changes
 # (relevant, reason, input_tokens, output_tokens): a plain tuple, as the memo pickles it; read
 # its fields by these names, not by number
 MemoEntry = tuple[bool, str, int, int]
+
+
+def entry_of(reply: JudgeReply) -> MemoEntry:
+    """A judge's reply for one item as the memo keeps it."""
+    v = reply.verdict
+    return (v.relevant, v.reason, reply.input_tokens, reply.output_tokens)
+
+
 RELEVANT: Final = 0
 REASON: Final = 1
 INPUT_TOKENS: Final = 2
@@ -145,9 +155,9 @@ _SELECT_PACKED = (
 )
 # The read of a whole batch, with its keys as one JSON array: one statement, so the reading
 # thread takes the GIL back once per batch instead of once per 900 keys. Its rows follow the
-# array (a LEFT JOIN from json_each probes the index key by key, in the order asked, which is
-# also the order a run wrote them in): one flag per key asked ("0" not there, "1" inline, "2"
-# elsewhere) and the inline pickles back to back, so the keys need not come back. Where SQLite
+# array (a LEFT JOIN from json_each probes the index key by key, in the order asked: `get_many`
+# asks in key order): one flag per key asked ("0" not there, "1" inline, "2" elsewhere) and the
+# inline pickles back to back, so the keys need not come back. Where SQLite
 # has no JSON functions, the IN (?, ?, ...) form above is used.
 _SELECT_ORDERED = (
     "SELECT group_concat(CASE WHEN c.rowid IS NULL THEN '0'"

@@ -25,6 +25,7 @@ __all__ = [
     "RowItemsError",
     "SyncDecider",
     "estimate_tokens",
+    "tokens_for_chars",
 ]
 
 
@@ -39,7 +40,12 @@ class ItemRequest:
 
 def estimate_tokens(*texts: str | None) -> int:
     """Cheap token estimate (about 4 characters a token), used before a call for TPM budgets."""
-    return sum(len(t) for t in texts if t) // 4 + 1
+    return tokens_for_chars(sum(len(t) for t in texts if t))
+
+
+def tokens_for_chars(chars: int) -> int:
+    """`estimate_tokens` of texts of `chars` characters in all."""
+    return chars // 4 + 1
 
 
 @dataclass

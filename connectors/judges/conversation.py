@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError
+from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, tokens_for_chars
 from connectors.judges.catalog import KeySource, ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
@@ -221,30 +221,16 @@ class HttpJudgeBase(HttpClient):
     async def _complete(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> _Reply:
-        factor, payload, est, build = self._call_for(system, messages, schema, max_tokens)
-        headers = self._call_headers or self.call_headers()
-        data, _ = await self.post_json(self._url, headers, payload, est, build)
-        return self._reply(data, factor)
-
-    # `_complete` in its two halves (judge_item awaits post_json itself: one coroutine level
-    # less, walked again at every resumption of a call)
-    def _call_for(
-        self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
-    ) -> tuple[int, dict[str, Any], int, Callable[[], dict[str, Any]]]:
-        """The budget factor, the body, the token estimate and the body's rebuilder of a call."""
         shape = self.shape
-        budget = shape.budget(max_tokens)
+        factor, budget = shape.budget_factor, shape.budget(max_tokens)
 
         def build() -> dict[str, Any]:
             return self._payload(system, messages, schema, self.shape.budget(max_tokens))
 
-        # estimate_tokens(system, *contents): the same count, without a generator per call
-        est = (len(system) + sum(map(len, map(_content, messages)))) // 4 + 1 + budget
-        # build(), as it is now
-        return shape.budget_factor, self._payload(system, messages, schema, budget), est, build
-
-    def _reply(self, data: dict[str, Any], factor: int) -> _Reply:
-        """A call's reply, its tokens counted in the run's stats."""
+        # estimate_tokens(system, *contents), without a generator per call
+        est = tokens_for_chars(len(system) + sum(map(len, map(_content, messages)))) + budget
+        payload = self._payload(system, messages, schema, budget)  # build(), as it is now
+        data, _ = await self.post_json(self._url, self.call_headers(), payload, est, build)
         text, finish, usage, cached = self._read(data)
         tokens_in, tokens_out = usage or (0, 0)
         stats = self.stats
@@ -362,10 +348,7 @@ class HttpJudgeBase(HttpClient):
         # the conversation's first call, made here: a readable reply that stopped on its own
         # (nearly every call) is the verdict at once; anything else goes on in `_ask` from it
         messages = [{"role": "user", "content": user}]
-        factor, payload, est, build = self._call_for(system, messages, _ITEM, max_tokens)
-        headers = self._call_headers or self.call_headers()  # (`_complete`, inline)
-        data, _ = await self.post_json(self._url, headers, payload, est, build)
-        reply = self._reply(data, factor)
+        reply = await self._complete(system, messages, _ITEM, max_tokens)
         if reply.finish == "stop":
             try:
                 verdict = parse_verdict(reply.text)

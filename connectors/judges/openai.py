@@ -23,6 +23,24 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _FINISH = {"content_filter": "filtered", "length": "length"}  # other finish reasons: "stop"
 
 
+def _text_of(message: dict[str, Any]) -> str:
+    """choices[0].message.content (a string or a list of text parts); "" when absent."""
+    content = message.get("content") or ""
+    if type(content) is str:
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(str(p) for p in parts)
+    return str(content)
+
+
+def _finish_of(choice: dict[str, Any], message: dict[str, Any]) -> str:
+    if message.get("refusal"):
+        return "refused"
+    reason = choice.get("finish_reason")
+    return _FINISH.get(reason, "stop") if isinstance(reason, str) else "stop"
+
+
 @functools.lru_cache(maxsize=16)
 def _is_azure(base_url: str) -> bool:
     """Azure OpenAI (keys in `api-key`): asked for every call's headers, parsed once."""
@@ -151,26 +169,9 @@ class OpenAIJudge(HttpJudgeBase):
         return fresh
 
     def _read(self, data: dict[str, Any]) -> tuple[str, str, tuple[int, int] | None, int]:
-        """`_text`, `_finish`, `_usage` and `_cached` of one reply, read in one pass."""
-        choices = data.get("choices")
-        choice = choices[0] if type(choices) is list and choices else None
-        message = choice.get("message") if type(choice) is dict else None
-        if type(message) is not dict:
-            return self._text(data), self._finish(data), self._usage(data), self._cached(data)
-        content = message.get("content") or ""
-        text = content if type(content) is str else self._text(data)
-        if message.get("refusal"):
-            finish = "refused"
-        else:
-            reason = choice.get("finish_reason")  # type: ignore[union-attr]
-            finish = _FINISH.get(reason, "stop") if type(reason) is str else "stop"
-        usage = data.get("usage")
-        if not isinstance(usage, dict):
-            return text, finish, None, 0
-        details = usage.get("prompt_tokens_details")
-        cached = json_int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        pair = json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
-        return text, finish, pair, cached
+        """`_text`, `_finish`, `_usage` and `_cached` of one reply, its message found once."""
+        choice, message = self._message(data)
+        return _text_of(message), _finish_of(choice, message), self._usage(data), self._cached(data)
 
     def _message(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         choices = data.get("choices")
@@ -180,21 +181,10 @@ class OpenAIJudge(HttpJudgeBase):
         return first, message if isinstance(message, dict) else {}
 
     def _text(self, data: dict[str, Any]) -> str:
-        """choices[0].message.content (a string or a list of text parts); "" when absent."""
-        content = self._message(data)[1].get("content") or ""
-        if isinstance(content, list):
-            parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-            return "".join(str(p) for p in parts)
-        return str(content)
+        return _text_of(self._message(data)[1])
 
     def _finish(self, data: dict[str, Any]) -> str:
-        choice, message = self._message(data)
-        if message.get("refusal"):
-            return "refused"
-        reason = choice.get("finish_reason")
-        if reason == "content_filter":
-            return "filtered"
-        return "length" if reason == "length" else "stop"
+        return _finish_of(*self._message(data))
 
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
         """prompt_tokens (cached ones included), completion_tokens (reasoning included); a

@@ -140,10 +140,7 @@ def item_messages(request: ItemRequest) -> tuple[str, str]:
     if last[0] is not query or last[1] is not expected:
         last = _last_frame = (query, expected, _item_frame(query, expected))
     system, before, after = last[2]
-    item = request.item
-    if "<" in item:  # `escape_tags`, inline
-        item = _OUR_TAGS.sub(_ESCAPED, item)
-    return system, f"{before}{item}{after}"
+    return system, f"{before}{escape_tags(request.item)}{after}"
 
 
 def item_prompt_chars(query: str, expected: str | None, items: Sequence[str]) -> list[int]:

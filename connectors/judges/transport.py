@@ -137,15 +137,9 @@ class AiohttpTransport:
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
             session = self._session_now()
         # aiohttp copies the headers into its own multidict: no copy of ours needed
-        content = request.content
-        if content is None:  # a JSON body (`_body`, without its dict)
-            sent = session.request(
-                request.method, request.url, headers=request.headers, json=request.json
-            )
-        else:
-            sent = session.request(
-                request.method, request.url, headers=request.headers, **self._body(request)
-            )
+        sent = session.request(
+            request.method, request.url, headers=request.headers, **self._body(request)
+        )
         async with sent as resp:
             raw = await resp.read()
             return HttpResponse(resp.status, raw.decode("utf-8", "replace"), resp.headers)

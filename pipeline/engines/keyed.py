@@ -40,7 +40,7 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import REASON, RELEVANT, Memo, MemoEntry, judge_prefix, memo_key
+from storage.memo import REASON, RELEVANT, Memo, MemoEntry, entry_of, judge_prefix, memo_key
 from storage.objpath import OutPath
 from storage.verdicts import VerdictStore
 
@@ -264,8 +264,7 @@ class _Recording(JudgeWrapper):
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         reply = await self.inner.judge_item(request)
         key = _key_of(self.prefix, request)
-        v = reply.verdict
-        self._new.append((key, (v.relevant, v.reason, reply.input_tokens, reply.output_tokens)))
+        self._new.append((key, entry_of(reply)))
         return reply
 
 
