@@ -334,6 +334,9 @@ def _run_info(
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     outdir = run.runlog.outdir
+    # a worker killed while writing (its task done again elsewhere) left a temp file or a part
+    # that no commit names: gone before readers of OUTDIR/*.parquet see the run as finished
+    run.runlog.remove_stale()
     if not committed(outdir) and not run.cfg.output.partition_by:
         # an input with no rows still gives a readable (empty) dataset in the documented schema
         empty = {"part-empty.parquet": run.spec.schema.empty_table()}

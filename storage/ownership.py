@@ -165,9 +165,11 @@ def warn_foreign(outdir: OutPath) -> str | None:
 
 def remove_torn(outdir: OutPath) -> None:
     """Files of parts whose writing was cut off (named by a pending record only), the pending
-    records themselves and ctxprec's temp files: left by a killed run, removed before the next."""
-    committed = recorded_files(outdir)
-    for key, raw in records(outdir, suffix=PENDING).items():
+    records themselves and ctxprec's temp files: left by a killed run (removed before the next)
+    or by a worker killed during this one (removed before the run is marked finished)."""
+    pending = records(outdir, suffix=PENDING)
+    committed = recorded_files(outdir) if pending else set()
+    for key, raw in pending.items():
         for rel in named_files(raw):
             if rel not in committed:
                 _unlink(outdir / rel)

@@ -115,7 +115,8 @@ class RunLog:
 
     # -- parts (their commit is `storage.commit`) ---------------------------------------
     def remove_stale(self) -> None:
-        """Drop what a killed run left half-done: files of parts never committed, temp files."""
+        """Drop what a killed run, or a worker killed during this one, left half-done: files of
+        parts never committed, pending records, temp files."""
         ownership.remove_torn(self.outdir)
 
     def save_json(self, path: OutPath, payload: Mapping[str, Any]) -> None:

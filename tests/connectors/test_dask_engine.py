@@ -181,6 +181,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         run.join(60)
         calls = fake_stats(url)["total"]
     assert codes == [0]
+    assert not list(out.rglob(".ctxprec-tmp-*"))  # the dead worker's half-written file is gone
     done = pl.read_parquet(out / "*.parquet")
     assert done.height == 120
     assert done.get_column("id").is_unique().all()

@@ -17,10 +17,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+import storage.commit
 from pipeline.cli import main
+from storage import layout
 from storage.core.errors import OutputError
 from storage.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
@@ -222,3 +225,37 @@ def test_duckdb_sink_on_a_full_file_system(
     assert fake.stats.total == calls
     count = duckdb.connect(str(wh)).execute("SELECT count(*) FROM scores").fetchone()
     assert count == (ROWS,)
+
+
+def test_a_writer_killed_during_the_run_leaves_nothing_in_the_finished_output(
+    tmp_path: Path, fake: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a worker killed while writing a part leaves behind (its temp file, a pending record
+    and a torn part no commit names; its task is done again elsewhere) is gone once the run is
+    marked finished, so `OUTDIR/*.parquet` reads as the scored rows and nothing else."""
+    source, out = write_input(tmp_path / "in.parquet", range(ROWS)), tmp_path / "out"
+    assert score(source, "-o", out, *HTTP) == 0
+    mine = plant(out, {"notes/a.txt": b"the user's"})
+    source = write_input(tmp_path / "in2.parquet", range(ROWS, ROWS + 8))
+    real = storage.commit.atomic_write
+    left: list[Path] = []
+
+    def killed_beside(target: Path, write: Callable[[Path], object]) -> None:
+        if not left and target.name.startswith("part-"):  # a dead writer's leftovers
+            torn = out / "part-dead.parquet"
+            layout.pending_record(out, "dead").write_text(
+                json.dumps({"key": "dead", "files": [torn.name]})
+            )
+            torn.write_bytes(b"PAR1\x00\x00")
+            left.extend([torn, target.with_name(f".ctxprec-tmp-4999999-0badf00d-{target.name}")])
+            left[-1].write_bytes(b"PAR1\x15\x00")
+        real(target, write)
+
+    monkeypatch.setattr(storage.commit, "atomic_write", killed_beside)
+    assert score(source, "-o", out, *HTTP, "--incremental") == 0
+    assert left
+    assert not any(p.exists() for p in left)
+    assert temp_files(out) == []
+    assert list((out / "_ctxprec" / "parts").glob(f"*{layout.PENDING}")) == []
+    assert pl.read_parquet(out / "*.parquet").height == ROWS + 8
+    assert_untouched(out, mine)
