@@ -222,10 +222,12 @@ class Dispatcher:
                     self._room.set()
                     self._room = None
                 try:
-                    if job.request is not None:  # one item: `_call`'s first case, a coroutine less
+                    if job.request is not None:  # one item
                         entries = [entry_of(await self.judge.judge_item(job.request))]
-                    else:
-                        entries = await self._call(job)
+                    else:  # one row's items in one call (--mode row)
+                        assert job.row is not None
+                        replies = await self.judge.judge_row(*job.row)
+                        entries = [entry_of(reply) for reply in replies]
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
                     await self._partly(job, exc)
                 except JudgeError as exc:
@@ -234,12 +236,6 @@ class Dispatcher:
                     self._succeed(job, entries)
                     if self.memo is not None:
                         await self.to_memo(list(zip(job.keys, entries, strict=True)))
-
-    async def _call(self, job: _Job) -> list[MemoEntry]:
-        if job.request is not None:
-            return [entry_of(await self.judge.judge_item(job.request))]
-        assert job.row is not None
-        return [entry_of(reply) for reply in await self.judge.judge_row(*job.row)]
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1
