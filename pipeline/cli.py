@@ -7,7 +7,8 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted (finished parts kept; the same command resumes). A reader that
+them later); 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM (finished parts and verdicts
+kept; the same command resumes). A reader that
 closes stdout early (`ctxprec summary OUT | head`) is normal use: nothing more is printed and the
 command exits 0, never an error.
 """
@@ -21,6 +22,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from pipeline.cache_cmd import add_cache_command
 from pipeline.cli_help import Parser, show_defaults
 from pipeline.config import FLAGS, Config, env_setting, flag_type, load_config
 from pipeline.config_cmd import add_config_command, example_configs
+from pipeline.interrupt import Stop
 from pipeline.providers_cmd import add_providers_command
 from pipeline.version import __version__
 from storage.core.errors import (
@@ -383,9 +386,19 @@ def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = 
     `retry_clock` times the judges' waits between HTTP attempts (None: real ones; a test
     passes an instant one)."""
     one_blas_thread()
+    Stop.reset()
+    try:
+        before = Stop.install()
+    except ValueError:  # not the main thread (main() called from a thread): Python's handlers
+        before = {}
     try:
         try:
-            return _main(argv, retry_clock)
+            code = _main(argv, retry_clock)
+            if code != 130:  # a stopped command keeps ignoring signals until the process ends
+                for signum, handler in before.items():
+                    signal.signal(signum, handler)
+                Stop.reset()
+            return 143 if code == 130 and Stop.signum == signal.SIGTERM else code
         finally:
             sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
     except BrokenPipeError:
@@ -419,7 +432,8 @@ def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print(
-            "ctxprec: interrupted; finished parts are kept; run the same command again to resume",
+            "ctxprec: interrupted; finished parts and verdicts are kept; run the same command "
+            "again to resume",
             file=sys.stderr,
         )
         return 130

@@ -128,6 +128,7 @@ class Dispatcher:
         self._queued = 0
         self._in_hand: _Verdicts = []  # taken from the stream by the memo writer, not yet written
         self._drained = anyio.Event()
+        self._late: _Verdicts = []  # verdicts that came after the memo writer stopped (Ctrl-C)
         self._memo_send: MemoryObjectSendStream[_Verdicts] = msend
         self._memo_recv: MemoryObjectReceiveStream[_Verdicts] = mrecv
 
@@ -253,7 +254,12 @@ class Dispatcher:
         while self._queued >= _MEMO_QUEUE:
             await self._drained.wait()
         self._queued += len(entries)
-        self._memo_send.send_nowait(entries)
+        try:
+            self._memo_send.send_nowait(entries)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            # shutting down (Ctrl-C, SIGTERM): the writer has stopped or the stream was closed
+            # while this call was finishing; `write_late` keeps these paid verdicts
+            self._late += entries
 
     def _written(self, n: int) -> None:
         self._queued -= n
@@ -353,6 +359,14 @@ class Dispatcher:
         if left and self.memo is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.memo.set_many, left)
+
+    async def write_late(self) -> None:
+        """After every worker and row task has ended: write the verdicts that finished after
+        the memo writer stopped (shielded: it runs while the run is being cancelled)."""
+        late, self._late = self._late, []
+        if late and self.memo is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.memo.set_many, late)
 
     async def finish_memo(self) -> None:
         """Called after all workers are done: close the memo stream so the writer ends."""

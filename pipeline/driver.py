@@ -29,6 +29,7 @@ from pipeline.config import Config
 from pipeline.dispatch import RunCounters
 from pipeline.estimate import estimate
 from pipeline.extractor import load_extractor
+from pipeline.interrupt import stoppable
 from pipeline.limits import GateStats
 from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
@@ -369,9 +370,10 @@ T = TypeVar("T")
 
 def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
     """Run `fn` on a new event loop. User-facing errors raised inside a task group come out as
-    themselves, not wrapped in an ExceptionGroup."""
+    themselves, not wrapped in an ExceptionGroup; a stop signal cancels it and comes out as
+    KeyboardInterrupt once its shutdown has run (`pipeline.interrupt`)."""
     try:
-        return anyio.run(fn)
+        return anyio.run(stoppable, fn)
     except BaseExceptionGroup as group:
         raise first_meaningful(group) from None
 

@@ -145,16 +145,19 @@ async def _execute(
     run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
 ) -> None:
     progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
-    async with anyio.create_task_group() as tg:
-        run.dispatcher.start(tg)  # workers and memo writer end once their streams close
-        async with anyio.create_task_group() as ticker:
-            ticker.start_soon(progress.run)
-            try:
-                await _feed(run, files)
-            finally:
-                await run.dispatcher.close()
-                await run.dispatcher.finish_memo()
-                ticker.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            run.dispatcher.start(tg)  # workers and memo writer end once their streams close
+            async with anyio.create_task_group() as ticker:
+                ticker.start_soon(progress.run)
+                try:
+                    await _feed(run, files)
+                finally:
+                    await run.dispatcher.close()
+                    await run.dispatcher.finish_memo()
+                    ticker.cancel_scope.cancel()
+    finally:  # every task has ended: a verdict that finished during shutdown is kept
+        await run.dispatcher.write_late()
 
 
 # Batches planned at once: while one planning thread waits on its memo read (SQLite runs

@@ -123,3 +123,20 @@ async def test_a_cancelled_run_writes_the_verdicts_the_writer_was_holding(tmp_pa
     assert memo.writes == [2 * BATCH]
     assert len(memo.get_many([k for b in range(2) for k, _ in verdicts(b)])) == 2 * BATCH
     memo.close()
+
+
+async def test_a_verdict_that_finishes_during_shutdown_is_still_written(tmp_path: Path) -> None:
+    """The Ctrl-C race: a call finishing after shutdown closed the memo stream (and after the
+    writer stopped) raised ClosedResourceError, an internal error, and lost the verdict."""
+    memo = RecordingMemo(tmp_path / "memo")
+    dispatcher = Dispatcher(PaidJudge("", JudgeSettings(), NullGate(), JudgeStats()), memo,
+                            RunCounters(), 2)  # fmt: skip
+    async with anyio.create_task_group() as tg:
+        dispatcher.start(tg)
+        await dispatcher.close()
+        await dispatcher.finish_memo()  # shutdown closed the stream; the writer ends
+    late = [("late-1", (True, "finished late", 3, 1)), ("late-2", (False, "also late", 3, 1))]
+    await dispatcher.to_memo(late)  # a worker's last verdicts: no error
+    await dispatcher.write_late()
+    assert memo.get_many(["late-1", "late-2"]) == dict(late)
+    memo.close()

@@ -137,3 +137,51 @@ def test_ctrl_c_stops_cleanly_and_keeps_finished_parts(
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert run["rows_skipped"] >= 10  # finished parts were not redone
     assert int(fake_stats(server)["total"]) - calls_before < 1500  # type: ignore[arg-type]
+
+
+def test_signals_at_many_moments_end_cleanly_and_keep_every_finished_verdict(
+    src: Path, tmp_path: Path, server: str
+) -> None:
+    """A seeded loop of SIGINT and SIGTERM across the run (workers mid-call, parts mid-write,
+    the run mid-shutdown: some moments get a second signal 30 ms after the first): each ends
+    with 130 / 143 and the resume line, never an internal error; finished verdicts survive, so
+    the resumed output equals a clean run's and only calls in flight were repeated."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    env = environment(server, cache)
+    rng = random.Random(20261202)
+    stops = 0
+    for n in range(10):
+        sig = (signal.SIGINT, signal.SIGTERM)[n % 2]
+        proc = subprocess.Popen(
+            command(src, out), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.uniform(0.6, 2.6))
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            if n % 3 == 2:  # a second signal while the first one's shutdown runs
+                time.sleep(0.03)
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+            stops += 1
+        _, err = proc.communicate(timeout=60)
+        assert "internal error" not in err, err
+        assert "Traceback" not in err, err
+        if proc.returncode != 0:
+            assert proc.returncode in (130, 143), err
+            assert "run the same command again to resume" in err, err
+            assert not (out / "_SUCCESS").exists()
+    assert stops >= 5
+    done = subprocess.run(command(src, out), cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    resumed_calls = int(fake_stats(server)["total"])
+
+    clean_out = tmp_path / "clean"
+    clean_env = environment(server, tmp_path / "clean-cache")
+    clean = subprocess.run(
+        command(src, clean_out), cwd=REPO, env=clean_env, capture_output=True, text=True
+    )
+    assert clean.returncode == 0, clean.stderr
+    unique_calls = int(fake_stats(server)["total"]) - resumed_calls  # type: ignore[arg-type]
+    assert table(out).equals(table(clean_out))
+    # a stopped run repeats at most the calls in flight when it stopped
+    assert unique_calls <= resumed_calls <= unique_calls + stops * CONCURRENCY
