@@ -60,16 +60,18 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
         info.update(costs)
         out["cost_usd"] = costs["cost_usd"]
     out["batch_api"] = info
+    # the provider's queue sets the wall time, not ctxprec's limits: no online figure stands here
+    out["wall_s"], out["bound_by"] = None, "batch_api"
     return out
 
 
 def render_batch_estimate(est: dict[str, Any]) -> str:
     b = est["batch_api"]
     if "cost_usd" not in b:
-        return f"  batch API: half the online price; answers take {b['wait']}"
+        return "  batch API: half the online price"
     return (
         f"  batch API: ${b['cost_usd']:,.4f} instead of ${b['online_cost_usd']:,.4f} online "
-        f"(saving ${b['saving_usd']:,.4f}); answers take {b['wait']}"
+        f"(saving ${b['saving_usd']:,.4f})"
     )
 
 

@@ -4,7 +4,9 @@ like a real run, counts unique calls left after the memo and in-run duplicates, 
 
 from __future__ import annotations
 
+import json
 import os
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
@@ -21,9 +23,11 @@ from storage.core.constants import STATUS_OK
 from storage.memo import judge_prefix
 from storage.report import seconds
 
-__all__ = ["DEFAULT_LATENCY_S", "DEFAULT_OUTPUT_TOKENS", "estimate", "render_estimate"]
+__all__ = ["DEFAULT_LATENCY_S", "estimate", "render_estimate", "reply_tokens"]
 
-DEFAULT_OUTPUT_TOKENS = 24  # {"relevant": ..., "reason": "one short sentence"}: ~15-35 tokens
+# the reply a judge is asked for, with a typical "one short sentence" reason: an item call answers
+# one such verdict, a row call (--mode row) one per item it carries, each with its index
+_TYPICAL_REASON = "It gives the fact the answer needs."
 DEFAULT_LATENCY_S = {"offline": 0.0}
 _HTTP_LATENCY_S = 1.0
 
@@ -32,6 +36,18 @@ def _no_key_needed(name: str) -> str:
     """An estimate makes no call, so it needs no key: a placeholder where none is set (the
     judge's identity, hence the memo keys, never includes the key)."""
     return os.environ.get(name) or "estimate-makes-no-calls"
+
+
+@lru_cache(maxsize=256)
+def reply_tokens(items: int, per_row: bool) -> int:
+    """Output tokens of a typical reply to one call carrying `items` items: the JSON the prompt
+    asks for (prompts.ITEM_SCHEMA, or ROW_SCHEMA's one verdict per item), counted as inputs are."""
+    verdict: dict[str, Any] = {"relevant": False, "reason": _TYPICAL_REASON}
+    if per_row:
+        reply: dict[str, Any] = {"verdicts": [{"index": i, **verdict} for i in range(items)]}
+    else:
+        reply = verdict
+    return tokens_for_chars(len(json.dumps(reply)))
 
 
 def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bool) -> list[int]:
@@ -69,6 +85,8 @@ def estimate(
         memo_hits=0,
         duplicates=0,
         calls=0,
+        items_asked=0,  # items the calls carry (a row call carries its memoized items too)
+        reply_tokens=0,  # output tokens of typical replies to those calls
         input_tokens=0,
         memo_output_tokens=0,
         recheck_calls=0,
@@ -128,18 +146,20 @@ def _count_row(
     if not todo:
         return
     f["rows_to_judge"] += 1
-    tokens = _call_tokens(query, expected, items if per_row else todo, per_row)
+    asked = items if per_row else todo
+    tokens = _call_tokens(query, expected, asked, per_row)
     f["calls"] += len(tokens)
     f["input_tokens"] += sum(tokens)
+    f["items_asked"] += len(asked)
+    f["reply_tokens"] += (
+        reply_tokens(len(asked), True) if per_row else len(asked) * reply_tokens(1, False)
+    )
 
 
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
-    per_call_out = (f["memo_output_tokens"] / f["memo_hits"]) if f["memo_hits"] else None
     sent = f["calls"] + f["recheck_calls"]  # --recheck's re-asks cost tokens and time too
-    out_tokens = (
-        0 if provider == "offline" else round(sent * (per_call_out or DEFAULT_OUTPUT_TOKENS))
-    )
+    out_tokens = 0 if provider == "offline" else _output_tokens(f)
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
     cost = (
@@ -170,8 +190,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "recheck_calls": f["recheck_calls"],  # --recheck's re-asks, beside `calls`
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
-        "output_tokens_per_call": per_call_out
-        or (0 if provider == "offline" else DEFAULT_OUTPUT_TOKENS),
+        "output_tokens_per_call": round(out_tokens / sent, 1) if sent else 0,
         "cost_usd": None if cost is None else round(cost, 6),
         "price_known": price is not None or provider == "offline",
         "price_source": _price_source(cfg, model, price is not None),
@@ -182,6 +201,19 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "rpm": cfg.limits.rpm,
         "tpm": cfg.limits.tpm,
     }
+
+
+def _output_tokens(f: dict[str, Any]) -> int:
+    """What the calls will answer: per item as the memo's verdicts of this judge spent (a row
+    call's usage is split over its items), else typical replies; --recheck's re-asks as many per
+    call as the run's own calls."""
+    main = (
+        f["items_asked"] * f["memo_output_tokens"] / f["memo_hits"]
+        if f["memo_hits"] and f["memo_output_tokens"]
+        else f["reply_tokens"]
+    )
+    recheck = f["recheck_calls"] * (main / f["calls"] if f["calls"] else reply_tokens(1, False))
+    return round(main + recheck)
 
 
 def _price_source(cfg: Config, model: str, known: bool) -> str | None:
@@ -225,8 +257,16 @@ def render_estimate(e: dict[str, Any]) -> str:
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",
-            f"  wall time ~{seconds(e['wall_s'])}, bound by {e['bound_by']} "
-            f"(concurrency {e['concurrency']}, rpm {_limit(e['rpm'])}, tpm {_limit(e['tpm'])}, "
-            f"latency {e['latency_s_assumed']:g} s/call assumed)",
+            _wall_line(e),
         ]
+    )
+
+
+def _wall_line(e: dict[str, Any]) -> str:
+    if e["wall_s"] is None:  # --batch-api (batch_figures.batch_estimate): the provider's queue
+        return f"  wall time: {e['batch_api']['wait']}, as the provider's batch queue goes"
+    return (
+        f"  wall time ~{seconds(e['wall_s'])}, bound by {e['bound_by']} "
+        f"(concurrency {e['concurrency']}, rpm {_limit(e['rpm'])}, tpm {_limit(e['tpm'])}, "
+        f"latency {e['latency_s_assumed']:g} s/call assumed)"
     )

@@ -259,3 +259,54 @@ def test_row_mode_tokens_match_the_server(tmp_path: Path, fake: FakeJudgeServer)
     rows = pl.read_parquet(out / "*.parquet")
     assert rows["input_tokens"].sum() == fake.stats.input_tokens > 0
     assert rows["output_tokens"].sum() == fake.stats.output_tokens
+
+
+def ten_item_log(path: Path, rows: int = 12) -> Path:
+    """Rows of 10 items each, distinct across rows, about half of them relevant."""
+    pl.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(rows)],
+            "query": [f"Who wrote book {i}?" for i in range(rows)],
+            "expected_output": [f"Author {i} wrote book {i}." for i in range(rows)],
+            "contexts": [
+                [f"Passage {k} of row {i}: book {i}, with some text about it." for k in range(10)]
+                for i in range(rows)
+            ],
+        }
+    ).write_parquet(path)
+    return path
+
+
+ESTIMATE_TOLERANCE = 0.25  # estimate within 25 % of what the fake judge then bills
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [("--mode", "item"), ("--mode", "row"), ("--batch-api",), ("--mode", "row", "--batch-api")],
+)
+def test_every_modes_estimate_is_what_the_run_spends(
+    tmp_path: Path,
+    flags: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 33 item 1: row mode's replies hold one verdict per item; the estimate said 24 a call
+    from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
+
+    monkeypatch.setenv("CTXPREC_BATCH_POLL_S", "0.02")
+    monkeypatch.setenv("CTXPREC_BATCH_POLL_MAX_S", "0.05")
+    src, out = ten_item_log(tmp_path / "log.parquet"), tmp_path / "out"
+    thread = BatchFakeThread(BatchFakeConfig()) if "--batch-api" in flags else None
+    with thread or FakeJudgeThread(FakeJudgeConfig()) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        model = ("--model", "openai/gpt-4o-mini")
+        assert main(["estimate", str(src), *model, *flags, "--json"]) == 0
+        est = json.loads(capsys.readouterr().out)
+        assert score(src, "-o", out, *model, *flags) == 0
+    rows = pl.read_parquet(out / "*.parquet")
+    calls = 12 if "row" in flags else 120
+    assert est["calls"] == calls
+    for figure in ("input_tokens", "output_tokens"):
+        actual = rows[figure].sum()
+        assert abs(est[figure] / actual - 1) <= ESTIMATE_TOLERANCE, (figure, est[figure], actual)
