@@ -207,7 +207,7 @@ def _output_tokens(f: dict[str, Any]) -> int:
     """What the calls will answer: per item as the memo's verdicts of this judge spent (a row
     call's usage is split over its items), else typical replies; --recheck's re-asks as many per
     call as the run's own calls."""
-    main = (
+    main: float = (
         f["items_asked"] * f["memo_output_tokens"] / f["memo_hits"]
         if f["memo_hits"] and f["memo_output_tokens"]
         else f["reply_tokens"]

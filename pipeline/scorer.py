@@ -53,18 +53,75 @@ class ScoreResult:
     output_tokens: int = 0
 
 
-def _text(value: Any) -> str | None:
-    """Accept plain strings and Mastra-like message objects."""
+# the keys of the run object Mastra's scorers take (`scorer.run({input, output, ...})`)
+RUN_KEYS = ("input", "output", "groundTruth", "ground_truth", "runId", "requestContext",
+            "runtimeContext", "additionalContext", "tracingContext")  # fmt: skip
+# what runEvals' data items hold
+EVAL_KEYS = ("input", "groundTruth", "ground_truth", "requestContext", "runtimeContext",
+             "tracingContext")  # fmt: skip
+_SHAPES = (
+    "a string, a message {'role': ..., 'content': ...}, a list of messages, or Mastra's agent "
+    "input {'inputMessages': [...]}"
+)
+
+
+def _message_text(message: Mapping[str, Any]) -> str | None:
+    """A message's text as Mastra reads it: `content` (a string, or {content} / {parts}),
+    else `text`."""
+    content = message.get("content")
+    if isinstance(content, Mapping):
+        if isinstance(content.get("content"), str):
+            return str(content["content"])
+        content = content.get("parts")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):  # parts: the last text part, as Mastra takes it
+        texts = [p["text"] for p in content if isinstance(p, Mapping) and "text" in p]
+        return str(texts[-1]) if texts else ""
+    text = message.get("text")
+    return text if isinstance(text, str) else None
+
+
+def _text(value: Any, what: str, role: str) -> str | None:
+    """The text of a run's `input` (its first `role` message) or `output`, in any of Mastra's
+    shapes; TypeError naming them for anything else."""
     if value is None or isinstance(value, str):
         return value
+    if isinstance(value, Mapping) and ("inputMessages" in value or "messages" in value):
+        value = value.get("inputMessages") or value.get("messages") or []
+    if isinstance(value, Mapping) and ("content" in value or "text" in value):
+        found = _message_text(value)
+        if found is not None:
+            return found
+    if isinstance(value, Sequence) and all(isinstance(m, Mapping) for m in value):
+        mine = [m for m in value if m.get("role") == role] or list(value)
+        return (_message_text(mine[0]) or "") if mine else ""
+    raise TypeError(f"scorer.run: {what} must be {_SHAPES}, got {_shown(value)}")
+
+
+def _is_run_object(value: Mapping[str, Any]) -> bool:
+    """A mapping passed alone is Mastra's run object unless it is a message or agent input."""
+    return not any(k in value for k in ("inputMessages", "messages", "content", "text", "role"))
+
+
+def _shown(value: Any) -> str:
     if isinstance(value, Mapping):
-        for key in ("text", "content", "output", "query", "input"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-        msgs = value.get("inputMessages") or value.get("messages")
-        if isinstance(msgs, Sequence) and msgs and isinstance(msgs[0], Mapping):
-            return str(msgs[0].get("content", ""))
-    return str(value)
+        return f"a mapping with keys {sorted(map(str, value))}"
+    return type(value).__name__
+
+
+def _run_object(run: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """(input, output, expected output) of Mastra's run object: the expected output is its
+    groundTruth when given, else its output (a context_extractor gets input and output)."""
+    unknown = sorted(str(k) for k in run if k not in RUN_KEYS)
+    if unknown or "input" not in run:
+        raise TypeError(
+            "scorer.run takes input=..., output=... or Mastra's run object {'input': ..., "
+            f"'output': ..., 'groundTruth': ...}} (keys: {', '.join(RUN_KEYS)}); got "
+            + (f"unknown key(s) {', '.join(unknown)}" if unknown else "no 'input' key")
+        )
+    truth = run.get("groundTruth", run.get("ground_truth"))
+    return run["input"], run.get("output"), truth if truth is not None else run.get("output")
 
 
 class ContextPrecisionScorer:
@@ -109,9 +166,15 @@ class ContextPrecisionScorer:
     async def run(
         self, input: Any = None, output: Any = None, *, context: Sequence[str] | None = None
     ) -> ScoreResult:
-        """Judge every item, then score. `output` is the expected output (None: query only)."""
-        query = _text(input) or ""
-        expected = _text(output)
+        """Judge every item, then score. `output` is the expected output (None: query only).
+        `scorer.run({"input": ..., "output": ..., "groundTruth": ...})`, Mastra's run object, is
+        read as Mastra's scorers read it (see `_run_object`). `context` (or what run_evals'
+        target returned) wins over the context_extractor and options["context"]."""
+        expected_as_given = output
+        if isinstance(input, Mapping) and output is None and _is_run_object(input):
+            input, output, expected_as_given = _run_object(input)
+        query = _text(input, "input", "user") or ""
+        expected = _text(expected_as_given, "output", "assistant")
         items = self._context_for(input, output, context)
         version = prompt_version_for(expected)
         replies: list[tuple[bool, str, int, int] | None] = [None] * len(items)
@@ -316,6 +379,17 @@ async def _notify(callback: Callable[[EvalItem], Any] | None, item: EvalItem) ->
         item.errors["on_item_complete"] = f"{type(exc).__name__}: {exc}"
 
 
+def _eval_data(d: Any) -> Mapping[str, Any]:
+    """One of run_evals' data items, as runEvals takes them; TypeError naming the keys else."""
+    if not isinstance(d, Mapping) or "input" not in d or any(k not in EVAL_KEYS for k in d):
+        got = _shown(d) if isinstance(d, Mapping) else type(d).__name__
+        raise TypeError(
+            f"run_evals: each data item is a mapping with 'input' (and optionally "
+            f"{', '.join(EVAL_KEYS[1:])}); got {got}"
+        )
+    return d
+
+
 async def run_evals(
     data: Sequence[Mapping[str, Any]],
     scorers: Sequence[ContextPrecisionScorer],
@@ -331,7 +405,7 @@ async def run_evals(
     """
     items = [
         EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))
-        for i, d in enumerate(data)
+        for i, d in enumerate(map(_eval_data, data))
     ]
     send, recv = anyio.create_memory_object_stream[EvalItem](max(1, concurrency))
 

@@ -47,7 +47,11 @@ def test_readme_python_example_runs_as_written() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "0.83"
-    assert "context-precision" in lines[-1]
+    # every `print(...)  # VALUE` of the example prints VALUE (issue 33: the run object, and the
+    # target's context over options["context"], print what the README says)
+    said = re.findall(r"print\((?:evals\.scores|mastra\.score)\)  # (\{.*?\}|[\d.]+)", example)
+    assert said == ["{'context-precision': 1.0}", "0.83"]
+    assert lines[-2:] == said
 
 
 def test_readme_reader_of_exactly_ctxprecs_parts(tmp_path: Path) -> None:

@@ -169,3 +169,111 @@ def test_good_options_reach_the_judge_and_the_gate(fake: FakeJudgeServer) -> Non
     assert scorer.judge.settings.timeout_s == 12.5  # type: ignore[attr-defined]
     assert scorer.judge.gate.max_in_flight == 3  # type: ignore[attr-defined]
     assert scorer.scale == 10.0
+
+
+QUESTION, ANSWER = "What is the capital of Australia?", "Canberra is the capital of Australia."
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"input": QUESTION, "output": ANSWER},
+        {"input": QUESTION, "output": "Sydney.", "groundTruth": ANSWER, "runId": "r1"},
+        {  # an agent's run as Mastra hands it over: messages in, messages out
+            "input": {"inputMessages": [{"role": "user", "content": QUESTION}]},
+            "output": [
+                {
+                    "role": "assistant",
+                    "content": {"format": 2, "parts": [{"type": "text", "text": ANSWER}]},
+                }
+            ],
+            "requestContext": {},
+        },
+    ],
+)
+async def test_mastras_run_object_scores_as_the_keyword_form(
+    run: dict[str, object], fake: FakeJudgeServer
+) -> None:
+    # issue 33: the dict was taken whole as the query, with no expected output
+    scorer = create_context_precision_scorer(model="openai/x", options={"context": ITEMS})
+    keyword = await scorer.run(input=QUESTION, output=ANSWER)
+    asked = fake.stats.total
+    mastra = await scorer.run(run)
+    assert mastra.score == keyword.score
+    assert mastra.verdicts == keyword.verdicts
+    assert mastra.prompt_version == keyword.prompt_version  # judged against an expected output
+    assert fake.stats.total == 2 * asked  # the same prompts again (no memo here)
+    offline = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+    assert (await offline.run(run)).score == 0.83
+
+
+async def test_a_run_objects_extractor_gets_mastras_input_and_output() -> None:
+    seen: list[tuple[object, object]] = []
+
+    def extractor(inp: object, out: object) -> list[str]:
+        seen.append((inp, out))
+        return ITEMS
+
+    scorer = create_context_precision_scorer(
+        model="offline", options={"context_extractor": extractor}
+    )
+    output = {"role": "assistant", "content": ANSWER, "metadata": {"retrievedContext": ITEMS}}
+    await scorer.run({"input": QUESTION, "output": output, "groundTruth": "Canberra"})
+    assert seen == [(QUESTION, output)]
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        ({"query": QUESTION, "output": ANSWER}, "unknown key(s) query"),
+        ({"output": ANSWER}, "no 'input' key"),
+        ({"input": 42, "output": ANSWER}, "input must be a string"),
+        ({"input": QUESTION, "output": {"answer": ANSWER}}, "output must be a string"),
+    ],
+)
+async def test_any_other_shape_is_a_type_error_naming_the_keys(
+    call: dict[str, object], named: str
+) -> None:
+    scorer = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+    with pytest.raises(TypeError, match="input") as caught:
+        await scorer.run(call)
+    assert named in str(caught.value)
+    assert "groundTruth" in str(caught.value) or "inputMessages" in str(caught.value)
+
+
+async def test_run_evals_refuses_data_items_it_cannot_read() -> None:
+    scorer = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+    with pytest.raises(TypeError, match=r"'input'.*groundTruth.*got a mapping with keys"):
+        await run_evals(data=[{"question": QUESTION}], scorers=[scorer])
+
+
+async def test_the_targets_context_wins_over_options_context() -> None:
+    """The rule the README states: the call's context (here the target's) over the scorer's."""
+    scorer = create_context_precision_scorer(model="offline", options={"context": ITEMS})
+
+    async def target(question: str) -> dict[str, object]:
+        return {"output": "Canberra.", "context": ["Canberra is the capital.", "Kangaroos hop."]}
+
+    data = [{"input": QUESTION, "groundTruth": "Canberra"}]
+    evals = await run_evals(data=data, scorers=[scorer], target=target)
+    fixed = await scorer.run(input=QUESTION, output="Canberra")
+    assert (fixed.score, evals.scores["context-precision"]) == (0.83, 1.0)
+
+
+async def test_the_api_reads_the_providers_variables_and_no_ctxprec_setting(
+    fake: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the README says: OPENAI_BASE_URL / OPENAI_API_KEY are read (the `fake` fixture sets
+    them), CTXPREC_* are not, and options["base_url"] wins over the variable."""
+    monkeypatch.setenv("CTXPREC_CONCURRENCY", "0")  # the CLI refuses it: the API never reads it
+    monkeypatch.setenv("CTXPREC_SCALE", "10")
+    scorer = create_context_precision_scorer(model="openai/x", options={"context": ITEMS})
+    result = await scorer.run(input=QUESTION, output=ANSWER)
+    assert fake.stats.total == 3
+    assert result.score <= 1
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # a closed port
+    pinned = create_context_precision_scorer(
+        model="openai/x", options={"context": ITEMS, "base_url": fake.url}
+    )
+    assert (await pinned.run(input=QUESTION, output=ANSWER)).score == result.score
+    assert fake.stats.total == 6
