@@ -213,7 +213,7 @@ def _output_tokens(f: dict[str, Any]) -> int:
         else f["reply_tokens"]
     )
     recheck = f["recheck_calls"] * (main / f["calls"] if f["calls"] else reply_tokens(1, False))
-    return round(main + recheck)
+    return round(float(main + recheck))
 
 
 def _price_source(cfg: Config, model: str, known: bool) -> str | None:
