@@ -201,14 +201,17 @@ def _scan_schemas(
         check_partition_overlap(file, schema, keys)
         current = file_columns(file, schema, wanted)
         merged = current if merged is None else merge_columns(merged, current)
-    if merged is None:  # every file was an empty text file
-        shown = ", ".join(str(f) for f in files[:5])
-        raise InputError(
-            f"the input holds no records ({shown} {'is' if len(files) == 1 else 'are'} empty); "
-            "check the export, or point at the folder with the data"
-        )
+    if merged is None:  # every file was an empty text file: an empty dataset, as Parquet's
+        merged = _empty_columns(files[0], wanted)
     scanned.types = merged
     return scanned
+
+
+def _empty_columns(file: InputFile, wanted: list[Wanted]) -> ColumnTypes:
+    """The column types of an input of empty text files only (no column to read a type from):
+    the normalized types of the mapped roles, strings for the id and passthrough columns (the
+    expected output is taken as there: no row is judged without it)."""
+    return {w.column: (NORMALIZED_TYPES.get(w.role, pa.string()), file) for w in wanted}
 
 
 def _passthrough_fields(

@@ -217,7 +217,7 @@ def test_jsonl_labels_and_timestamps_keep_their_meaning(tmp_path: Path) -> None:
 
 def test_crlf_bom_and_empty_exports(tmp_path: Path) -> None:
     """Windows line ends and a UTF-8 BOM read as usual; an empty export adds no rows; an input
-    of only empty exports is refused."""
+    of only empty exports is an empty dataset (as an empty Parquet is)."""
     sample = pl.read_parquet(SAMPLE)
     text = sample.write_ndjson()
     src = tmp_path / "in"
@@ -230,5 +230,41 @@ def test_crlf_bom_and_empty_exports(tmp_path: Path) -> None:
     frame = pl.concat([b.frame for b in iter_batches(info, columns, batch_rows=5)])
     assert frame.get_column("id").to_list() == sample.get_column("id").to_list()
     assert frame.get_column("query").to_list() == sample.get_column("query").to_list()
-    with pytest.raises(InputError, match=r"holds no records \(.*idle-day.jsonl is empty\)"):
-        inspect_source(str(src / "idle-day.jsonl"), columns, use_extractor=False)
+    idle = inspect_source(str(src / "idle-day.jsonl"), columns, use_extractor=False)
+    assert (idle.total_rows, idle.has_expected) == (0, True)
+    assert list(iter_batches(idle, columns, batch_rows=5)) == []
+
+
+EMPTY_INPUTS = {
+    "empty.parquet": lambda p: pl.read_parquet(SAMPLE).head(0).write_parquet(p),
+    "empty.jsonl": lambda p: p.write_bytes(b""),
+    "blank-lines.jsonl": lambda p: p.write_text("\n\n"),
+    "empty.csv": lambda p: p.write_bytes(b""),
+    "header-only.csv": lambda p: p.write_text("id,query,expected_output,contexts\n"),
+    "empty.jsonl.gz": lambda p: p.write_bytes(gzip.compress(b"")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_INPUTS))
+def test_every_empty_input_is_one_note_and_an_empty_dataset(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 33: a 0-byte JSON Lines export exited 2 where an empty Parquet gave a note
+    src, out = tmp_path / name, tmp_path / "out"
+    EMPTY_INPUTS[name](src)
+    assert main(["score", str(src), "-o", str(out), "--progress", "off"]) == 0
+    captured = capsys.readouterr()
+    notes = [x for x in captured.out.splitlines() if x.startswith("ctxprec: note:")]
+    assert notes == [
+        f"ctxprec: note: the input {src} holds no rows; the output is an empty dataset"
+    ]
+    assert "WARNING" not in captured.out + captured.err
+    scored = pl.read_parquet(out / "*.parquet")
+    assert scored.height == 0
+    reference = tmp_path / "ref"
+    EMPTY_INPUTS["empty.parquet"](tmp_path / "ref.parquet")
+    assert (
+        main(["score", str(tmp_path / "ref.parquet"), "-o", str(reference), "--progress", "off"])
+        == 0
+    )
+    assert scored.schema == pl.read_parquet(reference / "*.parquet").schema
