@@ -31,9 +31,9 @@ from pipeline.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from storage import layout
 from storage.atomic import atomic_write_text
 from storage.compare_report import check_compare_target, render_text, write_compare
-from storage.core.constants import STATUS_FAILED
+from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from storage.core.errors import UserError
-from storage.core.figures import figure_text
+from storage.core.figures import counted, figure_text, round_figure
 from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -159,7 +159,7 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "failures": summary.get("failures"),
         "sinks": run.get("sinks"),
         "sink_errors": run.get("sink_errors"),
-        "wall_s": run.get("wall_s"),
+        "wall_s": None if run.get("wall_s") is None else round_figure(run["wall_s"], 2),
         "notices": run.get("notices") or [],
         "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
     }
@@ -173,18 +173,33 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
     figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
     lines = [
         *(f"ctxprec: {notice}" for notice in (summary.get("run") or {}).get("notices") or []),
-        f"ctxprec: {rows.get('total', 0):,} rows -> {outdir}  (ok {rows.get('ok', 0):,}, "
+        f"ctxprec: {counted(rows.get('total', 0), 'row')} -> {outdir}  (ok {rows.get('ok', 0):,}, "
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
         *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
         f"  summary: {layout.summary_md(outdir)}",
     ]
-    if rows.get("failed"):
-        causes = ", ".join(f"{k} x{v}" for k, v in (summary.get("failures") or {}).items())
-        lines.append(
-            f"  {rows['failed']} rows failed ({causes}); re-run the same command to retry only them"
-        )
+    lines += failure_lines(summary.get("failures") or {})
     return "\n".join(lines)
+
+
+def failure_lines(failures: dict[str, int]) -> list[str]:
+    """What to do about failed rows: a re-run retries judge failures; rows whose input is
+    invalid fail again until the input is fixed, and are said apart."""
+    bad = {k: v for k, v in failures.items() if k == INPUT_CAUSE}
+    judge = {k: v for k, v in failures.items() if k != INPUT_CAUSE}
+    out = []
+    if judge:
+        causes = ", ".join(f"{k} x{v:,}" for k, v in judge.items())
+        n = counted(sum(judge.values()), "row")
+        out.append(f"  {n} failed ({causes}); re-run the same command to retry only them")
+    if bad:
+        n = counted(sum(bad.values()), "row")
+        out.append(
+            f"  {n} failed on their input ({INPUT_CAUSE}: the error column says which field); "
+            "a re-run cannot fix them: fix the input rows"
+        )
+    return out
 
 
 def _this_run_lines(summary: dict[str, Any]) -> list[str]:
@@ -195,9 +210,11 @@ def _this_run_lines(summary: dict[str, Any]) -> list[str]:
         lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
     else:
         lines = [
-            f"  this run: {run.get('rows_this_run') or 0:,} rows, {run.get('judge_calls') or 0:,} "
-            f"judge calls, {run.get('memo_hits') or 0:,} memo hits, "
-            f"{judge.get('retries') or 0:,} retries, {judge.get('rate_limited') or 0:,} 429s, "
+            f"  this run: {counted(run.get('rows_this_run') or 0, 'row')}, "
+            f"{counted(run.get('judge_calls') or 0, 'judge call')}, "
+            f"{counted(run.get('memo_hits') or 0, 'memo hit')}, "
+            f"{counted(judge.get('retries') or 0, 'retry')}, "
+            f"{judge.get('rate_limited') or 0:,} 429s, "
             f"{wall}"
         ]
     total = (summary.get("history") or {}).get("total") or {}
@@ -205,7 +222,7 @@ def _this_run_lines(summary: dict[str, Any]) -> list[str]:
         lines += _runs_lines(summary)
     for loaded in run.get("sinks") or []:
         lines.append(
-            f"  sink {loaded['sink']}: {loaded['rows_added']} rows added, "
+            f"  sink {loaded['sink']}: {counted(loaded['rows_added'], 'row')} added, "
             f"{loaded['rows_skipped']} already there"
         )
     return lines
@@ -219,8 +236,9 @@ def _runs_lines(summary: dict[str, Any]) -> list[str]:
     cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
     runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
     return [
-        f"  all runs: {runs}, {total['rows_this_run']:,} rows scored, "
-        f"{total['judge_calls']:,} judge calls, {total['memo_hits']:,} memo hits, "
+        f"  all runs: {runs}, {counted(total['rows_this_run'], 'row')} scored, "
+        f"{counted(total['judge_calls'], 'judge call')}, "
+        f"{counted(total['memo_hits'], 'memo hit')}, "
         f"{seconds(total['wall_s'])}{cost}"
     ]
 

@@ -15,7 +15,7 @@ from connectors.judges.prompts import prompt_version_for
 from connectors.sources import INPUT_ERROR
 from pipeline.dispatch import ItemOutcome
 from pipeline.extractor import Extractor
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.memo import MemoEntry, item_keys, row_hasher
 
 __all__ = ["BatchJob", "RowPlan", "attach_keys", "plan_rows"]
@@ -73,13 +73,13 @@ def _check_items(items: Any, max_chars: int) -> str | None:
 
 def _plan_row(query: Any, expected: Any, context: Any, max_chars: int) -> RowPlan:
     if query is None or not isinstance(query, str):
-        return RowPlan(None, None, [], STATUS_FAILED, "invalid_input: query is null")
+        return RowPlan(None, None, [], STATUS_FAILED, f"{INPUT_CAUSE}: query is null")
     exp = expected if isinstance(expected, str) else None
     if context is None:
         return RowPlan(query, exp, [], STATUS_EMPTY, None)
     problem = _check_items(context, max_chars)
     if problem is not None:
-        return RowPlan(query, exp, [], STATUS_FAILED, f"invalid_input: {problem}")
+        return RowPlan(query, exp, [], STATUS_FAILED, f"{INPUT_CAUSE}: {problem}")
     if not context:
         return RowPlan(query, exp, [], STATUS_EMPTY, None)
     return RowPlan(query, exp, list(context))

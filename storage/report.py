@@ -16,8 +16,8 @@ import polars as pl
 from storage import layout
 from storage.atomic import atomic_write_bytes
 from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.figures import figure_text, percent_text, round_figure
+from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.figures import counted, figure_text, percent_text, round_figure
 from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
@@ -186,7 +186,11 @@ def _positions(lf: pl.LazyFrame) -> list[dict[str, Any]]:
         .explode(["verdicts", "position"])
         .drop_nulls()
         .group_by("position")
-        .agg(pl.len().alias("items"), v.cast(pl.Float64).mean().alias("relevant_rate"))
+        .agg(
+            pl.len().alias("items"),
+            v.cast(pl.Int64).sum().alias("relevant"),
+            v.cast(pl.Float64).mean().alias("relevant_rate"),
+        )
         .sort("position")
         .collect(engine="streaming")
     )
@@ -434,7 +438,7 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
         return [f"![{CHART_FILES[name]}](charts/{name})", ""] if name in pictures else []
 
     positions = [
-        [f"#{p['position']}", p["items"], _pct(p["relevant_rate"])]
+        [f"#{p['position']}", p["items"], _share(p.get("relevant"), p["items"], p["relevant_rate"])]
         for p in summary["relevance_by_position"][:30]
     ]
     lines = [*_md_intro(summary), *_md_score(summary), *img("score_distribution.png")]
@@ -464,14 +468,20 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         "",
         f"The output holds **{rows['total']:,}** rows {_origin(run, source)}{judge}: "
         f"**{rows['ok']:,}** ok, **{rows['empty_context']:,}** with an empty context, {failed}. "
-        f"Coverage: {_pct(s['coverage'])}." + (this_run if s["wall_s"] is not None else ""),
+        f"Coverage: {_share(rows['ok'] + rows['empty_context'], rows['total'], s['coverage'])}."
+        + (this_run if s["wall_s"] is not None else ""),
         "",
     ]
     for notice in run.get("notices") or []:
         lines += [f"> **{notice}**", ""]
-    if n := rows["failed"]:
-        noun = "row" if n == 1 else "rows"
-        lines += [f"> **{n:,} {noun} failed — re-run the same command to retry only them.**", ""]
+    bad = s["failures"].get(INPUT_CAUSE, 0)
+    if n := rows["failed"] - bad:
+        lines += [f"> **{counted(n, 'row')} failed — re-run the same command to retry only them.**"]
+        lines += [""]
+    if bad:
+        lines += [f"> **{counted(bad, 'row')} failed on their input ({INPUT_CAUSE}) — a re-run "]
+        lines[-1] += "cannot fix them: fix those input rows.**"
+        lines += [""]
     return lines
 
 
@@ -560,7 +570,11 @@ def _md_score(s: Mapping[str, Any]) -> list[str]:
     stats, scale = s["score"], s["scale"]
     out = _md_table(f"Score (0 to {scale:g})", [*stats], [[*stats.values()]])
     text = {b: (span, meaning) for b, _, _, span, meaning in BANDS}
-    rows = [[b["band"], *text[b["band"]], b["rows"], _pct(b["share"])] for b in s["bands"]]
+    scored = s["rows"]["ok"] + s["rows"]["empty_context"]
+    rows = [
+        [b["band"], *text[b["band"]], b["rows"], _share(b["rows"], scored, b["share"])]
+        for b in s["bands"]
+    ]
     head = ["band", "score" if scale == 1 else f"score / {scale:g}", "meaning", "rows", "share"]
     return out + _md_table("Score bands", head, rows)
 
@@ -660,3 +674,12 @@ def _fmt(value: Any) -> str:
 
 def _pct(value: float | None) -> str:
     return percent_text(value)
+
+
+def _share(part: int | None, whole: int, stored: float | None) -> str:
+    """A share as a percentage, rounded once from its counts (6 of 11 reads 54.5 %, where
+    percent_text of the stored 0.5455 would round a second time to 54.6 %); the stored figure
+    when the counts are not there (a summary.json written before they were)."""
+    if part is None or not whole:
+        return _pct(stored)
+    return percent_text(part / whole)

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from connectors.sources.files import InputFile
 from storage.core.errors import InputError
+from storage.core.figures import counted
 from storage.schema import output_schema
 
 __all__ = [
@@ -388,9 +389,9 @@ def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str)
     hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
     where = "; ".join(_where(files, pos) for pos in hits["pos"])
     raise InputError(
-        f"duplicate id {value!r} in column `{id_column}`: {where} ({count} duplicated ids in "
-        "total); ids must be unique across all input files: deduplicate the data, or map a "
-        "unique column with --map id=COLUMN"
+        f"duplicate id {value!r} in column `{id_column}`: {where} "
+        f"({counted(count, 'duplicated id')} in total); ids must be unique across all input "
+        "files: deduplicate the data, or map a unique column with --map id=COLUMN"
     )
 
 

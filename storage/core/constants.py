@@ -15,3 +15,7 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null partition value in a Hive fol
 STATUS_OK = "ok"
 STATUS_EMPTY = "empty_context"
 STATUS_FAILED = "failed"
+
+# the error cause of a row whose input cannot be judged (null query, an item over the limit, bad
+# text): a re-run fails it again until the input is fixed (every other cause a re-run retries)
+INPUT_CAUSE = "invalid_input"

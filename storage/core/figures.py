@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FIGURE_DIGITS", "figure_text", "percent_text", "round_figure"]
+__all__ = ["FIGURE_DIGITS", "counted", "figure_text", "percent_text", "round_figure"]
 
 FIGURE_DIGITS = 4  # decimals of every mean, quantile, rate and delta shown
 _NOISE_DIGITS = 6  # float noise below this (in units of the last shown digit) is not a half
@@ -39,3 +39,16 @@ def figure_text(value: Any, digits: int = FIGURE_DIGITS, missing: str = "—") -
 def percent_text(share: float | None, digits: int = 1) -> str:
     """A share as a percentage by the same rule: 0.41675 -> 41.7%."""
     return "—" if share is None else f"{round_figure(share * 100, digits):.{digits}f}%"
+
+
+_PLURALS = {"retry": "retries", "was": "were"}
+
+
+def counted(n: int, noun: str) -> str:
+    """A count with its noun in the right number: "1 row", "2 rows", "1,234 judge calls",
+    "1 retry"; the last word of `noun` takes the plural."""
+    if n == 1:
+        return f"{n:,} {noun}"
+    head, _, last = noun.rpartition(" ")
+    plural = _PLURALS.get(last, last + "s")
+    return f"{n:,} {head + ' ' if head else ''}{plural}"

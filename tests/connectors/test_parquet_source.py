@@ -362,7 +362,9 @@ def test_null_id(tmp_path: Path) -> None:
 def test_duplicate_ids_across_files(tmp_path: Path) -> None:
     a = write(tmp_path / "a.parquet", id=["x", "y", "z"])
     b = write(tmp_path / "b.parquet", id=["w", "y", "v"])
-    fails(f"duplicate id 'y' in column `id`: {a} row 1; {b} row 1 (1 duplicated ids", tmp_path)
+    fails(
+        f"duplicate id 'y' in column `id`: {a} row 1; {b} row 1 (1 duplicated id in total", tmp_path
+    )
 
 
 def test_duplicate_integer_ids_within_a_file(tmp_path: Path) -> None:

@@ -731,8 +731,12 @@ def row_level(
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     rows = statuses(out)
     assert summary["rows"]["total"] == len(rows)
-    if code == 1:
-        assert "re-run the same command to retry only them" in captured.out
+    if code == 1:  # input failures are not offered a retry; judge failures are
+        bad_input = any((e or "").startswith("invalid_input") for _, e in rows.values())
+        judge = any(s == "failed" and not (e or "").startswith("invalid_input")
+                    for s, e in rows.values())  # fmt: skip
+        assert bad_input == ("a re-run cannot fix them: fix the input rows" in captured.out)
+        assert judge == ("re-run the same command to retry only them" in captured.out)
     return rows
 
 

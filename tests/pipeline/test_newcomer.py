@@ -396,3 +396,36 @@ def test_a_config_from_a_pipe_reads_and_a_missing_one_points_at_ctxprec_config(
     err = capsys.readouterr().err
     assert "`ctxprec config NAME > my.toml`" in err
     assert "configs/" not in err
+
+
+def test_quiet_json_rounds_wall_time(tmp_path: Path) -> None:
+    """`--quiet` printed "wall_s": 0.2654213900000286; it is rounded like every figure."""
+    done = cli("score", SAMPLE, "-o", tmp_path / "out", "--quiet", stdout=subprocess.PIPE)
+    assert done.returncode == 0, done.stderr
+    wall = json.loads(done.stdout.splitlines()[-1])["wall_s"]
+    assert wall == round_figure(wall, 2)
+    assert len(repr(wall)) <= 6
+
+
+def test_counts_read_in_the_right_number() -> None:
+    from storage.core.figures import counted
+
+    assert counted(1, "row") == "1 row"
+    assert counted(2, "judge call") == "2 judge calls"
+    assert counted(1, "duplicated id") == "1 duplicated id"
+    assert counted(3, "retry") == "3 retries"
+    assert counted(0, "memo hit") == "0 memo hits"
+    assert counted(1234, "row") == "1,234 rows"
+
+
+def test_failures_say_which_a_rerun_can_fix() -> None:
+    """A null query or a 5 MB item fails again on every re-run: the CLI says to fix the input,
+    and offers a retry only for the judge's failures."""
+    from pipeline.commands import failure_lines
+
+    both = "\n".join(failure_lines({"invalid_input": 2, "timeout": 1}))
+    assert "1 row failed (timeout x1); re-run the same command to retry only them" in both
+    assert "2 rows failed on their input" in both
+    assert "a re-run cannot fix them" in both
+    only_input = "\n".join(failure_lines({"invalid_input": 1}))
+    assert "retry" not in only_input

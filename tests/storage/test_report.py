@@ -166,11 +166,21 @@ def test_band_edges_on_another_scale(tmp_path: Path) -> None:
 def test_relevance_by_position_skips_null_verdicts(outdir: Path) -> None:
     # position 0: a T, b T, c F, d F, g F, f T -> 3/6; position 1: f's null item skipped -> 2/5
     assert build_summary(outdir, RUN)["relevance_by_position"] == [
-        {"position": 1, "items": 6, "relevant_rate": 0.5},
-        {"position": 2, "items": 5, "relevant_rate": 0.4},
-        {"position": 3, "items": 4, "relevant_rate": 0.5},
-        {"position": 4, "items": 1, "relevant_rate": 0.0},
+        {"position": 1, "items": 6, "relevant": 3, "relevant_rate": 0.5},
+        {"position": 2, "items": 5, "relevant": 2, "relevant_rate": 0.4},
+        {"position": 3, "items": 4, "relevant": 2, "relevant_rate": 0.5},
+        {"position": 4, "items": 1, "relevant": 0, "relevant_rate": 0.0},
     ]
+
+
+def test_a_share_is_rounded_once_from_its_counts() -> None:
+    """6 of 11 is 54.545 %: summary.json keeps 0.5455, and the page reads 54.5 %, not the 54.6 %
+    that rounding the stored figure a second time gives."""
+    from storage.report import _share
+
+    assert _share(6, 11, 0.5455) == "54.5%"
+    assert _share(None, 11, 0.5455) == "54.6%"  # an old summary without the counts
+    assert _share(0, 0, None) == "—"
 
 
 def test_rank_metrics_failures_tokens_cost_and_throughput(outdir: Path) -> None:
