@@ -282,6 +282,12 @@ def lookup(
     spec = table.get(provider) or _by_alias(table).get(provider)
     if spec is not None:
         return spec
+    served = serving(model)
+    if served:
+        raise ConfigError(
+            f"model {model!r} names no provider: did you mean {' or '.join(served)}? "
+            "(a judge model is written provider/model)"
+        )
     names = sorted({*table, *_by_alias(table), *others})
     near = closest(provider, names)
     hint = f"the closest known: {', '.join(near)}; " if near else ""
@@ -290,6 +296,30 @@ def lookup(
         f"{', '.join(sorted({*table, *others}))}. For another OpenAI-compatible server, "
         f"{_HOW_TO_ADD}, or use openai/<model> with --base-url"
     )
+
+
+def serving(model: str) -> list[str]:
+    """`provider/model` of the registry's providers that serve `model` (a model written
+    without its provider: gpt-4o-mini -> openai/gpt-4o-mini), first-party providers first."""
+    if "/" in model:
+        return []
+    by_name: dict[str, list[str]] = {}
+    for known in registry_prices():
+        provider, name = known.split("/", 1)
+        by_name.setdefault(name, []).append(provider)
+    if model not in by_name:  # a name the registry does not list: the nearest one it does
+        first_party = [n for n, ps in by_name.items() if set(ps) & set(_FIRST_PARTY)]
+        near = difflib.get_close_matches(model, first_party, n=1, cutoff=0.6)
+        near = near or difflib.get_close_matches(model, list(by_name), n=1, cutoff=0.6)
+        if not near:
+            return []
+        model = near[0]
+    providers = by_name[model]
+    first = [p for p in providers if p in _FIRST_PARTY]
+    return [f"{p}/{model}" for p in (first or providers)[:3]]
+
+
+_FIRST_PARTY = ("openai", "anthropic", "google", "mistral", "deepseek", "xai")
 
 
 # ---------------------------------------------------------------- prices

@@ -455,3 +455,19 @@ def test_a_key_source_passed_in_is_read_instead_of_the_environment(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with pytest.raises(ConfigError, match="needs an API key: set the environment variable OPENAI"):
         create_judge(settings, key_source={}.get)  # the source replaces the environment
+
+
+@pytest.mark.parametrize(
+    ("model", "suggested"),
+    [
+        ("gpt-4o-mini", "did you mean openai/gpt-4o-mini?"),
+        ("gemini-2.0-flash", "did you mean google/gemini-2.0-flash?"),
+        ("gpt4omini", "did you mean openai/gpt-4o-mini?"),  # a typo: the nearest listed model
+    ],
+)
+def test_a_model_without_its_provider_is_offered_the_provider_that_serves_it(
+    model: str, suggested: str
+) -> None:
+    """`--model gpt-4o-mini` said "the closest known: gemini"; the registry knows who serves it."""
+    with pytest.raises(ConfigError, match=re.escape(suggested)):
+        create_judge(JudgeSettings(model=model))
