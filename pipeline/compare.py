@@ -390,7 +390,8 @@ def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
                     f"{col} differs on {diff.height} of {pairs.height} pairs "
                     f"(e.g. A {first[f'{col}_a']!r}, B {first[f'{col}_b']!r})"
                 )
-    return {"same": not differences, "differences": differences, "notes": notes}
+    judges = {k: (j or {}).get("judge_model") for k, j in (("a", ja), ("b", jb))}
+    return {"same": not differences, "differences": differences, "notes": notes, "judges": judges}
 
 
 def _verdict_counts(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[np.ndarray, int]:

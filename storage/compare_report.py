@@ -188,11 +188,25 @@ def render_text(report: Mapping[str, Any]) -> str:
     lines += _honesty_lines(report, "  ")
     if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
         lines += _agreement_text(agree)
-    for d in report["judge_config"]["differences"]:
-        lines.append(f"  WARNING judge configuration differs: {d}")
+    lines += _judge_warning(report["judge_config"])
     if gate := _gate_message(report):
         lines.append(f"  GATE FAILED: {gate}")
     return "\n".join(lines)
+
+
+def _judge_warning(judge: Mapping[str, Any]) -> list[str]:
+    """One line however many settings differ (compare.json and compare.md list them)."""
+    differences = judge["differences"]
+    if not differences:
+        return []
+    names = judge.get("judges") or {}
+    who = f"A {names.get('a') or '?'}, B {names.get('b') or '?'}"
+    if len(differences) == 1:
+        return [f"  WARNING judge configuration differs ({who}): {differences[0]}"]
+    return [
+        f"  WARNING judge configuration differs ({who}): {len(differences)} settings differ "
+        "(compare.json lists them under judge_config.differences)"
+    ]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:

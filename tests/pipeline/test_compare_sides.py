@@ -148,7 +148,15 @@ def test_judge_difference_is_loud_and_strict_refuses(
     assert any("prompt_version" in d for d in r["judge_config"]["differences"])
     assert any("judge model" in d for d in r["judge_config"]["differences"])
     assert main(["compare", str(a), str(b)]) == 0
-    assert "WARNING judge configuration differs" in capsys.readouterr().out
+    warnings = [x for x in capsys.readouterr().out.splitlines() if "WARNING" in x]
+    n = len(r["judge_config"]["differences"])
+    assert n > 1
+    # one line naming both judges, however many settings differ (it printed one line each)
+    assert warnings == [
+        "  WARNING judge configuration differs (A "
+        f"{r['judge_config']['judges']['a']}, B {r['judge_config']['judges']['b']}): "
+        f"{n} settings differ (compare.json lists them under judge_config.differences)"
+    ]
     assert main(["compare", str(a), str(b), "--strict"]) == 2
     assert "--strict" in capsys.readouterr().err
 
