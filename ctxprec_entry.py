@@ -54,16 +54,43 @@ def check_packages() -> str | None:
     """None when pipeline, connectors and storage are ctxprec's own; else what to do."""
     for name in PACKAGES:
         if (problem := _problem(name)) is not None:
+            source = installed_from()
             return (
                 f"ctxprec: cannot start: {problem}. ctxprec installs the top-level packages "
                 "pipeline, connectors and storage, and other PyPI projects use the same names "
                 "(another distribution installed into this environment, or a folder of that "
                 "name on PYTHONPATH or in the current folder). Install ctxprec in a virtual "
-                "environment of its own (python3 -m venv .venv && .venv/bin/pip install ctxprec), "
+                f"environment of its own (python3 -m venv .venv && .venv/bin/pip install {source}), "
                 f"or remove the other one (pip uninstall {name}, then "
-                "pip install --force-reinstall ctxprec)"
+                f"pip install --force-reinstall {source})"
             )
     return None
+
+
+def installed_from() -> str:
+    """What to give pip to install this ctxprec again: the checkout or wheel it came from
+    (its distribution's direct_url.json, PEP 610), since ctxprec is not on the package index;
+    a placeholder naming both when pip recorded no source."""
+    try:
+        from importlib import metadata
+
+        text = metadata.distribution("ctxprec").read_text("direct_url.json")
+    except Exception:  # not installed by pip, or no record of its source
+        text = None
+    if text:
+        import json
+        from urllib.parse import unquote, urlsplit
+
+        try:
+            info = json.loads(text)
+            url = urlsplit(str(info["url"]))
+        except (ValueError, KeyError, TypeError):
+            url = None
+        if url is not None and url.scheme == "file" and url.path:
+            path = unquote(url.path)
+            editable = (info.get("dir_info") or {}).get("editable")
+            return f"-e {path}" if editable else path
+    return "<the ctxprec checkout or wheel you installed from>"
 
 
 def main() -> int:

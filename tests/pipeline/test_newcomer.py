@@ -13,6 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ctxprec_entry import installed_from
 from pipeline.cli import BROKEN_PIPE_EXIT, main
 from pipeline.config_cmd import example_configs
 from pipeline.reason import build_reason, failed_reason
@@ -332,6 +333,30 @@ def test_another_projects_package_of_the_same_name_gets_a_clear_message(
     assert f"`{package}`" in done.stderr
     assert str(tmp_path / "shadow" / package) in done.stderr  # where the other one is
     assert f"pip uninstall {package}" in done.stderr
+    # ctxprec is not on the package index: the advice names where this one was installed from
+    assert "install --force-reinstall ctxprec)" not in done.stderr
+    assert f"--force-reinstall {installed_from()})" in done.stderr
+
+
+def test_the_reinstall_advice_names_the_source_pip_recorded(tmp_path: Path) -> None:
+    """An editable install is reinstalled with -e from its checkout, a wheel from its file."""
+    dist = tmp_path / "ctxprec-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ctxprec\nVersion: 1.0\n")
+    cases = {
+        '{"url": "file:///srv/ctxprec", "dir_info": {"editable": true}}': "-e /srv/ctxprec",
+        '{"url": "file:///tmp/w/ctxprec-1.0-py3-none-any.whl", "archive_info": {}}':
+            "/tmp/w/ctxprec-1.0-py3-none-any.whl",
+        "not json": "<the ctxprec checkout or wheel you installed from>",
+    }  # fmt: skip
+    for record, advice in cases.items():
+        (dist / "direct_url.json").write_text(record)
+        code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import ctxprec_entry; "
+        code += "print(ctxprec_entry.installed_from())"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        assert done.stdout.strip() == advice
 
 
 def test_the_entry_point_runs_the_cli_when_the_packages_are_ours(tmp_path: Path) -> None:
