@@ -60,8 +60,8 @@ def check_packages() -> str | None:
                 "pipeline, connectors and storage, and other PyPI projects use the same names "
                 "(another distribution installed into this environment, or a folder of that "
                 "name on PYTHONPATH or in the current folder). Install ctxprec in a virtual "
-                f"environment of its own (python3 -m venv .venv && .venv/bin/pip install {source}), "
-                f"or remove the other one (pip uninstall {name}, then "
+                "environment of its own (python3 -m venv .venv && .venv/bin/pip install "
+                f"{source}), or remove the other one (pip uninstall {name}, then "
                 f"pip install --force-reinstall {source})"
             )
     return None
