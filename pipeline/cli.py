@@ -95,14 +95,16 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
 
 
-def _add_data_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("input")
+def _add_data_flags(p: argparse.ArgumentParser, *, output: bool = False) -> None:
+    g = p.add_argument_group("input and output" if output else "input")
     g.add_argument(
         "input",
         help="a Parquet, JSON Lines (.jsonl/.ndjson/.json) or CSV file (text formats also .gz or "
         ".zst), a folder or glob of them, or a Hive-partitioned dataset; a path or an s3:// "
         "gs:// az:// URL",
     )
+    if output:
+        g.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
     g.add_argument(
         "--config",
         type=Path,
@@ -132,7 +134,7 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 WAIT_LOCK_S = 3600.0  # --wait-lock without a number
 
 
-def _add_lock_flag(p: argparse.ArgumentParser) -> None:
+def _add_lock_flag(p: Any) -> None:
     p.add_argument(
         "--wait-lock",
         nargs="?",
@@ -164,24 +166,42 @@ def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     )
 
 
+SCORE_EPILOG = """examples:
+  ctxprec score logs.parquet -o out/night           the offline judge, no key needed
+  ctxprec score logs/ -o out/night --model openai/gpt-4o-mini --map query=question
+  ctxprec score 'logs/dt=*/' -o out/all --incremental --partition-by dt
+
+exit codes:
+  0 every row scored; 1 some rows failed (output written; the summary says which a re-run can
+  fix); 2 usage, config, input or output-folder error before any judge call; 3 internal error;
+  4 the judge refused the run (auth, quota, model); 5 a quality gate failed (--fail-under);
+  6 provider batches still pending (--batch-wait); 130 Ctrl-C, 143 SIGTERM (finished parts and
+  verdicts kept: the same command resumes)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="ctxprec",
-        description="Context precision (MAP) of "
-        "retrieved context, judged item by item, over Parquet.",
+        description="Context precision (MAP) of retrieved context, judged item by item, over "
+        "Parquet, JSON Lines and CSV (files, folders, globs, object stores).",
     )
     parser.add_argument("--version", action="version", version=f"ctxprec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sc = sub.add_parser("score", help="score a dataset into OUTDIR")
-    _add_data_flags(sc)
+    sc = sub.add_parser(
+        "score",
+        help="score a dataset into OUTDIR",
+        epilog=SCORE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_data_flags(sc, output=True)
     _add_judge_flags(sc)
-    sc.add_argument("-o", "--output", required=True, type=_outdir, help="output folder or URI")
-    _add_setting(sc, "output.partition_by")
-    _add_setting(sc, "output.charts")
-    _add_setting(sc, "output.sinks", action="append")
-    sc.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
-    sc.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
-    _add_lock_flag(sc)
+    out = sc.add_argument_group("output")
+    _add_setting(out, "output.partition_by")
+    _add_setting(out, "output.charts")
+    _add_setting(out, "output.sinks", action="append")
+    out.add_argument("--overwrite", action="store_true", help="replace what OUTDIR holds")
+    out.add_argument("--incremental", action="store_true", help="add new ids to an existing OUTDIR")
+    _add_lock_flag(out)
     sc.add_argument(
         "--progress",
         choices=["auto", "bar", "log", "off"],
@@ -407,8 +427,20 @@ def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = 
         return BROKEN_PIPE_EXIT
 
 
+def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The subparser of `command` (the top-level parser when there is none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's own usage and its close flags, not the top level's
+        command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     args.debug, args.retry_clock = False, retry_clock
     try:
         # before any config file: from the environment, checked by the loader

@@ -454,3 +454,34 @@ def test_failures_say_which_a_rerun_can_fix() -> None:
     assert "a re-run cannot fix them" in both
     only_input = "\n".join(failure_lines({"invalid_input": 1}))
     assert "retry" not in only_input
+
+
+def test_help_says_what_the_code_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """Top-level help names every input format; `score --help` has examples and exit codes,
+    and -o stands with the input, not before it."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    top = " ".join(capsys.readouterr().out.split())
+    assert "Parquet, JSON Lines and CSV" in top
+    with pytest.raises(SystemExit):
+        main(["score", "--help"])
+    help_text = capsys.readouterr().out
+    assert "examples:\n  ctxprec score " in help_text
+    assert "exit codes:" in help_text
+    assert "130 Ctrl-C, 143 SIGTERM" in help_text
+    group = help_text.index("input and output:")
+    after = help_text[group:]
+    assert (
+        after.index("input ") < after.index("-o OUTPUT, --output OUTPUT") < after.index("--config")
+    )
+
+
+def test_a_typo_in_a_subcommand_shows_that_subcommands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["score", "in.parquet", "-o", "out", "--concurency", "3"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ctxprec score ")
+    assert "did you mean --concurrency?" in err
