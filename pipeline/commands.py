@@ -30,6 +30,7 @@ from pipeline.estimate import estimate, render_estimate
 from pipeline.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from storage import layout
 from storage.atomic import atomic_write_text
+from storage.charts import CHARTS_INSTALL, charts_available
 from storage.compare_report import check_compare_target, render_text, write_compare
 from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from storage.core.errors import UserError
@@ -266,6 +267,9 @@ def _cmd_summary(args: argparse.Namespace) -> int:
         raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
     write_summary(args.outdir, summary)
     print(_human_line(summary, args.outdir, rebuilt=True))
+    if not charts_available():
+        print(f"ctxprec: note: no charts drawn: they need matplotlib ({CHARTS_INSTALL})",
+              file=sys.stderr)  # fmt: skip
 
     if text := trend_text(summary.get("trend")):
         print(text)

@@ -35,7 +35,7 @@ from pipeline.notices import run_notices, skipped_formats_line
 from pipeline.publish import check_sinks, publish
 from pipeline.reduce import TableSpec
 from storage import layout
-from storage.charts import preload
+from storage.charts import CHARTS_INSTALL, charts_available, preload
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError, first_meaningful
@@ -144,6 +144,11 @@ async def prepare_run(
     spec = _table_spec(info, cfg, judge.model)
     _check_output_columns(cfg, spec)
     await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
+    if cfg.output.charts and not charts_available():
+        raise ConfigError(
+            "--charts draws PNG charts with matplotlib, which is not installed here: "
+            f"{CHARTS_INSTALL} (summary.md and summary.json need nothing more)"
+        )
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir)
     lock.acquire(

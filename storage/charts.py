@@ -6,6 +6,7 @@ the middle, titles wrapped to the figure, labels that would overlap dropped.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 import textwrap
@@ -20,9 +21,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAND_COLORS",
+    "CHARTS_INSTALL",
     "CHART_FILES",
     "TREND_CHART",
     "chart_figures",
+    "charts_available",
     "declutter",
     "fit_title",
     "planned_charts",
@@ -110,6 +113,17 @@ def planned_charts(summary: Mapping[str, Any]) -> list[str]:
     return names
 
 
+CHARTS_INSTALL = "pip install 'ctxprec[charts]'"  # matplotlib: charts are opt-in
+
+
+def charts_available() -> bool:
+    """Whether matplotlib can be imported (found, not imported: that costs ~0.3 s)."""
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _import_plotting() -> None:
     import matplotlib.backends.backend_agg
     import matplotlib.figure
@@ -119,6 +133,8 @@ def _import_plotting() -> None:
 def preload() -> None:
     """Import matplotlib in a background thread while a run waits on its judge, so the
     summary at the end does not pay for it (a few hundred ms per run)."""
+    if not charts_available():
+        return
     threading.Thread(target=_import_plotting, name="ctxprec-preload", daemon=True).start()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from storage import layout
 from storage.atomic import atomic_write_bytes
-from storage.charts import fit_title, png, short_label
+from storage.charts import charts_available, fit_title, png, short_label
 from storage.core.errors import OutputError
 from storage.core.figures import figure_text
 from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_JSON, COMPARE_MD
@@ -58,7 +58,7 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
     """Write compare.json, compare.md and compare.png into `outdir`, each atomically."""
     outdir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {
-        COMPARE_CHART: render_chart(report),
+        **({COMPARE_CHART: render_chart(report)} if charts_available() else {}),
         COMPARE_JSON: (
             json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
         ).encode(),
@@ -235,8 +235,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         *_honesty_lines(report, "- "),
         "",
-        f"![mean delta with 95% CI]({COMPARE_CHART})",
-        "",
+        *([f"![mean delta with 95% CI]({COMPARE_CHART})", ""] if charts_available() else []),
     ]
     if g := report["by_group"]:
         rows = [[x["group"], fmt(x["n_pairs"]), fmt(x["mean_a"]), fmt(x["mean_b"]),

@@ -15,7 +15,14 @@ import polars as pl
 
 from storage import layout
 from storage.atomic import atomic_write_bytes
-from storage.charts import CHART_FILES, TREND_CHART, planned_charts, render_charts
+from storage.charts import (
+    CHART_FILES,
+    CHARTS_INSTALL,
+    TREND_CHART,
+    charts_available,
+    planned_charts,
+    render_charts,
+)
 from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.figures import counted, figure_text, percent_text, round_figure
 from storage.core.metric import map_stage, rank_column_names
@@ -417,6 +424,7 @@ def write_summary(outdir: OutPath, summary: Mapping[str, Any], *, charts: bool =
     """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace,
     or one PUT each in an object store)."""
     outdir = out_path(outdir)
+    charts = charts and charts_available()  # matplotlib is the `charts` extra
     pngs = render_charts(summary) if charts else {}
     for name, data in pngs.items():
         atomic_write_bytes(layout.chart(outdir, name), data)
@@ -595,6 +603,8 @@ def _md_distribution(s: Mapping[str, Any]) -> list[str]:
     bars = [f"{label:<{width}} {'█' * round(_BAR * n / top):<{_BAR}} {n:,}".rstrip()
             for label, n in zip(labels, values, strict=True)]  # fmt: skip
     note = "Charts: `ctxprec summary OUTDIR` draws them (charts/*.png), as `score --charts` does."
+    if not charts_available():
+        note = f"Charts: `ctxprec summary OUTDIR` draws them once matplotlib is ({CHARTS_INSTALL})."
     return ["## Score distribution (rows)", "", "```text", *bars, "```", "", note, ""]
 
 

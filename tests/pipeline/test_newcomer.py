@@ -485,3 +485,22 @@ def test_a_typo_in_a_subcommand_shows_that_subcommands_usage(
     err = capsys.readouterr().err
     assert err.startswith("usage: ctxprec score ")
     assert "did you mean --concurrency?" in err
+
+
+def test_charts_are_an_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """matplotlib is the `charts` extra: without it a run and `ctxprec summary` write the
+    summary without pictures, and --charts is refused before any judge call, naming the extra."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    out = tmp_path / "out"
+    assert main(["score", str(SAMPLE), "-o", str(out), "--charts"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'ctxprec[charts]'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (out / "_SUCCESS").exists()
+    assert main(["score", str(SAMPLE), "-o", str(out)]) == 0
+    assert main(["summary", str(out)]) == 0
+    assert "no charts drawn" in capsys.readouterr().err
+    assert not (out / "charts").exists()
+    assert "](charts/" not in (out / "summary.md").read_text(encoding="utf-8")  # no picture
