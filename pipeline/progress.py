@@ -4,6 +4,7 @@ nothing in quiet mode. Reads the run counters on a timer instead of per item.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TextIO
@@ -58,7 +59,14 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, unit="row", file=self.stream, dynamic_ncols=True)
+            width = _fixed_width(self.stream)
+            self._bar = tqdm(
+                total=self.total,
+                unit="row",
+                file=self.stream,
+                ncols=width,
+                dynamic_ncols=width is None,
+            )
         try:
             while True:
                 self.refresh()
@@ -86,3 +94,14 @@ class Progress:
                 file=self.stream,
                 flush=True,
             )
+
+
+def _fixed_width(stream: TextIO) -> int | None:
+    """None: the bar follows the terminal's width. 80 columns when the terminal reports none
+    (a pty of 0x0, as `script -c` and some CI runners give: a bar that follows a width of 0
+    prints nothing for the whole run)."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 80
+    return None if columns > 0 else 80

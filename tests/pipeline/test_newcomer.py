@@ -504,3 +504,39 @@ def test_charts_are_an_extra(
     assert "no charts drawn" in capsys.readouterr().err
     assert not (out / "charts").exists()
     assert "](charts/" not in (out / "summary.md").read_text(encoding="utf-8")  # no picture
+
+
+def test_a_terminal_of_size_0x0_still_shows_progress() -> None:
+    """On a pty reporting 0x0 columns and rows (`script -c`, some CI runners) the bar
+    followed a width of 0 and showed nothing for a whole run."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    import anyio
+
+    from connectors.judges.base import JudgeStats
+    from pipeline.dispatch import RunCounters
+    from pipeline.progress import Progress
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    assert os.get_terminal_size(slave).columns == 0
+    stream = os.fdopen(slave, "w", buffering=1, encoding="utf-8")
+    counters = RunCounters(rows_judged=7)
+    progress = Progress(20, counters, JudgeStats(), stream=stream)
+    assert progress.mode == "bar"
+
+    async def show() -> None:
+        with anyio.move_on_after(0.6):
+            await progress.run()
+
+    anyio.run(show)
+    stream.flush()
+    os.set_blocking(master, False)
+    shown = os.read(master, 65536).decode("utf-8", "replace")
+    stream.close()
+    os.close(master)
+    assert "7/20" in shown
+    assert "row" in shown
