@@ -3,8 +3,8 @@
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
 site-packages, a package folder lacks its py.typed marker or a data file it reads
-(DATA_FILES: the provider registry), or an example config of configs/ is not shipped
-(equal) as pipeline/configs/ for `ctxprec config NAME`.
+(DATA_FILES: the provider registry, the sample of `ctxprec sample`), or an example config of
+configs/ is not shipped (equal) as pipeline/configs/ for `ctxprec config NAME`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # data files the product reads at run time, next to its modules
-DATA_FILES = (("connectors.judges", "providers.toml"),)
+DATA_FILES = (("connectors.judges", "providers.toml"), ("pipeline", "data/sample.parquet"))
 
 
 def main() -> int:

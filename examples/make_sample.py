@@ -223,6 +223,7 @@ def build_table() -> pa.Table:
 
 
 if __name__ == "__main__":
-    out = Path(__file__).with_name("sample.parquet")
+    # the one copy is the package's (`ctxprec sample`); examples/sample.parquet links to it
+    out = Path(__file__).resolve().parents[1] / "pipeline" / "data" / "sample.parquet"
     pq.write_table(build_table(), out)
     print(f"wrote {out} ({len(ROWS)} rows)")

@@ -36,6 +36,7 @@ from pipeline.config import FLAGS, Config, env_setting, flag_type, load_config
 from pipeline.config_cmd import add_config_command, example_configs
 from pipeline.interrupt import Stop
 from pipeline.providers_cmd import add_providers_command
+from pipeline.sample_cmd import add_sample_command
 from pipeline.version import __version__
 from storage.core.errors import (
     BatchesPendingError,
@@ -64,6 +65,7 @@ COMMANDS: dict[str, str] = {
     "cache": "pipeline.cache_cmd:run_cache_command",
     "providers": "pipeline.providers_cmd:run_providers_command",
     "config": "pipeline.config_cmd:run_config_command",
+    "sample": "pipeline.sample_cmd:run_sample_command",
 }
 
 SETTINGS = {s.key: s for s in settings()}
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cache_command(sub)
     add_config_command(sub)
+    add_sample_command(sub)
     _add_gate_flags(sc)
     _add_compare_parser(sub)
     bt = sub.add_parser("batches", help="list (or cancel) the provider batches of an OUTDIR")

@@ -540,3 +540,22 @@ def test_a_terminal_of_size_0x0_still_shows_progress() -> None:
     os.close(master)
     assert "7/20" in shown
     assert "row" in shown
+
+
+def test_the_sample_ships_with_the_package_and_is_written_where_asked(tmp_path: Path) -> None:
+    """An installed ctxprec could not run its main job: the sample was not in the package.
+    `ctxprec sample PATH` writes the packaged copy (the checkout's examples/ file links to it),
+    and never replaces a file already there."""
+    from pipeline.sample_cmd import sample_bytes
+
+    assert (REPO / "examples" / "sample.parquet").read_bytes() == sample_bytes()
+    target = tmp_path / "mine.parquet"
+    done = cli("sample", target, cwd=tmp_path, stdout=subprocess.PIPE)
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == sample_bytes()
+    assert pl.read_parquet(target).height == pl.read_parquet(SAMPLE).height
+    target.write_bytes(b"the user's own file")
+    again = cli("sample", target, cwd=tmp_path)
+    assert again.returncode == 2
+    assert "never replaces" in again.stderr
+    assert target.read_bytes() == b"the user's own file"
