@@ -16,10 +16,12 @@ from storage.core.errors import OutputError
 
 __all__ = ["add_sample_command", "run_sample_command", "sample_bytes"]
 
+SAMPLE_NAME = "sample.parquet"  # in the package's data folder; the default name in a folder
+
 
 def sample_bytes() -> bytes:
     """The bundled sample Parquet file, as shipped in the installed package."""
-    return (resources.files("pipeline") / "data" / "sample.parquet").read_bytes()
+    return (resources.files("pipeline") / "data" / SAMPLE_NAME).read_bytes()
 
 
 def add_sample_command(sub: Any) -> None:
@@ -36,7 +38,7 @@ def add_sample_command(sub: Any) -> None:
 def run_sample_command(args: argparse.Namespace) -> int:
     path: Path = args.path
     if path.is_dir():
-        path = path / "sample.parquet"
+        path = path / SAMPLE_NAME
     data = sample_bytes()
     try:  # O_EXCL: a file already there (the user's own, or a link) is left as it is
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

@@ -23,6 +23,7 @@ NAMES = {
 # joins with a literal that are not OUTDIR paths: the packaged example configs, the user cache
 ALLOWED_JOINS = {
     ("pipeline/config_cmd.py", "configs"),
+    ("pipeline/sample_cmd.py", "data"),  # package data, like the configs
     ("storage/memo.py", "memo"),
 }
 
