@@ -1,6 +1,7 @@
 """Making the judge calls: one bounded job stream served by `concurrency` worker tasks, in-run
 de-duplication of identical items, and a memo writer that group-commits verdicts as calls
-complete. Which items need a call at all is decided by `fanout.py`.
+complete (each paid verdict first appended to the run's journal, `storage.journal`). Which items
+need a call at all is decided by `fanout.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
 from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
+from storage.journal import Journal
 from storage.memo import MemoEntry, MemoStore, entry_of
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
@@ -101,10 +103,18 @@ class Dispatcher:
     """Owns the worker tasks. Use `async with Dispatcher(...) as d:` inside a task group."""
 
     def __init__(
-        self, judge: Judge, memo: MemoStore | None, counters: RunCounters, concurrency: int
+        self,
+        judge: Judge,
+        memo: MemoStore | None,
+        counters: RunCounters,
+        concurrency: int,
+        journal: Journal | None = None,
     ) -> None:
         self.judge = judge
         self.memo = memo
+        # a paid call's verdict is appended here before its worker takes the next call: the
+        # memo writer's group commit holds verdicts in memory meanwhile, a kill would lose them
+        self.journal = journal
         self.counters = counters
         self.concurrency = concurrency
         self.decider = judge if isinstance(judge, SyncDecider) else None
@@ -235,6 +245,8 @@ class Dispatcher:
                     self._fail(job, exc)
                 else:
                     self._succeed(job, entries)
+                    if self.journal is not None:
+                        self.journal.append(job.keys, entries)
                     if self.memo is not None:
                         await self.to_memo(list(zip(job.keys, entries, strict=True)))
 
@@ -290,6 +302,8 @@ class Dispatcher:
                 entry = entry_of(r)
                 self._succeed(part, [entry])
                 good.append((key, entry))
+        if self.journal is not None and good:
+            self.journal.append([k for k, _ in good], [e for _, e in good])
         await self.to_memo(good)
 
     def _remember(self, key: str, entry: MemoEntry) -> None:

@@ -182,7 +182,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     if cfg.output.charts:
         preload()  # matplotlib loads while the judge works, not after it
     if incremental:
-        run.run_tag = datetime.now(UTC).strftime("r%Y%m%dT%H%M%S%f-")
+        run.run_tag = layout.incremental_tag(datetime.now(UTC))
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
     elif (
         run.info.total_rows <= AUTO_ESTIMATE_ROWS

@@ -17,6 +17,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
+from connectors.judges.base import SyncDecider
 from connectors.sources import SourceBatch
 from pipeline.config import Config
 from pipeline.dispatch import Dispatcher, RunCounters
@@ -33,8 +34,9 @@ from pipeline.rows import BatchJob
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError
-from storage.memo import MemoStore, judge_prefix
-from storage.verdicts import open_shared
+from storage.journal import Journal, open_journal, replay_journals
+from storage.memo import Memo, MemoStore, judge_prefix
+from storage.verdicts import SharedMemo, open_shared
 
 __all__ = ["MeteredGate", "run_stage", "shared_memo"]
 
@@ -90,7 +92,8 @@ async def run_stage(
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
         memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
-        dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency)
+        journal = await anyio.to_thread.run_sync(_open_journal, memo, judge)
+        dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
         planner = BatchPlanner(
@@ -102,11 +105,15 @@ async def run_stage(
             extractor=extractor,
         )
         stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped, planner)
+        finished = False
         try:
             await _execute(stage, files, stats, progress)
+            finished = True  # every verdict is in the memo: the journal goes
         finally:
             if memo is not None:
                 await anyio.to_thread.run_sync(memo.close)
+            if journal is not None:
+                journal.close(done=finished)
     finally:
         with anyio.CancelScope(shield=True):
             await judge.aclose()
@@ -133,6 +140,16 @@ async def _done_by_earlier_attempt(
 
 def _open_memo(cfg: Config) -> MemoStore | None:
     return open_memo(cfg)
+
+
+def _open_journal(memo: MemoStore | None, judge: Judge) -> Journal | None:
+    """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
+    offline judge's verdicts cost nothing to redo) open this run's (`storage.journal`)."""
+    local = memo.local if isinstance(memo, SharedMemo) else memo
+    if memo is None or not isinstance(local, Memo):
+        return None  # no memo, or an engine's own (it keeps verdicts its own way)
+    replay_journals(local.directory, memo)
+    return None if isinstance(judge, SyncDecider) else open_journal(local.directory)
 
 
 def shared_memo(plan: RunPlan) -> MemoStore | None:

@@ -19,11 +19,14 @@ Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`)
         shuffle/<run>/keys|answers/     a keyed run's scratch (`storage.keyshards`)
         batches/state.json, <chunk>.jsonl|.ids, batch-memo/   batch API runs (`storage.batches`)
 
-Also named here: the files of a `ctxprec compare -o DIR` folder and the memo folder's database.
+Also named here: the files of a `ctxprec compare -o DIR` folder, the memo folder's database and
+its verdict journals.
 """
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TypeVar
 
@@ -53,6 +56,9 @@ __all__ = [
     "estimate",
     "fixed_files",
     "in_state_dir",
+    "incremental_tag",
+    "is_incremental_key",
+    "journal_dir",
     "key_shards",
     "lock",
     "manifest",
@@ -184,6 +190,21 @@ def pending_record(outdir: P, key: str) -> P:
     return outdir / STATE_DIR / _PARTS / f"{key}{PENDING}"
 
 
+# an --incremental run commits its parts as `r<UTC time>-<batch key>`; a plain run as `<batch key>`
+_INCREMENTAL_TAG = "r%Y%m%dT%H%M%S%f-"
+_INCREMENTAL_KEY = re.compile(r"r\d{8}T\d{12}-")
+
+
+def incremental_tag(moment: datetime) -> str:
+    """The prefix of the part keys an --incremental run started at `moment` commits."""
+    return moment.strftime(_INCREMENTAL_TAG)
+
+
+def is_incremental_key(key: str) -> bool:
+    """Whether a part key is one an --incremental run committed."""
+    return _INCREMENTAL_KEY.match(key) is not None
+
+
 # -- verdicts --------------------------------------------------------------------------------
 def verdict_dir(outdir: P, digest: str) -> P:
     """The verdicts judged for one input file (`digest` names the file)."""
@@ -261,3 +282,22 @@ def compare_file(outdir: P, name: str) -> P:
 def memo_db(folder: Path) -> Path:
     """The database file in a memo folder (diskcache's)."""
     return folder / "cache.db"
+
+
+def journal_dir(folder: Path) -> Path:
+    """The verdict journals in a memo folder (`storage.journal`): one per running paid run."""
+    return folder / "journal"
+
+
+JOURNAL_SUFFIX = ".jsonl"
+JOURNAL_NEW = ".new-"  # a journal being created, not yet locked by its run
+
+
+def journal_file(folder: Path, token: str) -> Path:
+    """Run `token`'s journal in memo folder `folder`."""
+    return journal_dir(folder) / f"{token}{JOURNAL_SUFFIX}"
+
+
+def journal_new(folder: Path, token: str) -> Path:
+    """Where run `token` creates its journal before it is locked and renamed."""
+    return journal_dir(folder) / f"{JOURNAL_NEW}{token}"

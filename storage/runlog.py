@@ -58,6 +58,7 @@ class RunLog:
         self.fingerprint = fingerprint  # input + configuration: one run
         self.config_fingerprint = config_fingerprint  # configuration only: incremental runs
         self.describe = dict(describe)
+        self._incremental = False  # how the folder was opened (the manifest says so)
 
     # -- opening -------------------------------------------------------------------------
     def open(self, *, overwrite: bool = False, incremental: bool = False) -> None:
@@ -87,6 +88,14 @@ class RunLog:
                 f"output folder {self.outdir} holds another run "
                 f"({describe_differences(described, self.describe)}); {fixes}"
             )
+        elif not incremental and self._holds_additions(manifest):
+            raise OutputError(
+                f"output folder {self.outdir} holds rows that --incremental runs added; a run "
+                "without --incremental would score their ids a second time: run the same "
+                "command with --incremental added (it scores only the ids the folder lacks), "
+                "or with --overwrite to replace what it holds by this input alone"
+            )
+        self._incremental = incremental
         try:
             layout.parts_dir(self.outdir).mkdir(parents=True, exist_ok=True)
             layout.success(self.outdir).unlink(missing_ok=True)
@@ -99,6 +108,15 @@ class RunLog:
             self.config_fingerprint
         )
 
+    def _holds_additions(self, manifest: dict[str, Any] | None) -> bool:
+        """Rows of an --incremental run are committed here, or one wrote the manifest last
+        (its parts may not be committed yet) while parts of another run are: a plain run's
+        resume skips parts by key only, so it must not open such a folder."""
+        keys = ownership.records(self.outdir).keys() if manifest is not None else ()
+        if any(layout.is_incremental_key(k) for k in keys):
+            return True
+        return bool(keys) and (manifest or {}).get("incremental") is True
+
     def _other_run(self, manifest: dict[str, Any] | None) -> bool:
         return manifest is not None and manifest.get("fingerprint") != self.fingerprint
 
@@ -107,6 +125,7 @@ class RunLog:
             "fingerprint": self.fingerprint,
             "config_fingerprint": self.config_fingerprint,
             "status": status,
+            "incremental": self._incremental,
             "command": command_line(),
             "describe": self.describe,
         }

@@ -8,23 +8,25 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.fakes.inputs import HOTPOT_MAP, REPO
-from tests.fakes.runs import fake_stats
+from tests.fakes.runs import fake_stats, judge_process
 
 pytestmark = pytest.mark.slow  # real processes killed and resumed
 
 CONCURRENCY = 8
 
 
-def command(src: Path, out: Path) -> list[str]:
+def command(src: Path, out: Path, concurrency: int = CONCURRENCY) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -39,7 +41,7 @@ def command(src: Path, out: Path) -> list[str]:
         "--batch-rows",
         "10",
         "--concurrency",
-        str(CONCURRENCY),
+        str(concurrency),
         "--progress",
         "off",
     ]
@@ -104,6 +106,74 @@ def test_sigkill_at_random_moments_then_resume(src: Path, tmp_path: Path, server
     assert resumed.equals(table(clean_out))
     # at most the calls in flight at each kill were repeated
     assert unique_calls <= resumed_calls <= unique_calls + kills * CONCURRENCY
+
+
+@pytest.fixture
+def fast_server() -> Iterator[str]:
+    """The fake judge in its own process, answering in 4 ± 2 ms."""
+    with judge_process("--latency-ms", "4", "--jitter-ms", "2") as url:
+        yield url
+
+
+def _calls(url: str) -> int:
+    return int(fake_stats(url)["total"])
+
+
+def _wait_for_calls(url: str, target: int, proc: subprocess.Popen[bytes]) -> bool:
+    """Until the fake judge has had `target` calls in all; False when the run ended first."""
+    while _calls(url) < target:
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_sigkills_at_16_in_flight_repeat_at_most_the_calls_in_flight(
+    hotpot: Path, tmp_path: Path, fast_server: str
+) -> None:
+    """SIGKILLs at seeded moments of a run with 16 calls in flight, each while another run
+    sharing the memo folder holds its write lock (a long group commit: the memo writer cannot
+    write, finished verdicts pile up), then the same command: each kill repeats at most the 16
+    calls in flight, never a finished one. (Finished verdicts used to wait in memory for the
+    memo writer's next group commit and die with the process: two kills repeated 34 calls.)
+    Each paid verdict is appended to the run's journal before its worker takes the next call."""
+    out, cache, in_flight = tmp_path / "out", tmp_path / "cache", 16
+    src = tmp_path / "in.parquet"
+    pl.read_parquet(hotpot).write_parquet(src)  # 500 rows, ~5,000 unique calls
+    env = environment(fast_server, cache)
+    rng = random.Random(20261202)
+    kills = 0
+    for _ in range(4):
+        proc = subprocess.Popen(command(src, out, in_flight), cwd=REPO, env=env)
+        # a seeded moment: after 50-300 calls of this run, the lock; 100-300 calls later, the kill
+        start, locked, killed = _calls(fast_server), rng.randint(50, 300), rng.randint(100, 300)
+        if _wait_for_calls(fast_server, start + locked, proc):
+            other_run = sqlite3.connect(cache / "cache.db", isolation_level=None, timeout=60)
+            other_run.execute("BEGIN IMMEDIATE")
+            if _wait_for_calls(fast_server, start + locked + killed, proc):
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            other_run.execute("ROLLBACK")
+            other_run.close()
+        proc.wait()
+    assert kills == 4
+    done = subprocess.run(
+        command(src, out, in_flight), cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    resumed_calls = _calls(fast_server)
+    assert fake_stats(fast_server)["max_in_flight"] <= in_flight
+    assert not list((cache / "journal").glob("*"))  # replayed, then removed; the last one too
+
+    clean_out, clean_env = tmp_path / "clean", environment(fast_server, tmp_path / "clean-cache")
+    clean = subprocess.run(
+        command(src, clean_out, in_flight), cwd=REPO, env=clean_env, capture_output=True, text=True
+    )
+    assert clean.returncode == 0, clean.stderr
+    unique_calls = _calls(fast_server) - resumed_calls
+    assert table(out).equals(table(clean_out))
+    repeated = resumed_calls - unique_calls
+    assert 0 <= repeated <= kills * in_flight, (repeated, kills)
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_finished_parts(
