@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.config import Config
+from pipeline.estimate import per_1k_rows
 from storage.core.settings import Price
 
 __all__ = [
@@ -59,6 +60,7 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
     if costs is not None:
         info.update(costs)
         out["cost_usd"] = costs["cost_usd"]
+        out["cost_per_1k_rows_usd"] = per_1k_rows(costs["cost_usd"], int(est["rows_to_judge"]))
     out["batch_api"] = info
     # the provider's queue sets the wall time, not ctxprec's limits: no online figure stands here
     out["wall_s"], out["bound_by"] = None, "batch_api"

@@ -89,7 +89,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
 
     def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
         inner = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
-        return _ResultJudge(inner, failed, collector.prefix, online)
+        return _ResultJudge(inner, failed, collector.prefix, online, cfg.judge.verdict_only)
 
     result = await run_stage(
         plan,
@@ -120,10 +120,12 @@ class _ResultJudge(JudgeWrapper):
     (`--reason llm`) needs its verdicts first, so it is asked of the online judge."""
 
     def __init__(
-        self, inner: Judge, failed: dict[str, list[str]], prefix: bytes, online: bool
-    ) -> None:
+        self, inner: Judge, failed: dict[str, list[str]], prefix: bytes, online: bool,
+        verdict_only: bool,
+    ) -> None:  # fmt: skip
         super().__init__(inner)
         self.failed, self.prefix, self.online = failed, prefix, online
+        self.verdict_only = verdict_only
 
     def _check(self, keys: list[str]) -> None:
         for key in keys:
@@ -137,12 +139,12 @@ class _ResultJudge(JudgeWrapper):
             )
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
-        version = prompts.prompt_version_for(request.expected, False)
+        version = prompts.prompt_version_for(request.expected, False, self.verdict_only)
         key = memo_key(self.prefix, version, request.query, request.expected, request.item)
         self._check([key])
         return await self.inner.judge_item(request)
 
     async def judge_row(self, query: str, expected: str | None, items: Any) -> list[JudgeReply]:
-        version = prompts.prompt_version_for(expected, True)
+        version = prompts.prompt_version_for(expected, True, self.verdict_only)
         self._check([memo_key(self.prefix, version, query, expected, it) for it in items])
         return await self.inner.judge_row(query, expected, items)

@@ -91,7 +91,9 @@ def _add_setting(g: Any, key: str, **extra: Any) -> None:
 
 def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
-    for key in ("model", "base_url", "api_key_env", "mode", "timeout_s", "max_retries"):
+    for key in (
+        "model", "base_url", "api_key_env", "mode", "verdict_only", "timeout_s", "max_retries",
+    ):  # fmt: skip
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
     _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it

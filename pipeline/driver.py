@@ -242,6 +242,7 @@ def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]
         "judge": identity,
         "judge_model": cfg.judge.model,
         "mode": cfg.judge.mode,
+        **({"verdict_only": True} if cfg.judge.verdict_only else {}),  # the reasons differ
         "scale": cfg.scoring.scale,
         "ks": list(cfg.scoring.ks),
         "max_item_chars": cfg.run.max_item_chars,
@@ -261,8 +262,9 @@ def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
     labels = cfg.column_map.labels is not None
     schema = output_schema(info.id_type, info.passthrough_fields, cfg.scoring.ks, labels=labels)
     return TableSpec(
-        schema, model, cfg.scoring.scale, cfg.scoring.ks, cfg.judge.mode == "row", labels
-    )
+        schema, model, cfg.scoring.scale, cfg.scoring.ks, cfg.judge.mode == "row", labels,
+        cfg.judge.verdict_only,
+    )  # fmt: skip
 
 
 def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Series:
@@ -308,7 +310,8 @@ def _run_info(
         "input": run.input,
         "judge_model": model,
         "prompt_version": " / ".join(
-            prompt_version_for(e, run.spec.per_row) for e in ("expected", None)
+            prompt_version_for(e, run.spec.per_row, run.spec.verdict_only)
+            for e in ("expected", None)
         ),
         "incremental": bool(run.run_tag),
         "rows_this_run": c.rows_done - c.rows_skipped,

@@ -4,9 +4,7 @@ like a real run, counts unique calls left after the memo and in-run duplicates, 
 
 from __future__ import annotations
 
-import json
 import os
-from functools import lru_cache
 from typing import Any
 
 import polars as pl
@@ -14,7 +12,7 @@ import polars as pl
 from connectors.judges import JudgeStats, create_judge, estimate_tokens
 from connectors.judges.base import tokens_for_chars
 from connectors.judges.catalog import prices_taken
-from connectors.judges.prompts import item_prompt_chars, row_messages
+from connectors.judges.prompts import item_prompt_chars, row_messages, typical_reply
 from connectors.sources import SourceInfo, inspect_input
 from pipeline.config import Config
 from pipeline.planning import BatchPlanner, open_memo
@@ -23,11 +21,14 @@ from storage.core.constants import STATUS_OK
 from storage.memo import judge_prefix
 from storage.report import seconds
 
-__all__ = ["DEFAULT_LATENCY_S", "estimate", "render_estimate", "reply_tokens"]
+__all__ = [
+    "DEFAULT_LATENCY_S",
+    "estimate",
+    "per_1k_rows",
+    "render_estimate",
+    "reply_tokens",
+]
 
-# the reply a judge is asked for, with a typical "one short sentence" reason: an item call answers
-# one such verdict, a row call (--mode row) one per item it carries, each with its index
-_TYPICAL_REASON = "It gives the fact the answer needs."
 DEFAULT_LATENCY_S = {"offline": 0.0}
 _HTTP_LATENCY_S = 1.0
 
@@ -38,24 +39,28 @@ def _no_key_needed(name: str) -> str:
     return os.environ.get(name) or "estimate-makes-no-calls"
 
 
-@lru_cache(maxsize=256)
-def reply_tokens(items: int, per_row: bool) -> int:
-    """Output tokens of a typical reply to one call carrying `items` items: the JSON the prompt
-    asks for (prompts.ITEM_SCHEMA, or ROW_SCHEMA's one verdict per item), counted as inputs are."""
-    verdict: dict[str, Any] = {"relevant": False, "reason": _TYPICAL_REASON}
+def _call_tokens(
+    query: str, expected: str | None, items: list[str], per_row: bool, verdict_only: bool
+) -> list[int]:
     if per_row:
-        reply: dict[str, Any] = {"verdicts": [{"index": i, **verdict} for i in range(items)]}
-    else:
-        reply = verdict
-    return tokens_for_chars(len(json.dumps(reply)))
-
-
-def _call_tokens(query: str, expected: str | None, items: list[str], per_row: bool) -> list[int]:
-    if per_row:
-        system, user = row_messages(query, expected, items)
+        system, user = row_messages(query, expected, items, verdict_only)
         return [estimate_tokens(system, user)]
     # estimate_tokens(*item_messages(...)) of each item, the row's part framed once
-    return [tokens_for_chars(chars) for chars in item_prompt_chars(query, expected, items)]
+    chars = item_prompt_chars(query, expected, items, verdict_only)
+    return [tokens_for_chars(c) for c in chars]
+
+
+def reply_tokens(n_items: int, per_row: bool, verdict_only: bool) -> int:
+    """Output tokens of the replies to `n_items` items, from the reply schema (a typical reason
+    where it has one): one call of `n_items` (per row), or `n_items` calls of one."""
+    if per_row:
+        return estimate_tokens(typical_reply(n_items, verdict_only))
+    return n_items * estimate_tokens(typical_reply(None, verdict_only))
+
+
+def per_1k_rows(cost_usd: float | None, rows: int) -> float | None:
+    """USD per 1,000 rows that need the judge; None without a price or such rows."""
+    return None if cost_usd is None or not rows else round(cost_usd / rows * 1000, 6)
 
 
 def estimate(
@@ -85,11 +90,11 @@ def estimate(
         memo_hits=0,
         duplicates=0,
         calls=0,
-        items_asked=0,  # items the calls carry (a row call carries its memoized items too)
-        reply_tokens=0,  # output tokens of typical replies to those calls
         input_tokens=0,
         memo_output_tokens=0,
         recheck_calls=0,
+        items_sent=0,  # items the calls (and re-asks) carry: what replies are counted by
+        schema_output_tokens=0,  # their replies' tokens as the reply schema gives them
     )
     rechecked: set[str] = set()  # --recheck: items already counted
     try:
@@ -105,15 +110,20 @@ def estimate(
                         plan.keys,
                         planned.found,
                         seen,
-                        per_row,
+                        (per_row, cfg.judge.verdict_only),
                         f,
                     )
             if cfg.run.recheck > 0:  # --recheck asks a sample of the items again
-                calls, tokens = recheck_cost(
-                    planned.rows, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked
-                )
+                calls, tokens, items = recheck_cost(
+                    planned.rows, cfg.run.recheck, cfg.run.recheck_seed, per_row, rechecked,
+                    cfg.judge.verdict_only,
+                )  # fmt: skip
                 f["recheck_calls"] += calls
                 f["input_tokens"] += tokens
+                f["items_sent"] += sum(items)
+                f["schema_output_tokens"] += sum(
+                    reply_tokens(n, per_row, cfg.judge.verdict_only) for n in items
+                )
     finally:
         if memo is not None:
             memo.close()
@@ -127,9 +137,10 @@ def _count_row(
     keys: list[str],
     found: dict[str, Any],
     seen: set[int],
-    per_row: bool,
+    mode: tuple[bool, bool],
     f: dict[str, Any],
 ) -> None:
+    per_row, verdict_only = mode
     f["items"] += len(items)
     todo = []
     for item, key in zip(items, keys, strict=True):
@@ -146,20 +157,25 @@ def _count_row(
     if not todo:
         return
     f["rows_to_judge"] += 1
-    asked = items if per_row else todo
-    tokens = _call_tokens(query, expected, asked, per_row)
+    sent = items if per_row else todo
+    tokens = _call_tokens(query, expected, sent, per_row, verdict_only)
     f["calls"] += len(tokens)
     f["input_tokens"] += sum(tokens)
-    f["items_asked"] += len(asked)
-    f["reply_tokens"] += (
-        reply_tokens(len(asked), True) if per_row else len(asked) * reply_tokens(1, False)
-    )
+    f["items_sent"] += len(sent)
+    f["schema_output_tokens"] += reply_tokens(len(sent), per_row, verdict_only)
 
 
 def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) -> dict[str, Any]:
     provider = model.split("/", 1)[0]
+    # output tokens an item: what the memo's replies (same prompt version, so the same reply
+    # schema) cost, else what the reply schema gives
+    known = f["memo_hits"] and f["memo_output_tokens"]  # (the offline judge's verdicts: none)
+    per_item_out = f["memo_output_tokens"] / f["memo_hits"] if known else None
     sent = f["calls"] + f["recheck_calls"]  # --recheck's re-asks cost tokens and time too
-    out_tokens = 0 if provider == "offline" else _output_tokens(f)
+    out_tokens = (
+        f["schema_output_tokens"] if per_item_out is None else round(f["items_sent"] * per_item_out)
+    )
+    out_tokens = 0 if provider == "offline" else out_tokens
     in_tokens = 0 if provider == "offline" else f["input_tokens"]
     price = cfg.price_for(model)
     cost = (
@@ -191,7 +207,10 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "input_tokens": in_tokens,
         "output_tokens": out_tokens,
         "output_tokens_per_call": round(out_tokens / sent, 1) if sent else 0,
+        "output_tokens_from": "memo" if per_item_out is not None else "reply schema",
+        "verdict_only": cfg.judge.verdict_only,
         "cost_usd": None if cost is None else round(cost, 6),
+        "cost_per_1k_rows_usd": per_1k_rows(cost, f["rows_to_judge"]),
         "price_known": price is not None or provider == "offline",
         "price_source": _price_source(cfg, model, price is not None),
         "latency_s_assumed": latency,
@@ -201,19 +220,6 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "rpm": cfg.limits.rpm,
         "tpm": cfg.limits.tpm,
     }
-
-
-def _output_tokens(f: dict[str, Any]) -> int:
-    """What the calls will answer: per item as the memo's verdicts of this judge spent (a row
-    call's usage is split over its items), else typical replies; --recheck's re-asks as many per
-    call as the run's own calls."""
-    main: float = (
-        f["items_asked"] * f["memo_output_tokens"] / f["memo_hits"]
-        if f["memo_hits"] and f["memo_output_tokens"]
-        else f["reply_tokens"]
-    )
-    recheck = f["recheck_calls"] * (main / f["calls"] if f["calls"] else reply_tokens(1, False))
-    return round(float(main + recheck))
 
 
 def _price_source(cfg: Config, model: str, known: bool) -> str | None:
@@ -230,6 +236,14 @@ def _limit(value: float | None) -> str:
     if value is None:
         return "no limit"
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,}"
+
+
+def _per_1k_line(e: dict[str, Any]) -> list[str]:
+    per_1k = e.get("cost_per_1k_rows_usd")
+    if per_1k is None:
+        return []
+    mode = "verdict-only" if e.get("verdict_only") else "with per-item reasons"
+    return [f"  ≈ ${per_1k:,.4f} per 1k rows ({mode}; rows that need the judge)"]
 
 
 def render_estimate(e: dict[str, Any]) -> str:
@@ -257,6 +271,7 @@ def render_estimate(e: dict[str, Any]) -> str:
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",
+            *_per_1k_line(e),
             _wall_line(e),
         ]
     )

@@ -82,7 +82,7 @@ class BatchPlanner:
         if frame.is_empty():
             return PlannedBatch(batch, frame, dropped, [], [], {})
         rows = plan_rows(frame, self.extractor, self.cfg.run.max_item_chars)
-        keys = attach_keys(rows, self.prefix, self.per_row)
+        keys = attach_keys(rows, self.prefix, self.per_row, self.cfg.judge.verdict_only)
         found = self.memo.get_many(keys) if self.memo is not None and keys else {}
         return PlannedBatch(batch, frame, dropped, rows, keys, found)
 

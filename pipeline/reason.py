@@ -11,7 +11,10 @@ import polars as pl
 
 from storage.core.metric import map_score, round_half_up
 
-__all__ = ["build_reason", "failed_reason", "item_texts", "item_texts_lazy"]
+__all__ = ["VERDICT_ONLY_NOTE", "build_reason", "failed_reason", "item_texts", "item_texts_lazy"]
+
+# where the judge's per-item reasons would be, in a verdict-only run (`[judge] verdict_only`)
+VERDICT_ONLY_NOTE = "(verdict-only: no per-item reasons)"
 
 _MAX_REASON_CHARS = 160
 _MAX_LISTED = 12
@@ -58,13 +61,21 @@ def _precision_steps(relevant: Sequence[bool]) -> list[tuple[int, int, float]]:
     return steps
 
 
-def _item_lines(relevant: Sequence[bool], reasons: Sequence[str]) -> list[str]:
+def _item_lines(
+    relevant: Sequence[bool], reasons: Sequence[str], verdict_only: bool = False
+) -> list[str]:
     lines = []
-    for i, (rel, why) in enumerate(zip(relevant, reasons, strict=True)):
+    whys = [""] * len(relevant) if verdict_only else reasons
+    for i, (rel, why) in enumerate(zip(relevant, whys, strict=True)):
         if i == _MAX_LISTED:
             lines.append(f"… and {len(relevant) - _MAX_LISTED} more items")
             break
-        lines.append(f"#{i + 1} {'relevant' if rel else 'not relevant'}: {_short(why)}")
+        verdict = "relevant" if rel else "not relevant"
+        lines.append(
+            f"#{i + 1} {verdict}" if verdict_only else f"#{i + 1} {verdict}: {_short(why)}"
+        )
+    if verdict_only:
+        lines[-1] += f" {VERDICT_ONLY_NOTE}"
     return lines
 
 
@@ -79,6 +90,7 @@ def item_texts(
     reasons: Sequence[str],
     *,
     sentence: bool = False,
+    verdict_only: bool = False,
 ) -> list[str]:
     """The "#1 relevant: why; #2 ..." part of `build_reason` for many rows at once (flat items,
     ordered by row then position; `row` numbers the rows 0, 1, ... as they come), in Polars
@@ -88,12 +100,16 @@ def item_texts(
         {"row": row, "rel": relevant, "why": reasons},
         schema={"row": pl.Int64, "rel": pl.Boolean, "why": pl.String},
     )
-    return item_texts_lazy(items.lazy(), sentence=sentence).collect().to_series().to_list()
+    query = item_texts_lazy(items.lazy(), sentence=sentence, verdict_only=verdict_only)
+    return query.collect().to_series().to_list()
 
 
-def item_texts_lazy(items: pl.LazyFrame, *, sentence: bool = False) -> pl.LazyFrame:
+def item_texts_lazy(
+    items: pl.LazyFrame, *, sentence: bool = False, verdict_only: bool = False
+) -> pl.LazyFrame:
     """`item_texts` as a query over the flat items (`row`, `rel`, `why`, and `pos`, each item's
-    0-based position in its row, when the caller has it): one column, `text`, a row each."""
+    0-based position in its row, when the caller has it): one column, `text`, a row each.
+    `verdict_only`: the verdicts alone, then `VERDICT_ONLY_NOTE` (the reasons are not read)."""
     items = items.with_columns(why=_clause_expr(pl.col("why")))
     why = pl.col("why")
     short = (
@@ -103,12 +119,11 @@ def item_texts_lazy(items: pl.LazyFrame, *, sentence: bool = False) -> pl.LazyFr
     )
     if "pos" not in items.collect_schema():
         items = items.with_columns(pos=pl.int_range(pl.len()).over("row"))
-    line = pl.format(
-        "#{} {}: {}",
-        pl.col("pos") + 1,
-        pl.when(pl.col("rel")).then(pl.lit("relevant")).otherwise(pl.lit("not relevant")),
-        short,
-    )
+    verdict = pl.when(pl.col("rel")).then(pl.lit("relevant")).otherwise(pl.lit("not relevant"))
+    if verdict_only:
+        line = pl.format("#{} {}", pl.col("pos") + 1, verdict)
+    else:
+        line = pl.format("#{} {}: {}", pl.col("pos") + 1, verdict, short)
     grouped = (
         items.group_by("row", maintain_order=True)
         .agg(line.filter(pl.col("pos") < _MAX_LISTED).str.join("; ").alias("text"), pl.len())
@@ -119,6 +134,10 @@ def item_texts_lazy(items: pl.LazyFrame, *, sentence: bool = False) -> pl.LazyFr
             .alias("text")
         )
     )
+    if verdict_only:
+        grouped = grouped.select(
+            pl.format("{} {}", "text", pl.lit(VERDICT_ONLY_NOTE)).alias("text")
+        )
     if sentence:
         # `_clause` of the joined text: its parts are clauses already (no whitespace runs, no
         # whitespace but plain spaces, none leading), so only its end needs stripping
@@ -138,6 +157,7 @@ def build_reason(
     scale: float,
     criterion: str,
     items_sentence: str | None = None,
+    verdict_only: bool = False,
 ) -> str:
     """Explain a scored row. Positions are given 1-based (#1 is the first retrieved item).
     `items_sentence`: the row's `item_texts(..., sentence=True)` entry when the caller built
@@ -148,7 +168,7 @@ def build_reason(
     head = f"Score {score:g} (scale {scale:g}): {r} of {n} context items judged relevant."
     items = items_sentence
     if items is None:
-        items = _sentence("Items: " + "; ".join(_item_lines(relevant, reasons)))
+        items = _sentence("Items: " + "; ".join(_item_lines(relevant, reasons, verdict_only)))
     ranking = _ranking(tuple(map(bool, relevant)), score, scale)
     return f"{head} {items} {ranking} Criterion: {_criterion(criterion)}"
 

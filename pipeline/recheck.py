@@ -83,19 +83,23 @@ def _asks(plans: Sequence[RowPlan], ids: Sequence[Any], fraction: float, seed: i
 
 
 def recheck_cost(
-    plans: Sequence[RowPlan], fraction: float, seed: int, per_row: bool, seen: set[str]
-) -> tuple[int, int]:
-    """(calls, estimated prompt tokens) of the re-asks these rows add (for `ctxprec estimate`;
-    the rows' memo keys must be attached)."""
+    plans: Sequence[RowPlan], fraction: float, seed: int, per_row: bool, seen: set[str],
+    verdict_only: bool = False,
+) -> tuple[int, int, list[int]]:  # fmt: skip
+    """(calls, estimated prompt tokens, items each call carries) of the re-asks these rows add
+    (for `ctxprec estimate`; the rows' memo keys must be attached)."""
     calls = tokens = 0
+    carried: list[int] = []
     for ask in _asks(plans, [None] * len(plans), fraction, seed, per_row, seen):
         calls += 1
+        carried.append(len(ask.items))
         if per_row:
-            tokens += estimate_tokens(*row_messages(ask.query, ask.expected, ask.items))
+            messages = row_messages(ask.query, ask.expected, ask.items, verdict_only)
         else:
             request = ItemRequest(ask.query, ask.expected, ask.items[0])
-            tokens += estimate_tokens(*item_messages(request))
-    return calls, tokens
+            messages = item_messages(request, verdict_only)
+        tokens += estimate_tokens(*messages)
+    return calls, tokens, carried
 
 
 def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | None]]:

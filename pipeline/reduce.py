@@ -34,6 +34,7 @@ class TableSpec:
     ks: tuple[int, ...]
     per_row: bool
     has_labels: bool
+    verdict_only: bool = False  # the judge gave no per-item reasons (`[judge] verdict_only`)
 
 
 class _Flat:
@@ -91,7 +92,9 @@ def _reduce(flat: _Flat, spec: TableSpec) -> tuple[pl.DataFrame, list[str], pl.D
     if flat.ok:
         queries.append(
             item_texts_lazy(
-                items.select("row", rel="relevant", why="why", pos="position"), sentence=True
+                items.select("row", rel="relevant", why="why", pos="position"),
+                sentence=True,
+                verdict_only=spec.verdict_only,
             )
         )
     done = pl.collect_all(queries)
@@ -219,8 +222,8 @@ def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
 def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
     """The columns of the output made row by row, from each row's plan."""
     versions = {
-        True: prompt_version_for("", spec.per_row),
-        False: prompt_version_for(None, spec.per_row),
+        True: prompt_version_for("", spec.per_row, spec.verdict_only),
+        False: prompt_version_for(None, spec.per_row, spec.verdict_only),
     }
     tokens = [_paid_tokens(plan) for plan in plans]
     return {

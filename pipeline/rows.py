@@ -133,13 +133,15 @@ def plan_rows(frame: pl.DataFrame, extractor: Extractor | None, max_chars: int) 
     return plans
 
 
-def attach_keys(plans: Sequence[RowPlan], prefix: bytes, per_row: bool) -> list[str]:
+def attach_keys(
+    plans: Sequence[RowPlan], prefix: bytes, per_row: bool, verdict_only: bool = False
+) -> list[str]:
     """Compute every item's memo key; returns all keys of the batch (for one memo lookup)."""
     every: list[str] = []
     for plan in plans:
         if plan.status != STATUS_OK:
             continue
-        version = prompt_version_for(plan.expected, per_row)
+        version = prompt_version_for(plan.expected, per_row, verdict_only)
         assert plan.query is not None
         plan.keys = item_keys(row_hasher(prefix, version, plan.query, plan.expected), plan.items)
         plan.entries = [None] * len(plan.items)

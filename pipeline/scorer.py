@@ -139,6 +139,7 @@ class ContextPrecisionScorer:
         reason: str,
         memo: Memo | None,
         stats: JudgeStats,
+        verdict_only: bool = False,
     ):
         self.judge = judge
         self.context = list(context) if context is not None else None
@@ -147,6 +148,7 @@ class ContextPrecisionScorer:
         self.reason_mode = reason
         self.memo = memo
         self.stats = stats
+        self.verdict_only = verdict_only
         self._prefix = judge_prefix(judge.identity())
 
     def _context_for(self, input: Any, output: Any, context: Sequence[str] | None) -> list[str]:
@@ -176,7 +178,7 @@ class ContextPrecisionScorer:
         query = _text(input, "input", "user") or ""
         expected = _text(expected_as_given, "output", "assistant")
         items = self._context_for(input, output, context)
-        version = prompt_version_for(expected)
+        version = prompt_version_for(expected, False, self.verdict_only)
         replies: list[tuple[bool, str, int, int] | None] = [None] * len(items)
         errors: list[str] = []
         async with anyio.create_task_group() as tg:
@@ -228,8 +230,9 @@ class ContextPrecisionScorer:
         score = map_score(relevant, self.scale)
         criterion = CRITERION if expected is not None else CRITERION_QUERY_ONLY
         reason = build_reason(
-            relevant, [g[1] for g in got], score=score, scale=self.scale, criterion=criterion
-        )
+            relevant, [g[1] for g in got], score=score, scale=self.scale, criterion=criterion,
+            verdict_only=self.verdict_only,
+        )  # fmt: skip
         if self.reason_mode == "llm" and got:
             written = await self.judge.write_reason(reason_prompt(query, expected, reason, score))
             reason = keep_built_reason(written, reason)
@@ -285,8 +288,9 @@ def create_context_precision_scorer(
     model: str = _JUDGE.model, options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
     """options: context, context_extractor (wins over context), scale, reason ("verdicts" |
-    "llm"), base_url, api_key_env, concurrency, rpm, tpm, timeout_s, max_retries, temperature
-    (any [judge] setting but mode and batch_api), cache_dir (memo on disk; none by default).
+    "llm"), base_url, api_key_env, concurrency, rpm, tpm, timeout_s, max_retries, temperature,
+    verdict_only (any [judge] setting but mode and batch_api), cache_dir (memo on disk; none by
+    default).
     Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ..."""
     opts = dict(options or {})
     context = opts.pop("context", None)
@@ -309,6 +313,7 @@ def create_context_precision_scorer(
         reason=cfg.scoring.reason,
         memo=Memo(cache_dir) if cache_dir else None,
         stats=stats,
+        verdict_only=cfg.judge.verdict_only,
     )
 
 

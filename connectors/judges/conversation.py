@@ -25,7 +25,7 @@ from connectors.judges.shapes import BUDGET_CAP, RequestShape
 from connectors.judges.transport import Transport
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
 from storage.core.settings import JudgeSettings
-from storage.core.verdict import JudgeReply
+from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = ["HttpJudgeBase", "Message", "Row", "Schema"]
 
@@ -35,15 +35,25 @@ Schema = tuple[str, dict[str, object]]
 Row = tuple[str, str | None, Sequence[str]]
 
 _REASK_ITEM = 'Reply with JSON only: {"relevant": true|false, "reason": "..."}'
+_REASK_ITEM_VERDICT_ONLY = 'Reply with JSON only: {"relevant": true|false}'
 _REASK_ROW = (
-    'Reply with JSON only: {{"verdicts": [{{"index": 0, "relevant": true|false, '
-    '"reason": "..."}}, ...]}} with exactly {n} verdicts, one per item (index 0 to {last}), '
+    'Reply with JSON only: {{"verdicts": [{{"index": 0, "relevant": true|false{reason}}}, '
+    "...]}} with exactly {n} verdicts, one per item (index 0 to {last}), "
     "in order: none missing, none repeated."
 )
+_REASK_ROW_REASON = ', "reason": "..."'
+
 _REASON_SYSTEM = "You explain retrieval evaluation results to engineers, concisely and plainly."
 
-_ITEM: Schema = ("verdict", prompts.ITEM_SCHEMA)  # one object: request templates key on it
-_ROW: Schema = ("verdicts", prompts.ROW_SCHEMA)
+# one object each: request templates key on it; by verdict-only
+_ITEM: dict[bool, Schema] = {
+    False: ("verdict", prompts.ITEM_SCHEMA),
+    True: ("verdict", prompts.ITEM_SCHEMA_VERDICT_ONLY),
+}
+_ROW: dict[bool, Schema] = {
+    False: ("verdicts", prompts.ROW_SCHEMA),
+    True: ("verdicts", prompts.ROW_SCHEMA_VERDICT_ONLY),
+}
 _content = itemgetter("content")
 
 _FRESH_CONVERSATIONS = 1
@@ -106,6 +116,9 @@ class HttpJudgeBase(HttpClient):
         )  # fmt: skip
         self.model, self._name, self._base, self.spec = model, model_name, base, spec
         self.provider = spec.id
+        # verdict-only replies (no reason per item): their own prompts and schemas
+        self._bare = settings.verdict_only
+        self._item_schema, self._row_schema = _ITEM[self._bare], _ROW[self._bare]
         # request bodies' fixed parts, by (shape version, budget, id of the schema); see openai
         self._templates: dict[tuple[int, int, int], tuple[Any, dict[str, Any] | None]] = {}
         self.shape = self._first_shape()
@@ -177,12 +190,12 @@ class HttpJudgeBase(HttpClient):
                       ) -> dict[str, Any]:  # fmt: skip
         """The request body this judge sends for one item (or, with `row`, one row's items)."""
         if request is not None:
-            system, user = prompts.item_messages(request)
-            schema: Schema = _ITEM
+            system, user = prompts.item_messages(request, self._bare)
+            schema = self._item_schema
             budget = self.settings.max_output_tokens
         elif row is not None:
-            system, user = prompts.row_messages(*row)
-            schema = _ROW
+            system, user = prompts.row_messages(*row, self._bare)
+            schema = self._row_schema
             budget = self.settings.max_output_tokens * len(row[2])
         else:
             raise ValueError("build_payload needs an ItemRequest or a row")
@@ -197,8 +210,8 @@ class HttpJudgeBase(HttpClient):
         self._check_finish(finish)
         try:
             if n_items is None:
-                return [JudgeReply(parse_verdict(text), tokens_in, tokens_out)]
-            verdicts = parse_row_verdicts(text, n_items)
+                return [JudgeReply(self._parse_item(text), tokens_in, tokens_out)]
+            verdicts = self._parse_row(text, n_items)
         except JudgeParseError as err:
             cause = "truncated" if finish == "length" else "unparseable"
             raise JudgeParseError(f"{self.model}: {err}", cause=cause) from err
@@ -341,23 +354,33 @@ class HttpJudgeBase(HttpClient):
         error = JudgeParseError(redact(message), cause=again.cause)
         raise _Unreadable(error, tokens_in + more_in, tokens_out + more_out)
 
+    # -- reading replies: verdict-only keeps no reason, even one the model wrote anyway
+    def _parse_item(self, text: str) -> Verdict:
+        verdict = parse_verdict(text)
+        return Verdict(verdict.relevant, "") if self._bare else verdict
+
+    def _parse_row(self, text: str, n_items: int) -> list[Verdict]:
+        verdicts = parse_row_verdicts(text, n_items)
+        return [Verdict(v.relevant, "") for v in verdicts] if self._bare else verdicts
+
     # -- the Judge protocol
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
-        system, user = prompts.item_messages(request)
-        max_tokens = self.settings.max_output_tokens
+        system, user = prompts.item_messages(request, self._bare)
+        max_tokens, schema = self.settings.max_output_tokens, self._item_schema
         # the conversation's first call, made here: a readable reply that stopped on its own
         # (nearly every call) is the verdict at once; anything else goes on in `_ask` from it
         messages = [{"role": "user", "content": user}]
-        reply = await self._complete(system, messages, _ITEM, max_tokens)
+        reply = await self._complete(system, messages, schema, max_tokens)
         if reply.finish == "stop":
             try:
-                verdict = parse_verdict(reply.text)
+                verdict = self._parse_item(reply.text)
             except JudgeParseError:
                 pass
             else:
                 return JudgeReply(verdict, reply.tokens_in, reply.tokens_out)
+        reask = _REASK_ITEM_VERDICT_ONLY if self._bare else _REASK_ITEM
         verdict, tokens_in, tokens_out = await self._ask(
-            system, user, _ITEM, parse_verdict, _REASK_ITEM, max_tokens, reply
+            system, user, schema, self._parse_item, reask, max_tokens, reply
         )
         return JudgeReply(verdict, tokens_in, tokens_out)
 
@@ -373,11 +396,11 @@ class HttpJudgeBase(HttpClient):
         if not items:
             return []
         n = len(items)
-        system, user = prompts.row_messages(query, expected, items)
+        system, user = prompts.row_messages(query, expected, items, self._bare)
+        reask = _REASK_ROW.format(n=n, last=n - 1, reason="" if self._bare else _REASK_ROW_REASON)
         try:
             verdicts, tokens_in, tokens_out = await self._conversation(
-                system, user, _ROW,
-                lambda text: parse_row_verdicts(text, n), _REASK_ROW.format(n=n, last=n - 1),
+                system, user, self._row_schema, lambda text: self._parse_row(text, n), reask,
                 self.settings.max_output_tokens * n,
             )  # fmt: skip
         except _Unreadable as bad:

@@ -344,7 +344,12 @@ class OfflineJudge:
         }
 
     def decide(self, query: str, expected: str | None, item: str) -> Verdict:
-        """The verdict for one item: the synchronous core of `judge_item`."""
+        """The verdict for one item: the synchronous core of `judge_item`; verdict-only
+        (`[judge] verdict_only`) keeps no reason, as an LLM judge asked for none gives none."""
+        verdict = self._decide(query, expected, item)
+        return Verdict(verdict.relevant, "") if self.settings.verdict_only else verdict
+
+    def _decide(self, query: str, expected: str | None, item: str) -> Verdict:
         q = _prepare(query, expected)
         padded = _padded(item)
 

@@ -118,15 +118,21 @@ def _clip(text: str) -> str:
 
 
 def _schema_reply(text: str) -> Verdict | None:
-    """The reply structured output asks for, exactly {"relevant": <bool>, "reason": <text>}: the
-    verdict the general reading below gives it, without its passes; None for anything else."""
+    """The reply structured output asks for, exactly {"relevant": <bool>, "reason": <text>} (or
+    {"relevant": <bool>}, verdict-only): the verdict the general reading below gives it, without
+    its passes; None for anything else."""
     try:
         obj = jsonfast.loads(text)
     except ValueError:
         return None
-    if type(obj) is not dict or len(obj) != 2:
+    if type(obj) is not dict:
         return None
-    relevant, reason = obj.get("relevant"), obj.get("reason")
+    relevant = obj.get("relevant")
+    if len(obj) == 1:
+        return Verdict(relevant, _NO_REASON) if type(relevant) is bool else None
+    if len(obj) != 2:
+        return None
+    reason = obj.get("reason")
     if type(relevant) is not bool or type(reason) is not str or not reason.strip():
         return None
     return Verdict(relevant, reason.strip())

@@ -198,7 +198,9 @@ async def judge_shard(
         store = _verdicts(plan, scratch).writer(shard, shards, 0.0)
         memo = _StoreMemo(store, local)
         try:
-            fresh, failed = await _judge_all(judge, memo, counters, cfg.limits.concurrency, found)
+            fresh, failed = await _judge_all(
+                judge, memo, counters, cfg.limits.concurrency, found, cfg.judge.verdict_only
+            )
         finally:
             await anyio.to_thread.run_sync(memo.close)
         await anyio.to_thread.run_sync(_answer, scratch, shard, found, fresh, failed)
@@ -212,10 +214,11 @@ async def judge_shard(
 
 
 async def _judge_all(
-    judge: Judge, memo: _StoreMemo, counters: RunCounters, concurrency: int, found: _Shard
-) -> tuple[dict[str, MemoEntry], dict[str, str]]:
+    judge: Judge, memo: _StoreMemo, counters: RunCounters, concurrency: int, found: _Shard,
+    verdict_only: bool,
+) -> tuple[dict[str, MemoEntry], dict[str, str]]:  # fmt: skip
     """Judge `found.todo`; each verdict reaches the store within `SHARD_FLUSH_S`."""
-    recorder = _Recording(judge)
+    recorder = _Recording(judge, verdict_only)
     dispatcher = Dispatcher(recorder, None, counters, concurrency)
     outcomes: list[tuple[str, ItemOutcome]] = []
     done = anyio.Event()
@@ -252,9 +255,10 @@ async def _flush_every(
 class _Recording(JudgeWrapper):
     """The judge, keeping each verdict it returns (under its memo key) for the store."""
 
-    def __init__(self, inner: Judge) -> None:
+    def __init__(self, inner: Judge, verdict_only: bool) -> None:
         super().__init__(inner)
         self.prefix = judge_prefix(inner.identity())
+        self.verdict_only = verdict_only
         self._new: list[tuple[str, MemoEntry]] = []
 
     def take(self) -> list[tuple[str, MemoEntry]]:
@@ -263,13 +267,13 @@ class _Recording(JudgeWrapper):
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
         reply = await self.inner.judge_item(request)
-        key = _key_of(self.prefix, request)
+        key = _key_of(self.prefix, request, self.verdict_only)
         self._new.append((key, entry_of(reply)))
         return reply
 
 
-def _key_of(prefix: bytes, request: ItemRequest) -> str:
-    version = prompt_version_for(request.expected, False)
+def _key_of(prefix: bytes, request: ItemRequest, verdict_only: bool) -> str:
+    version = prompt_version_for(request.expected, False, verdict_only)
     return memo_key(prefix, version, request.query, request.expected, request.item)
 
 
@@ -337,14 +341,17 @@ class ReplayJudge(JudgeWrapper):
     """The run's judge for a reduce: a key whose call already failed in this run fails again
     with the same error, without a call (one call per key per run, as the local engine)."""
 
-    def __init__(self, inner: Judge, failed: dict[str, str], prefix: bytes) -> None:
+    def __init__(
+        self, inner: Judge, failed: dict[str, str], prefix: bytes, verdict_only: bool
+    ) -> None:
         super().__init__(inner)
         self.failed = failed
         self.prefix = prefix
+        self.verdict_only = verdict_only
         self.replayed = 0
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:
-        error = self.failed.get(_key_of(self.prefix, request))
+        error = self.failed.get(_key_of(self.prefix, request, self.verdict_only))
         if error is not None:
             self.replayed += 1
             cause, _, message = error.partition(": ")
@@ -371,7 +378,8 @@ class ReduceHooks:
     def judge_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
         clock = self.plan.retry_clock
         inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats, retry_clock=clock)
-        self.judge = ReplayJudge(inner, self.failed, judge_prefix(self.plan.identity))
+        prefix, verdict_only = judge_prefix(self.plan.identity), self.plan.cfg.judge.verdict_only
+        self.judge = ReplayJudge(inner, self.failed, prefix, verdict_only)
         return self.judge
 
     def settle(self, result: StageResult) -> StageResult:

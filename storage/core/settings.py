@@ -133,6 +133,13 @@ class JudgeSettings:
         choices=("item", "row"),
         rule=(lambda v: v in ("item", "row"), '"item" (one call per context item) or "row"'),
     )
+    verdict_only: bool = setting(
+        False,
+        "the judge answers relevant or not without a reason per item: fewer output tokens, "
+        "the row reason still built from the verdicts (docs/cost.md)",
+        env="CTXPREC_VERDICT_ONLY",
+        flag="--verdict-only",
+    )
     batch_api: bool = setting(
         False,
         "send the judge's calls through the provider's batch API (half price, up to 24 h)",

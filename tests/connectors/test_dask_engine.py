@@ -390,3 +390,23 @@ def test_the_coordinator_paces_just_under_the_limit() -> None:
     gaps = [b - a for a, b in itertools.pairwise(offsets)]
     assert gaps == pytest.approx([60 / (1200 * (1 - engine.RPM_GUARD))] * 9, rel=1e-3)
     assert engine.RPM_GUARD > 0
+
+
+def test_verdict_only_on_the_cluster_equals_the_local_engine(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str
+) -> None:
+    """`--verdict-only` on Dask: the same verdicts, no per-item reasons, its own memo entries
+    (a reasoned memo of the same items is not reused), as the local engine."""
+    src = split(hotpot, tmp_path / "in", files=2, rows=20)
+    flags = ("--batch-rows", 10, "--verdict-only")
+    assert score(src, tmp_path / "reasoned", server, tmp_path / "c2", cluster=cluster) == 0
+    assert score(src, tmp_path / "local", server, tmp_path / "c1", *flags) == 0
+    calls = fake_stats(server)["total"]
+    assert score(src, tmp_path / "dask", server, tmp_path / "c2", *flags, cluster=cluster) == 0
+    local, dask = table(tmp_path / "local"), table(tmp_path / "dask")
+    assert dask.equals(local)
+    assert all(r == [""] * len(r) for r in dask.get_column("verdict_reasons").to_list())
+    assert run_json(tmp_path / "dask")["judge_calls"] == run_json(tmp_path / "local")["judge_calls"]
+    assert fake_stats(server)["total"] - calls == run_json(tmp_path / "local")["judge_calls"]
+    versions = pl.read_parquet(tmp_path / "dask" / "**/*.parquet").get_column("prompt_version")
+    assert set(versions) == {"cp-item-vo-v1"}

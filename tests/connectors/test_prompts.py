@@ -20,11 +20,15 @@ def framed_afresh(request: ItemRequest) -> tuple[str, str]:
         return f"<{tag}>\n{escaped}\n</{tag}>"
 
     if request.expected is not None:
-        system = prompts._SYSTEM.format(criterion=prompts.CRITERION)
+        system = prompts._SYSTEM.format(
+            criterion=prompts.CRITERION, reply=prompts._ITEM_REPLY.format()
+        )
         head = f"{tagged('query', request.query)}\n{tagged('expected_output', request.expected)}"
         question = "Is the context item relevant for producing the expected output?"
     else:
-        system = prompts._SYSTEM.format(criterion=prompts.CRITERION_QUERY_ONLY)
+        system = prompts._SYSTEM.format(
+            criterion=prompts.CRITERION_QUERY_ONLY, reply=prompts._ITEM_REPLY.format()
+        )
         head = tagged("query", request.query)
         question = "Is the context item relevant for answering the query?"
     return system, f"{head}\n{tagged('context_item', request.item)}\n{question}"

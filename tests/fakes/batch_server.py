@@ -43,10 +43,11 @@ from tests.fakes.judge_server import (
     FakeJudgeConfig,
     FakeJudgeServer,
     _envelope,
-    _styled,
     expected_verdict,
     items_from_messages,
+    reply_json,
     start_loopback,
+    wants_reasons,
 )
 
 __all__ = ["BatchFakeConfig", "BatchFakeServer", "BatchFakeThread", "running_batch_fake"]
@@ -252,13 +253,7 @@ class BatchFakeServer:
                     for item in items]  # fmt: skip
         for item, v in zip(items, verdicts, strict=True):
             self.stats.verdicts[item] = v
-        if per_row:
-            rows = [
-                {"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(verdicts)
-            ]
-            text = json.dumps({"verdicts": rows})
-        else:
-            text = _styled(verdicts[0], items[0], "json")
+        text = reply_json(verdicts, per_row, _REASONS if wants_reasons(body) else None)
         envelope = _envelope(anthropic, body, text)
         if anthropic:
             envelope["usage"]["service_tier"] = "batch"

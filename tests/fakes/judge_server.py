@@ -35,7 +35,10 @@ __all__ = [
     "flipped_item",
     "items_from_messages",
     "main",
+    "reply_json",
     "running_fake_judge",
+    "system_text",
+    "wants_reasons",
 ]
 
 ITEM_OPEN, ITEM_CLOSE = "<context_item>\n", "\n</context_item>"
@@ -98,6 +101,10 @@ class FakeJudgeConfig:
     flip_share: float = 0.0
     p_flip_call: float = 0.0
     p_row_drop: float = 0.0
+    # `p_flip_prompt` of (system prompt, item) pairs get the wrong verdict, drawn by a seeded
+    # hash of both: the same at every call with that prompt, independent between prompts (a
+    # judge whose borderline verdicts move with the prompt's wording, e.g. verdict-only or not)
+    p_flip_prompt: float = 0.0
 
 
 @dataclass
@@ -149,6 +156,56 @@ def flipped_item(item: str, seed: int = 0) -> float:
 
 
 _ESCAPED_TAG = re.compile(r"&lt;(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
+
+
+def system_text(body: dict[str, Any]) -> str:
+    """The system prompt of a request: Anthropic's `system` (text or blocks), else the system
+    (or developer) messages, else the first user message (a model that takes no system role)."""
+    system = body.get("system")
+    if isinstance(system, list):
+        return "".join(b.get("text", "") for b in system if isinstance(b, dict))
+    if isinstance(system, str):
+        return system
+    messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
+    texts = [m.get("content") for m in messages if m.get("role") in ("system", "developer")]
+    texts = texts or [m.get("content") for m in messages if m.get("role") == "user"][:1]
+    return "".join(t for t in texts if isinstance(t, str))
+
+
+def _schema_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    schema = (
+        (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
+    )
+    schema = schema if schema is not None else fmt.get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+def wants_reasons(body: dict[str, Any]) -> bool:
+    """Does the request ask for a reason per verdict? A JSON schema decides, as a provider's
+    constrained decoding writes exactly its fields (a strict schema without `reason` gets no
+    reason); without one, the prompt does (a model writes what the instructions show)."""
+    schema = _schema_of(body)
+    if schema is not None:
+        props = schema.get("properties") or {}
+        if "verdicts" in props:
+            props = ((props["verdicts"] or {}).get("items") or {}).get("properties") or {}
+        return "reason" in props
+    return '"reason"' in system_text(body)
+
+
+def reply_json(verdicts: Sequence[bool], per_row: bool, reasons: dict[bool, str] | None) -> str:
+    """The JSON a judge writes for these verdicts: one item's, or a row's numbered verdicts;
+    with `reasons[verdict]` as each reason, or none (verdict-only)."""
+
+    def one(v: bool) -> dict[str, Any]:
+        return {"relevant": v} if reasons is None else {"relevant": v, "reason": reasons[v]}
+
+    if per_row:
+        return json.dumps({"verdicts": [{"index": i, **one(v)} for i, v in enumerate(verdicts)]})
+    return json.dumps(one(verdicts[0]))
 
 
 def _unescaped(text: str) -> str:
@@ -280,24 +337,27 @@ class FakeJudgeServer:
         if outcome == "garbage_content":
             return "Hmm, that is hard to say without more context."
         items, per_row, _ = items_from_messages(body.get("messages"))
-        verdicts = [self._verdict(item) for item in items]
+        system = system_text(body) if self.config.p_flip_prompt else ""
+        verdicts = [self._verdict(item, system) for item in items]
         schema = "response_format" in body and not self.config.ignore_response_format
         style = outcome if outcome in ("prose", "fenced") else self.config.style
+        reasons = _REASONS if wants_reasons(body) else None
         if per_row:
             drop = len(verdicts) > 1 and self._noise.random() < self.config.p_row_drop
             if drop:
                 self.stats.by_outcome["row_drop"] += 1
             kept = verdicts[:-1] if outcome == "row_mismatch" or drop else verdicts
-            rows = [{"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(kept)]
-            return json.dumps({"verdicts": rows})
+            return reply_json(kept, True, reasons)
         if not items:  # not a judging prompt (e.g. the reason prompt): plain prose
             return "Relevant items came first, which keeps the precision high."
-        return _styled(verdicts[0], items[0], "json" if schema else style)
+        return _styled(verdicts[0], items[0], "json" if schema else style, reasons is not None)
 
-    def _verdict(self, item: str) -> bool:
+    def _verdict(self, item: str, system: str = "") -> bool:
         c = self.config
         verdict = expected_verdict(item, c)
         if c.flip_share and flipped_item(item, c.seed) < c.flip_share:
+            verdict = not verdict
+        if c.p_flip_prompt and flipped_item(system + item, c.seed) < c.p_flip_prompt:
             verdict = not verdict
         if c.p_flip_call and self._noise.random() < c.p_flip_call:
             verdict = not verdict
@@ -350,8 +410,8 @@ def _retry_headers(mode: str, seconds: float) -> dict[str, str]:
     return {}
 
 
-def _styled(verdict: bool, item: str, style: str) -> str:
-    as_json = json.dumps({"relevant": verdict, "reason": _REASONS[verdict]})
+def _styled(verdict: bool, item: str, style: str, reason: bool = True) -> str:
+    as_json = reply_json([verdict], False, _REASONS if reason else None)
     if style == "fenced":
         return f"Here is my verdict:\n```json\n{as_json}\n```"
     if style == "prose":

@@ -24,7 +24,13 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.judge_server import expected_verdict, items_from_messages, start_loopback
+from tests.fakes.judge_server import (
+    expected_verdict,
+    items_from_messages,
+    reply_json,
+    start_loopback,
+    wants_reasons,
+)
 
 __all__ = ["StrictConfig", "StrictServer", "StrictStats", "StrictThread", "running_strict"]
 
@@ -256,7 +262,7 @@ class StrictServer:
         structured = fmt.get("type") in ("json_schema", "json_object")  # Ollama: others ignored
         if c.flavor == "llamacpp" and fmt.get("type") == "json_object" and "schema" not in fmt:
             structured = False  # free JSON, not our schema: the model writes prose
-        text = self._verdict_text(items, structured)
+        text = self._verdict_text(items, structured, wants_reasons(body))
         if outcome == "refusal":
             return self._completion(
                 body, None, "stop", refusal="I'm sorry, I can't help with that.", outcome=outcome
@@ -580,14 +586,16 @@ class StrictServer:
             )
         return None
 
-    def _verdict_text(self, items: list[str], structured: bool) -> str:
+    def _verdict_text(self, items: list[str], structured: bool, reasons: bool = True) -> str:
+        """The reply's text: exactly the fields the request's schema (or, without one, its
+        prompt) asks for: a reason per verdict, or none (verdict-only)."""
         verdicts = [expected_verdict(i) for i in items]
+        given = _REASONS if reasons else None
         if len(items) == 1 and (structured or self.config.flavor == "openai"):
-            return json.dumps({"relevant": verdicts[0], "reason": _REASONS[verdicts[0]]})
+            return reply_json(verdicts, False, given)
         if len(items) == 1:  # a small local model without a grammar: prose that may not parse
             return "The context item talks about the subject of the query in some detail."
-        rows = [{"index": i, "relevant": v, "reason": _REASONS[v]} for i, v in enumerate(verdicts)]
-        return json.dumps({"verdicts": rows}) if items else "Fine."
+        return reply_json(verdicts, True, given) if items else "Fine."
 
     def _completion(
         self,
@@ -744,7 +752,7 @@ class StrictServer:
             payload |= {"content": [], "stop_reason": "refusal"}
         else:
             self.stats.ok_pairs.update(items)
-            text = self._verdict_text(items, True)
+            text = self._verdict_text(items, True, wants_reasons(body))
             payload |= {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
         headers = {
             "anthropic-ratelimit-requests-remaining": "999",
