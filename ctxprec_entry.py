@@ -2,7 +2,7 @@
 
 ctxprec installs the top-level packages `pipeline`, `connectors` and `storage`; PyPI has other
 projects with exactly those names. When one of them (or a folder of that name on PYTHONPATH)
-shadows ours, a console script that imports `pipeline.cli` directly dies with a traceback
+shadows ours, a console script that imports `pipeline.cli.main` directly dies with a traceback
 before any ctxprec code runs. This module runs first: it imports each package, checks the
 marker our `__init__.py` files set (`__ctxprec__`), and says what to do when one is not ours;
 only then does it load the CLI (the one import of a ctxprec module inside a function). When the
@@ -101,7 +101,7 @@ def main() -> int:
         version: str = importlib.import_module("pipeline.version").__version__
         print(f"ctxprec {version}")
         return 0
-    cli = importlib.import_module("pipeline.cli")
+    cli = importlib.import_module("pipeline.cli.main")
     code: int = cli.main()
     return leave(code)
 

@@ -2,7 +2,7 @@
 scorer and `run_evals`, the configuration, the metric and the exception tree.
 
 The names load on first use (PEP 562): `ctxprec --version` and `--help` import this package on
-their way to `pipeline.cli` and must not pay for Polars, aiohttp and the judges (about 1 s).
+their way to `pipeline.cli.main` and must not pay for Polars, aiohttp and the judges (about 1 s).
 `_EXPORTS` is checked like an import by tests/test_layers.py.
 """
 
@@ -12,10 +12,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.compare import compare_outputs
+    from pipeline.analysis.compare import compare_outputs
     from pipeline.config import Config, load_config
-    from pipeline.driver import RunOptions, RunResult
-    from pipeline.entry import run_score, score
+    from pipeline.engines.local import run_score, score
+    from pipeline.run.driver import RunOptions, RunResult
     from pipeline.scorer import (
         ContextPrecisionScorer,
         EvalItem,
@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 
 # name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    "compare_outputs": "pipeline.compare",
+    "compare_outputs": "pipeline.analysis.compare",
     "Config": "pipeline.config",
     "load_config": "pipeline.config",
-    "RunOptions": "pipeline.driver",
-    "RunResult": "pipeline.driver",
-    "run_score": "pipeline.entry",
-    "score": "pipeline.entry",
+    "RunOptions": "pipeline.run.driver",
+    "RunResult": "pipeline.run.driver",
+    "run_score": "pipeline.engines.local",
+    "score": "pipeline.engines.local",
     "ContextPrecisionScorer": "pipeline.scorer",
     "EvalItem": "pipeline.scorer",
     "EvalResult": "pipeline.scorer",

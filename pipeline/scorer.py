@@ -23,9 +23,9 @@ from connectors.judges.prompts import (
     reason_prompt,
 )
 from pipeline.config import API_OPTIONS, Config, load_config
-from pipeline.limits import RateGate
-from pipeline.llm_reason import keep_built_reason
-from pipeline.reason import build_reason
+from pipeline.flow.llm_reason import keep_built_reason
+from pipeline.flow.reason import build_reason
+from pipeline.limits.limiter import RateGate
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
 from storage.core.settings import LimitsSettings

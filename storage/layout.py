@@ -4,14 +4,14 @@ Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`)
 
     OUTDIR/
       <part files>                      named by the commit records (`storage.commit`)
-      summary.json, summary.md          `ctxprec summary` (`storage.report`)
+      summary.json, summary.md          `ctxprec summary` (`storage.report.summary`)
       charts/<chart>.png
       _SUCCESS                          the run finished
       _ctxprec/                         ctxprec's own state (never the user's)
         manifest.json                   which run the folder holds (`storage.runlog`)
         run.json                        the run's figures and history
         estimate.json                   the estimate saved before the run
-        sink-<digest>.json              what each sink has loaded (`pipeline.publish`)
+        sink-<digest>.json              what each sink has loaded (`pipeline.run.publish`)
         lock                            the live writer (`storage.lock`)
         parts/<key>.json, <key>.pending commit and pending records (`storage.commit`)
         verdicts/<digest>/              the verdicts of one input file (`storage.verdicts`)
@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TypeVar
 
-from storage.charts import CHART_FILES, TREND_CHART
+from storage.report.charts import CHART_FILES, TREND_CHART
 
 if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (storage.objpath)
     from storage.objpath import ObjPath, OutPath

@@ -8,7 +8,7 @@ dodge a cycle) — `if TYPE_CHECKING:` blocks are the one exception, and they ob
 too. Module-level imports between ctxprec modules form no cycle.
 
 Start-up needs one more kind of import: a module-level *table* naming modules to load on first
-use (`pipeline._EXPORTS`, PEP 562; the CLI's subcommand table `pipeline.cli.COMMANDS`), so that
+use (`pipeline._EXPORTS`, PEP 562; the CLI's subcommand table `pipeline.cli.main.COMMANDS`), so that
 `ctxprec --version` loads no Polars. A table is an import in all but syntax, so its targets obey
 the layers like imports; a ctxprec module named as a literal in an importlib call is refused.
 """
@@ -160,19 +160,19 @@ def test_the_checker_sees_a_wrong_arrow(tmp_path: Path) -> None:
     is read as the module storage._layers_probe from tmp_path: nothing is written in the tree)."""
     bad = tmp_path / "_layers_probe.py"
     source = (
-        "from pipeline.entry import score\n"
+        "from pipeline.engines.local import score\n"
         "def f():\n    from storage.core import errors\n"
         "from .core.errors import UserError\n"
     )
     bad.write_text(source, encoding="utf-8")
     found = list(imports(bad, "storage._layers_probe"))
-    assert ("pipeline.entry", 1, "module") in found
+    assert ("pipeline.engines.local", 1, "module") in found
     assert ("storage.core.errors", 3, "function") in found
     assert ("storage.core.errors", 4, "module") in found
 
 
 # module -> its table of lazily loaded names ({name: "module" or "module:attribute"})
-LAZY_TABLES = {"pipeline": "_EXPORTS", "pipeline.cli": "COMMANDS"}
+LAZY_TABLES = {"pipeline": "_EXPORTS", "pipeline.cli.main": "COMMANDS"}
 
 
 @pytest.mark.parametrize(("module", "table"), sorted(LAZY_TABLES.items()))
@@ -211,10 +211,10 @@ def test_no_ctxprec_module_is_imported_by_a_literal_name() -> None:
 def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
     """`ctxprec --version` and `--help` stay fast: no Polars, PyArrow, aiohttp, Dask, judge."""
     heavy = ["polars", "pyarrow", "aiohttp", "dask", "distributed", "numpy", "matplotlib"]
-    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.entry"]
+    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.engines.local"]
     probe = (
         "import sys\n"
-        "from pipeline.cli import main\n"
+        "from pipeline.cli.main import main\n"
         "try:\n"
         f"    main({argv!r})\n"
         "except SystemExit:\n"
@@ -234,7 +234,7 @@ def test_version_through_the_console_script_loads_only_the_version() -> None:
         "import ctxprec_entry\n"
         "sys.argv = ['ctxprec', '--version']\n"
         "code = ctxprec_entry.main()\n"
-        "print(code, 'pipeline.cli' in sys.modules, 'polars' in sys.modules)\n"
+        "print(code, 'pipeline.cli.main' in sys.modules, 'polars' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True

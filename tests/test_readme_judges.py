@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.strict import StrictConfig, StrictThread
 

@@ -22,8 +22,11 @@ from typing import Any
 
 from connectors.judges import JudgeStats
 from pipeline.config import Config
-from pipeline.dispatch import RunCounters, add_counts
-from pipeline.driver import (
+from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
+from pipeline.flow.dispatch import RunCounters, add_counts
+from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
+from pipeline.limits.limiter import GateStats, RateGate
+from pipeline.run.driver import (
     RunOptions,
     RunPlan,
     RunResult,
@@ -33,10 +36,7 @@ from pipeline.driver import (
     release_outdir,
     run_blocking,
 )
-from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
-from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
-from pipeline.limits import GateStats, RateGate
-from pipeline.stage import MeteredGate, run_stage
+from pipeline.run.stage import MeteredGate, run_stage
 from storage import layout
 from storage.core.errors import ConfigError, UserError
 from storage.keyshards import remove_tree, shard_count, shuffle_dir

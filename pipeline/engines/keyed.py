@@ -21,11 +21,11 @@ import anyio
 from connectors.judges import Gate, Judge, JudgeStats, create_judge
 from connectors.judges.base import ItemRequest, JudgeWrapper
 from connectors.judges.prompts import prompt_version_for
-from pipeline.dispatch import Dispatcher, ItemOutcome, RunCounters
-from pipeline.driver import RunPlan, StageResult
-from pipeline.extractor import load_extractor
-from pipeline.planning import BatchPlanner, open_memo
-from pipeline.stage import MeteredGate
+from pipeline.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
+from pipeline.flow.extractor import load_extractor
+from pipeline.flow.planning import BatchPlanner, open_memo
+from pipeline.run.driver import RunPlan, StageResult
+from pipeline.run.stage import MeteredGate
 from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
 from storage.core.verdict import JudgeReply

@@ -3,7 +3,7 @@
 `Price`). A field's default here is THE default, for the CLI, the TOML file and the Python API
 alike; its metadata names the environment variable and the CLI flag that set it (if any), the
 values it allows and a one-line help. `pipeline/config.py` loads them (defaults < TOML <
-environment < flags); `pipeline/cli.py` builds its flags and `--help` defaults from them.
+environment < flags); `pipeline/cli/main.py` builds its flags and `--help` defaults from them.
 
 A leaf module: layers above import the section they need (judges [judge], sources [columns],
 storage.fs [storage]) and nothing here imports them back.
@@ -351,7 +351,7 @@ class RunSettings:
     )
     recheck_seed: int = setting(0, "seed of the --recheck sample")
     # read from the environment before any command runs (and again from a config file, once a
-    # command loads one): `pipeline.cli`
+    # command loads one): `pipeline.cli.main`
     log_level: str | None = setting(
         None,
         "log to stderr at this level: debug, info or warning (API keys redacted)",

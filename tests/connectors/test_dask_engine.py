@@ -23,12 +23,12 @@ import pytest
 
 import pipeline.engines.dask as engine
 import pipeline.engines.keyed as keyed
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.config import load_config
-from pipeline.driver import StageResult, prepare_run
 from pipeline.engines.dask import plan_tasks
-from pipeline.limits import RateGate
-from pipeline.stage import run_stage
+from pipeline.limits.limiter import RateGate
+from pipeline.run.driver import StageResult, prepare_run
+from pipeline.run.stage import run_stage
 from storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict

@@ -113,7 +113,7 @@ def test_bad_iceberg_specs_are_config_errors(spec: str) -> None:
 
 
 def test_import_does_not_load_pyiceberg() -> None:
-    code = "import sys, connectors.sinks, pipeline.cli; print('pyiceberg' in sys.modules)"
+    code = "import sys, connectors.sinks, pipeline.cli.main; print('pyiceberg' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )

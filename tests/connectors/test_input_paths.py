@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.sources import ColumnMap, inspect_source, iter_batches
-from pipeline.cli import main
+from pipeline.cli.main import main
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.judge_server import FakeJudgeServer
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
 from connectors.judges.anthropic import AnthropicJudge
-from connectors.judges.batch_client import BatchHttp
+from connectors.judges.batch.client import BatchHttp
 from connectors.judges.openai import OpenAIJudge
 from connectors.judges.retry import RetryClock, RetryPolicy
 from connectors.judges.transport import (

@@ -22,7 +22,7 @@ from polars.testing import assert_frame_equal
 
 from connectors.sources import inspect_source, iter_batches
 from connectors.sources.files import find_inputs
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage import fs
 from storage.core.errors import InputError
 from storage.core.settings import StorageSettings

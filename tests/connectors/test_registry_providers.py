@@ -29,9 +29,9 @@ from connectors.judges.catalog import (
     registry_prices,
 )
 from connectors.judges.conversation import HttpJudgeBase
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.config import load_config
-from pipeline.estimate import estimate, render_estimate
+from pipeline.run.estimate import estimate, render_estimate
 from storage.core.errors import ConfigError
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import KEY, REPO

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from connectors.sinks import Sink, SinkResult, parse_sink
-from pipeline.partition import partition_tables
+from pipeline.run.partition import partition_tables
 from storage.commit import commit_part
 from storage.core.errors import ConfigError, OutputError
 from storage.runlog import RunLog

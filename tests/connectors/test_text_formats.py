@@ -14,7 +14,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from connectors.sources import ColumnMap, inspect_source, iter_batches
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.engines.dask import plan_tasks
 from storage.core.errors import InputError
 from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, SAMPLE
@@ -115,7 +115,7 @@ def test_dask_cuts_a_big_jsonl_file_at_batch_boundaries(hotpot: Path, tmp_path: 
     import anyio
 
     from pipeline.config import load_config
-    from pipeline.driver import prepare_run
+    from pipeline.run.driver import prepare_run
 
     path = write_jsonl(rows(hotpot, 50), tmp_path / "a.jsonl.gz", "gzip")
     cfg = load_config(

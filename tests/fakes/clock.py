@@ -1,6 +1,6 @@
-"""Virtual time for tests: a `pipeline.limits.Clock` whose `sleep` never waits on the wall clock,
-and `window_max` to measure a schedule on it; `instant_retries`, the retry clock a test passes to
-the judges and batch clients it builds.
+"""Virtual time for tests: a `pipeline.limits.limiter.Clock` whose `sleep` never waits on the
+wall clock, and `window_max` to measure a schedule on it; `instant_retries`, the retry clock a
+test passes to the judges and batch clients it builds.
 
 Test-only: it reads asyncio's private ready queue (`loop._ready`) to tell when no task is
 runnable, which product code must not depend on.

@@ -10,7 +10,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from tests.fakes.inputs import REPO
 
 __all__ = ["fake_request", "fake_stats", "judge_process", "score", "server_process"]

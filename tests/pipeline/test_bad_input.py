@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import score
@@ -1041,7 +1041,7 @@ def test_sink_without_its_extra_in_a_fresh_interpreter(
     source = write(tmp_path / "in.parquet")
     sink = f"duckdb:{tmp_path}/w.duckdb:scores" if module == "duckdb" else f"delta:{tmp_path}/l"
     code = (
-        f"import sys; sys.modules[{module!r}] = None; from pipeline.cli import main; "
+        f"import sys; sys.modules[{module!r}] = None; from pipeline.cli.main import main; "
         f"sys.exit(main(sys.argv[1:]))"
     )
     argv = ["score", str(source), "-o", str(tmp_path / "out"), *HTTP, "--sink", sink]

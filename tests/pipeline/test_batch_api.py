@@ -22,10 +22,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.batch_client import CUSTOM_ID, BatchHttp, custom_id_for
+from connectors.judges.batch.client import CUSTOM_ID, BatchHttp, custom_id_for
 from connectors.judges.retry import RetryClock, RetryPolicy
 from connectors.judges.transport import AiohttpTransport, multipart_form
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage.batches import BatchStore
 from storage.core.metric import map_score
 from storage.core.settings import JudgeSettings
@@ -424,7 +424,7 @@ def test_kill_9_while_waiting_then_the_same_command_resumes(
         CTXPREC_CACHE_DIR=str(cache), CTXPREC_BATCH_POLL_S="0.05",
         CTXPREC_BATCH_POLL_MAX_S="0.1",
     )  # fmt: skip
-    command = [sys.executable, "-m", "pipeline.cli", "score", str(rows), "-o", str(out),
+    command = [sys.executable, "-m", "pipeline.cli.main", "score", str(rows), "-o", str(out),
                "--model", f"{provider}/judge-1", *HOTPOT_MAP, "--batch-api",
                "--progress", "off"]  # fmt: skip
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -599,7 +599,7 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
     without purpose=batch are refused."""
     import anyio
 
-    from connectors.judges.batch_api import create_batch_client
+    from connectors.judges.batch.api import create_batch_client
     from storage.core.errors import JudgeFatalError
     from storage.core.settings import JudgeSettings
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.cli as cli
-from pipeline.cli import main
+import pipeline.cli.main as cli
+from pipeline.cli.main import main
 
 
 def _fails_inside(args: argparse.Namespace) -> int:

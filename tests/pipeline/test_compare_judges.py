@@ -14,7 +14,7 @@ from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.inter_rater import cohens_kappa
 
 from pipeline import compare_outputs
-from pipeline.cli import main
+from pipeline.cli.main import main
 from tests.fakes.inputs import HOTPOT_MAP, KEY, consistent_rows
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 

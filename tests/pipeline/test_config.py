@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.batch_client import BatchLimits, limits_for
+from connectors.judges.batch.client import BatchLimits, limits_for
 from pipeline import create_context_precision_scorer, run_evals
 from pipeline import scorer as scorer_module
-from pipeline.cli import _flags, build_parser
-from pipeline.cli_help import default_text
+from pipeline.cli.help import default_text
+from pipeline.cli.main import _flags, build_parser
 from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
-from pipeline.limits import RateGate
+from pipeline.limits.limiter import RateGate
 from storage.core.errors import ConfigError
 from storage.core.settings import SECTIONS, settings
 

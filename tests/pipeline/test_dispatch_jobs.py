@@ -11,7 +11,7 @@ import anyio.lowlevel
 
 from connectors.judges.base import ItemRequest, JudgeStats, JudgeWrapper, NullGate
 from connectors.judges.offline import OfflineJudge
-from pipeline.dispatch import Dispatcher, RunCounters
+from pipeline.flow.dispatch import Dispatcher, RunCounters
 from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
 

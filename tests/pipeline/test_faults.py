@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from connectors.judges.retry import RetryClock
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict

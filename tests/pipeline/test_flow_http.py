@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import (

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import RunOptions, load_config, score
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage.core.errors import OutputError
 from storage.core.metric import map_score
 from storage.schema import output_schema

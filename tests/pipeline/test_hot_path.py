@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.reason import PY_WHITESPACE, _item_lines, _sentence, item_texts
+from pipeline.flow.reason import PY_WHITESPACE, _item_lines, _sentence, item_texts
 from tests.fakes.inputs import REPO
 
 
@@ -67,7 +67,7 @@ BUDGET = {"warm": 37.9, "cold": 159.2}  # +20 %: change only as docs/performance
 _COUNTER = """
 import itertools, json, sys, threading
 lines, builtins, local = itertools.count(), itertools.count(), threading.local()
-SUMMARY = ("storage/report.py", "storage/charts.py")  # the summary and its charts: per run
+SUMMARY = ("storage/report/summary.py", "storage/report/charts.py")  # the summary: once a run
 def trace(frame, event, arg):  # a new frame: count its lines, unless inside the summary
     if getattr(local, "skip", False):
         return None
@@ -94,7 +94,7 @@ for name in MODULES:
         importlib.import_module(name)
     except ModuleNotFoundError:  # another checkout measured (python -m ... ROOT)
         pass
-from pipeline.cli import main
+from pipeline.cli.main import main
 for hook in (threading.settrace, sys.settrace):
     hook(trace)
 for hook in (threading.setprofile, sys.setprofile):
@@ -135,7 +135,12 @@ def write_fixed_input(path: Path, rows: int) -> Path:
 
 _OFFLINE_MODULES = (
     *("diskcache", "matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_agg"),
-    *("pipeline.commands", "pipeline.entry", "pipeline.stage", "pipeline.planning"),
+    *(
+        "pipeline.cli.commands",
+        "pipeline.engines.local",
+        "pipeline.run.stage",
+        "pipeline.flow.planning",
+    ),
     "connectors.judges.offline",
 )
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from pipeline import cli, commands
-from pipeline.cli import main
+from pipeline.cli import commands
+from pipeline.cli import main as cli
+from pipeline.cli.main import main
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
 from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
@@ -38,8 +39,8 @@ from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 BUDGET = 1_880  # +10 %: change only as docs/performance.md says
 
 _MODULES = (
-    *("aiohttp", "anyio", "pipeline.commands", "pipeline.entry", "pipeline.stage"),
-    *("pipeline.planning", "connectors.judges.openai", "storage.report"),
+    *("aiohttp", "anyio", "pipeline.cli.commands", "pipeline.engines.local", "pipeline.run.stage"),
+    *("pipeline.flow.planning", "connectors.judges.openai", "storage.report.summary"),
 )
 
 
@@ -102,7 +103,7 @@ def test_a_command_runs_with_one_openblas_thread_unless_the_user_said(
     cores); ctxprec needs none of them. A user's own OPENBLAS_NUM_THREADS is kept."""
     probe = (
         "import os\n"
-        "from pipeline.cli import main\n"
+        "from pipeline.cli.main import main\n"
         "main(['providers'])\n"
         "import numpy\n"  # a command's modules import it after main set the variable
         "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))\n"

@@ -19,7 +19,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.config import load_config
 from storage.core.errors import ConfigError
 from tests.fakes.inputs import HOTPOT_MAP, REPO
@@ -175,7 +175,7 @@ def test_without_pyiceberg_in_a_fresh_interpreter(
     """pyiceberg really missing from the interpreter: exit 2 naming the extra, no judge call."""
     name, _ = catalog
     code = (
-        "import sys; sys.modules['pyiceberg'] = None; from pipeline.cli import main; "
+        "import sys; sys.modules['pyiceberg'] = None; from pipeline.cli.main import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     argv = ["score", str(logs[0]), "-o", str(tmp_path / "out"), *HOTPOT_MAP]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pipeline.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
+from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from tests.fakes.clock import FakeClock, window_max
 
 RTT_S = 0.002  # one lease call's round trip

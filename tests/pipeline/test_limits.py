@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from connectors.judges.base import Gate
-from pipeline.limits import AnyioClock, GateStats, RateGate
+from pipeline.limits.limiter import AnyioClock, GateStats, RateGate
 from storage.core.errors import ConfigError
 from tests.fakes.clock import FakeClock, window_max
 

@@ -11,10 +11,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-import pipeline.dispatch as dispatch
+import pipeline.flow.dispatch as dispatch
 from connectors.judges.base import JudgeStats, NullGate
 from connectors.judges.offline import OfflineJudge
-from pipeline.dispatch import Dispatcher, RunCounters
+from pipeline.flow.dispatch import Dispatcher, RunCounters
 from storage.core.settings import JudgeSettings
 from storage.memo import Memo, MemoEntry
 

@@ -14,9 +14,9 @@ import polars as pl
 import pytest
 
 from ctxprec_entry import installed_from
-from pipeline.cli import BROKEN_PIPE_EXIT, main
-from pipeline.config_cmd import example_configs
-from pipeline.reason import build_reason, failed_reason
+from pipeline.cli.config import example_configs
+from pipeline.cli.main import BROKEN_PIPE_EXIT, main
+from pipeline.flow.reason import build_reason, failed_reason
 from storage.core.figures import figure_text, percent_text, round_figure
 from tests.fakes.inputs import KEY, REPO, SAMPLE, write_input
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
@@ -24,10 +24,10 @@ from tests.fakes.runs import score
 
 
 def cli(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """`python -m pipeline.cli ARGS` in its own process, from this checkout."""
+    """`python -m pipeline.cli.main ARGS` in its own process, from this checkout."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(  # type: ignore[call-overload, no-any-return]
-        [sys.executable, "-m", "pipeline.cli", *map(str, args)],
+        [sys.executable, "-m", "pipeline.cli.main", *map(str, args)],
         env=env,
         text=True,
         **{"stderr": subprocess.PIPE, **kwargs},
@@ -55,7 +55,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(sample_out: Path) -
 def test_summary_into_head(sample_out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = (
-        f"set -o pipefail; '{sys.executable}' -m pipeline.cli summary '{sample_out}' | head -1"
+        f"set -o pipefail; '{sys.executable}' -m pipeline.cli.main summary '{sample_out}' | head -1"
     )
     done = subprocess.run(
         ["bash", "-c", command], env=env, text=True, capture_output=True, check=True
@@ -410,7 +410,7 @@ def test_a_config_from_a_pipe_reads_and_a_missing_one_points_at_ctxprec_config(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    me = f"'{sys.executable}' -m pipeline.cli"
+    me = f"'{sys.executable}' -m pipeline.cli.main"
     command = f"{me} estimate '{SAMPLE}' --json --config <({me} config openai)"
     done = subprocess.run(
         ["bash", "-c", command], env=env, cwd=tmp_path, text=True, capture_output=True
@@ -446,7 +446,7 @@ def test_counts_read_in_the_right_number() -> None:
 def test_failures_say_which_a_rerun_can_fix() -> None:
     """A null query or a 5 MB item fails again on every re-run: the CLI says to fix the input,
     and offers a retry only for the judge's failures."""
-    from pipeline.commands import failure_lines
+    from pipeline.cli.commands import failure_lines
 
     both = "\n".join(failure_lines({"invalid_input": 2, "timeout": 1}))
     assert "1 row failed (timeout x1); re-run the same command to retry only them" in both
@@ -517,8 +517,8 @@ def test_a_terminal_of_size_0x0_still_shows_progress() -> None:
     import anyio
 
     from connectors.judges.base import JudgeStats
-    from pipeline.dispatch import RunCounters
-    from pipeline.progress import Progress
+    from pipeline.flow.dispatch import RunCounters
+    from pipeline.run.progress import Progress
 
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
@@ -546,7 +546,7 @@ def test_the_sample_ships_with_the_package_and_is_written_where_asked(tmp_path: 
     """An installed ctxprec could not run its main job: the sample was not in the package.
     `ctxprec sample PATH` writes the packaged copy (the checkout's examples/ file links to it),
     and never replaces a file already there."""
-    from pipeline.sample_cmd import sample_bytes
+    from pipeline.cli.sample import sample_bytes
 
     assert (REPO / "examples" / "sample.parquet").read_bytes() == sample_bytes()
     target = tmp_path / "mine.parquet"

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from pipeline import stage
-from pipeline.cli import main
+from pipeline.cli.main import main
+from pipeline.run import stage
 from storage.ownership import part_files
 from tests.fakes.inputs import HOTPOT_MAP
 

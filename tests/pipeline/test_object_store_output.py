@@ -17,8 +17,8 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.batches_cmd import list_batches
-from pipeline.cli import main
+from pipeline.cli.batches import list_batches
+from pipeline.cli.main import main
 from storage import lock
 from storage.core.errors import ConfigError, OutputError
 from storage.core.metric import map_score
@@ -74,7 +74,7 @@ def check_map(got: pl.DataFrame, source: Path) -> None:
 
 def command(src: str, out: str) -> list[str]:
     return [
-        sys.executable, "-m", "pipeline.cli", "score", src, "-o", out,
+        sys.executable, "-m", "pipeline.cli.main", "score", src, "-o", out,
         "--model", "openai/judge", *HOTPOT_MAP, "--batch-rows", "10", "--concurrency", "8",
         "--progress", "off",
     ]  # fmt: skip

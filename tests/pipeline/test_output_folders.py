@@ -15,8 +15,8 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
-import pipeline.driver
-from pipeline.cli import main
+import pipeline.run.driver
+from pipeline.cli.main import main
 from storage.ownership import part_files
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
@@ -184,7 +184,7 @@ def test_summary_of_an_interrupted_run_says_how_to_resume(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline.driver, "_finish", interrupted)
+        patch.setattr(pipeline.run.driver, "_finish", interrupted)
         assert score(source, "-o", out, *HTTP, "--batch-rows", "2") == 130
     calls = fake.stats.total
     capsys.readouterr()
@@ -256,7 +256,7 @@ def test_sink_without_its_extra_is_refused_before_any_judge_call(
 
 
 def test_wait_lock_flag_forms() -> None:
-    from pipeline.cli import build_parser
+    from pipeline.cli.main import build_parser
 
     parse = build_parser().parse_args
     assert parse(["score", "in", "-o", "out"]).wait_lock == 0.0  # default: exit 2 at once

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.analysis.quality_gate import GATE_EXIT, gate_exit, under_gate
 from pipeline.config import load_config
-from pipeline.quality_gate import GATE_EXIT, gate_exit, under_gate
 from storage.core.errors import ConfigError
 
 

@@ -30,7 +30,7 @@ def command(src: Path, out: Path, concurrency: int = CONCURRENCY) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "pipeline.cli",
+        "pipeline.cli.main",
         "score",
         str(src),
         "-o",

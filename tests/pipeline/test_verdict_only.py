@@ -16,9 +16,9 @@ import pytest
 
 from connectors.judges.prompts import TYPICAL_REASON, prompt_version_for
 from pipeline import create_context_precision_scorer
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.config import load_config
-from pipeline.reason import VERDICT_ONLY_NOTE
+from pipeline.flow.reason import VERDICT_ONLY_NOTE
 from storage.core.metric import map_score
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import HOTPOT_MAP, KEY

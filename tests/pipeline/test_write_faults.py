@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import storage.commit
-from pipeline.cli import main
+from pipeline.cli.main import main
 from storage import layout
 from storage.core.errors import OutputError
 from storage.verdicts import VerdictStore

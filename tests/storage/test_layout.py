@@ -22,8 +22,8 @@ NAMES = {
 }  # fmt: skip
 # joins with a literal that are not OUTDIR paths: the packaged example configs, the user cache
 ALLOWED_JOINS = {
-    ("pipeline/config_cmd.py", "configs"),
-    ("pipeline/sample_cmd.py", "data"),  # package data, like the configs
+    ("pipeline/cli/config.py", "configs"),
+    ("pipeline/cli/sample.py", "data"),  # package data, like the configs
     ("storage/memo.py", "memo"),
 }
 
@@ -82,7 +82,7 @@ def test_the_check_sees_each_kind_of_hand_joined_path() -> None:
         'd = resources.files("pipeline") / "configs"\n'  # allowed in config_cmd.py only
     )
     assert len(_hand_joined("storage/x.py", source)) == 8
-    assert len(_hand_joined("pipeline/config_cmd.py", source)) == 7
+    assert len(_hand_joined("pipeline/cli/config.py", source)) == 7
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.report import agreement, build_summary, render_markdown, write_summary
+from storage.report.summary import agreement, build_summary, render_markdown, write_summary
 from storage.schema import output_schema
 from tests.fakes.folders import commit
 
@@ -176,7 +176,7 @@ def test_relevance_by_position_skips_null_verdicts(outdir: Path) -> None:
 def test_a_share_is_rounded_once_from_its_counts() -> None:
     """6 of 11 is 54.545 %: summary.json keeps 0.5455, and the page reads 54.5 %, not the 54.6 %
     that rounding the stored figure a second time gives."""
-    from storage.report import _share
+    from storage.report.summary import _share
 
     assert _share(6, 11, 0.5455) == "54.5%"
     assert _share(None, 11, 0.5455) == "54.6%"  # an old summary without the counts

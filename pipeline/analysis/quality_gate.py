@@ -1,0 +1,70 @@
+"""Quality gates for schedulers: `score --fail-under X` (this run's mean score below X) and the
+exit code that tells a failed gate (5) from failed rows (1, which wins: failed rows are never
+hidden behind a gate).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+
+from pipeline.analysis.paired import TIE_EPS
+from storage.core.constants import STATUS_EMPTY, STATUS_OK
+from storage.core.figures import round_figure
+from storage.objpath import OutPath, local_copies
+from storage.ownership import part_files
+
+__all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
+
+GATE_EXIT = 5
+_SCORED = (STATUS_OK, STATUS_EMPTY)
+
+
+def _rows(outdir: OutPath) -> pl.DataFrame:
+    files = part_files(outdir)
+    if not files:
+        return pl.DataFrame(schema={"id": pl.String, "status": pl.String, "score": pl.Float64})
+    with local_copies(files, outdir) as local:  # object stores: a temp copy
+        scans = [pl.scan_parquet(f, hive_partitioning=False).select("id", "status", "score")
+                 for f in local]  # fmt: skip
+        return pl.concat(scans, how="vertical_relaxed").collect()
+
+
+def ids_before(outdir: OutPath) -> pl.Series:
+    """Ids already scored (ok or empty_context) in `outdir` before an incremental run."""
+    rows = _rows(outdir)
+    return rows.filter(pl.col("status").is_in(_SCORED)).get_column("id")
+
+
+def run_mean(outdir: OutPath, before: pl.Series | None = None) -> tuple[float | None, int]:
+    """(mean score, rows) over the ok and empty_context rows this run wrote: the whole output,
+    or with `before` (an incremental run) only the ids that were not scored before it."""
+    rows = _rows(outdir).filter(pl.col("status").is_in(_SCORED) & pl.col("score").is_not_null())
+    if before is not None and before.len():
+        rows = rows.filter(~pl.col("id").is_in(before.implode()))
+    if rows.height == 0:
+        return None, 0
+    return float(rows.get_column("score").mean()), rows.height  # type: ignore[arg-type]
+
+
+def under_gate(mean: float | None, rows: int, threshold: float) -> str | None:
+    """The failure message when the mean is below `threshold` (a mean equal to it passes)."""
+    if mean is None or not mean < threshold - TIE_EPS:
+        return None
+    shown = round_figure(mean)  # as summary.md and --quiet show it; the gap adds up to it
+    return (
+        f"--fail-under {threshold:g} failed: the mean score of this run's {rows:,} scored rows "
+        f"is {shown:.4f}, {round_figure(threshold - shown):.4f} below the threshold"
+    )
+
+
+def gate_exit(rows_exit: int, message: str | None) -> int:
+    """Print a failed gate's message; exit 5 for it, or keep 1 when rows failed too."""
+    if message is None:
+        return rows_exit
+    if rows_exit == 1:
+        print(f"ctxprec: gate failed (and rows failed, exit 1): {message}", file=sys.stderr)
+        return 1
+    print(f"ctxprec: gate failed (exit {GATE_EXIT}): {message}", file=sys.stderr)
+    return GATE_EXIT if rows_exit == 0 else rows_exit

@@ -1,0 +1,340 @@
+"""What each `ctxprec` subcommand does once its command line is parsed (`pipeline.cli.main` parses
+it and imports this module only for a command that runs: the imports here are the heavy ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pipeline.analysis.compare import CompareOptions, compare, drop_gate, sides_from_args
+from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
+from pipeline.batchapi.collect import BatchOptions
+from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
+from pipeline.batchapi.run import check_batch_provider, score_batch
+from pipeline.cli.batches import list_batches, render_batches
+from pipeline.cli.main import _NOT_FOR_ESTIMATE, _config
+from pipeline.config import parse_duration
+from pipeline.engines import score_dask
+from pipeline.engines.local import score
+from pipeline.run.driver import RunOptions, RunResult
+from pipeline.run.estimate import estimate, render_estimate
+from storage import layout
+from storage.atomic import atomic_write_text
+from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
+from storage.core.errors import UserError
+from storage.core.figures import counted, figure_text, round_figure
+from storage.core.settings import DEFAULT_KS
+from storage.dataset import scored_ids
+from storage.objpath import out_path, with_options
+from storage.ownership import check_claimable
+from storage.report.charts import CHARTS_INSTALL, charts_available
+from storage.report.compare import check_compare_target, render_text, write_compare
+from storage.report.summary import build_summary, seconds, write_summary
+from storage.report.trend import trend_text
+from storage.status import unfinished
+
+__all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
+
+
+def _prepared(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """OUTDIR arguments turned into paths before the command runs (a URI that cannot be used
+    is refused here: exit 2)."""
+
+    @functools.wraps(run)
+    def command(args: argparse.Namespace) -> int:
+        for name in ("output", "outdir"):
+            value = getattr(args, name, None)
+            # an OutdirArg (a str); not isinstance(OutdirArg): under `python -m pipeline.cli.main`
+            # the parser's class is __main__'s, not this import's
+            if isinstance(value, str):
+                setattr(args, name, out_path(str(value)))
+        return run(args)
+
+    return command
+
+
+def _batch_options(args: argparse.Namespace) -> Any:
+    wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
+    return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
+
+
+_YOUNG_THRESHOLD = 100_000  # new container objects between young collections (CPython: 700)
+
+
+@contextlib.contextmanager
+def _collector_for_a_run() -> Iterator[None]:
+    """Python's cyclic garbage collector during a score run: what was imported before it
+    (Polars, PyArrow, aiohttp and their tables: hundreds of thousands of objects that live
+    until exit) is left out of its passes (`gc.freeze`), and young collections run after
+    100,000 new objects instead of 700. Each judge call allocates a few hundred short-lived
+    objects; with the defaults the collector took ~17 % of a 6,000-call run's CPU (the bare
+    aiohttp loop's: ~10 %), at 10,000 ~6 %. A warm re-run's batches (10,000 items of tuples,
+    lists and row plans each) crossed 10,000 every batch: 0.4 s of collections in a 1 M-item
+    run, each one stopping every thread; at 100,000 none. Undone when the run ends (a score run in a
+    longer-lived process, e.g. a test, gives it back as it was)."""
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(_YOUNG_THRESHOLD, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
+    progress = "off" if args.quiet else args.progress
+    run: Callable[..., RunResult] = score
+    if args.engine == "dask":
+        run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
+    elif args.scheduler or args.workers:
+        raise UserError("--scheduler and --workers are for --engine dask; add it")
+
+    before = (
+        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
+    )
+    if cfg.judge.batch_api:
+        check_batch_provider(cfg)
+        if args.engine == "dask":
+            raise UserError("--batch-api runs on the local engine; drop --engine dask")
+        run = functools.partial(score_batch, batch=_batch_options(args))
+    elif args.batch_wait is not None or args.batch_fallback != "batch":
+        raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
+    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
+        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
+        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
+    options = RunOptions(
+        overwrite=args.overwrite,
+        incremental=args.incremental,
+        progress=progress,
+        wait_lock=args.wait_lock,
+        retry_clock=args.retry_clock,
+    )
+    with _collector_for_a_run():
+        result = run(args.input, args.output, cfg, options)
+    batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
+    if args.quiet:
+        line = _quiet_line(result.summary, args.output)
+        if batch:
+            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        print(json.dumps(line))
+    else:
+        print(_human_line(result.summary, args.output))
+        if batch:
+            print(batch_line(batch))
+    for error in result.sink_errors:
+        print(
+            f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
+            "it was: fix the cause and run the same command again to load it",
+            file=sys.stderr,
+        )
+    if cfg.gate.fail_under is None:
+        return result.exit_code
+    mean, rows = run_mean(args.output, before)
+    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
+
+
+def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
+    run = summary.get("run", {})
+    return {
+        "outdir": str(outdir),
+        "rows": summary.get("rows"),
+        "score_mean": summary.get("score", {}).get("mean"),
+        "rows_this_run": run.get("rows_this_run"),
+        "judge_calls": run.get("judge_calls"),
+        "memo_hits": run.get("memo_hits"),
+        "retries": run.get("judge", {}).get("retries"),
+        "rate_limited": run.get("judge", {}).get("rate_limited"),
+        "failures": summary.get("failures"),
+        "sinks": run.get("sinks"),
+        "sink_errors": run.get("sink_errors"),
+        "wall_s": None if run.get("wall_s") is None else round_figure(run["wall_s"], 2),
+        "notices": run.get("notices") or [],
+        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
+    }
+
+
+def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False) -> str:
+    """What `score` prints (this run apart from the output's history) or, `rebuilt`, what
+    `summary` prints (the output's runs; nothing said as if it had just run)."""
+    rows = summary.get("rows", {})
+    sc = summary.get("score", {})
+    figures = "  ".join(f"{k} {_num(sc.get(k))}" for k in ("mean", "median", "p10", "p90"))
+    lines = [
+        *(f"ctxprec: {notice}" for notice in (summary.get("run") or {}).get("notices") or []),
+        f"ctxprec: {counted(rows.get('total', 0), 'row')} -> {outdir}  (ok {rows.get('ok', 0):,}, "
+        f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
+        f"  score {figures}",
+        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
+        f"  summary: {layout.summary_md(outdir)}",
+    ]
+    lines += failure_lines(summary.get("failures") or {})
+    return "\n".join(lines)
+
+
+def failure_lines(failures: dict[str, int]) -> list[str]:
+    """What to do about failed rows: a re-run retries judge failures; rows whose input is
+    invalid fail again until the input is fixed, and are said apart."""
+    bad = {k: v for k, v in failures.items() if k == INPUT_CAUSE}
+    judge = {k: v for k, v in failures.items() if k != INPUT_CAUSE}
+    out = []
+    if judge:
+        causes = ", ".join(f"{k} x{v:,}" for k, v in judge.items())
+        n = counted(sum(judge.values()), "row")
+        out.append(f"  {n} failed ({causes}); re-run the same command to retry only them")
+    if bad:
+        n = counted(sum(bad.values()), "row")
+        out.append(
+            f"  {n} failed on their input ({INPUT_CAUSE}: the error column says which field); "
+            "a re-run cannot fix them: fix the input rows"
+        )
+    return out
+
+
+def _this_run_lines(summary: dict[str, Any]) -> list[str]:
+    run = summary.get("run", {})
+    judge = run.get("judge") or {}
+    wall = seconds(run.get("wall_s") or 0)
+    if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
+        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
+    else:
+        lines = [
+            f"  this run: {counted(run.get('rows_this_run') or 0, 'row')}, "
+            f"{counted(run.get('judge_calls') or 0, 'judge call')}, "
+            f"{counted(run.get('memo_hits') or 0, 'memo hit')}, "
+            f"{counted(judge.get('retries') or 0, 'retry')}, "
+            f"{judge.get('rate_limited') or 0:,} 429s, "
+            f"{wall}"
+        ]
+    total = (summary.get("history") or {}).get("total") or {}
+    if total.get("runs", 0) > 1:
+        lines += _runs_lines(summary)
+    for loaded in run.get("sinks") or []:
+        lines.append(
+            f"  sink {loaded['sink']}: {counted(loaded['rows_added'], 'row')} added, "
+            f"{loaded['rows_skipped']} already there"
+        )
+    return lines
+
+
+def _runs_lines(summary: dict[str, Any]) -> list[str]:
+    """The output's history in one line: runs, rows scored, judge calls, wall time, cost."""
+    total = (summary.get("history") or {}).get("total")
+    if not total:
+        return []
+    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
+    runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
+    return [
+        f"  all runs: {runs}, {counted(total['rows_this_run'], 'row')} scored, "
+        f"{counted(total['judge_calls'], 'judge call')}, "
+        f"{counted(total['memo_hits'], 'memo hit')}, "
+        f"{seconds(total['wall_s'])}{cost}"
+    ]
+
+
+def _num(value: Any) -> str:
+    return figure_text(value)  # the one rounding rule (storage/core/figures.py)
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    problem = unfinished(args.outdir)
+    if problem:
+        raise UserError(problem)
+    run = json.loads(layout.run_info(args.outdir).read_text(encoding="utf-8"))
+    manifest = json.loads(layout.manifest(args.outdir).read_text(encoding="utf-8"))
+    describe = manifest.get("describe", {})
+    group_by = args.group_by or run.get("group_by")
+    summary = build_summary(
+        args.outdir,
+        run,
+        scale=float(describe.get("scale", 1.0)),
+        group_by=group_by,
+        ks=describe.get("ks", list(DEFAULT_KS)),
+    )
+    if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
+        raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
+    write_summary(args.outdir, summary)
+    print(_human_line(summary, args.outdir, rebuilt=True))
+    if not charts_available():
+        print(f"ctxprec: note: no charts drawn: they need matplotlib ({CHARTS_INSTALL})",
+              file=sys.stderr)  # fmt: skip
+
+    if text := trend_text(summary.get("trend")):
+        print(text)
+    return 0
+
+
+def _refuse_estimate_flags(args: argparse.Namespace) -> None:
+    given = [flag for key, flag in _NOT_FOR_ESTIMATE.items() if getattr(args, key) is not None]
+    if given:
+        raise UserError(
+            f"`ctxprec estimate` does not use {', '.join(given)}: they change how rows are "
+            "scored or written, not which judge calls a run makes; drop them here"
+        )
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    _refuse_estimate_flags(args)
+    if args.incremental and args.output is None:
+        raise UserError("estimate --incremental needs -o OUTDIR: the folder to add to")
+    cfg = _config(args)
+    skip = None
+    if args.output is not None and args.output.is_dir():
+        have = scored_ids(args.output)
+        skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
+    est = estimate(args.input, cfg, skip_ids=skip)
+    if cfg.judge.batch_api:
+        check_batch_provider(cfg)
+        est = batch_estimate(est, cfg)
+    text = render_estimate(est)
+    if "batch_api" in est:
+        text += "\n" + render_batch_estimate(est)
+    print(json.dumps(est, indent=2) if args.json else text)
+    if args.output is not None:
+        check_claimable(args.output)
+        atomic_write_text(layout.estimate(args.output), json.dumps(est, indent=2))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    a, b = sides_from_args(args.outputs, args.a, args.b)
+    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict,
+                          cluster_by=args.cluster_by, margin=args.margin)  # fmt: skip
+    if args.output is not None:
+        check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
+    report = compare(a, b, opts)
+    message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
+    if args.fail_drop is not None:
+        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+        if args.margin is not None:
+            report["gate"]["margin"] = args.margin
+    if args.output is not None:
+        write_compare(args.output, report)
+    print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
+
+    return gate_exit(0, message)
+
+
+def _cmd_batches(args: argparse.Namespace) -> int:
+    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock)
+    print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
+    return 0
+
+
+cmd_score = _prepared(_cmd_score)
+cmd_summary = _prepared(_cmd_summary)
+cmd_estimate = _prepared(_cmd_estimate)
+cmd_compare = _prepared(_cmd_compare)
+cmd_batches = _prepared(_cmd_batches)

@@ -1,0 +1,419 @@
+"""The driver's part of a run, around the stages: before the first judge call, check everything
+and open (or resume) the output folder (`prepare_run`); after the last, publish to sinks and write
+the summary, run.json and `_SUCCESS` (`finish_run`). Every engine runs these two on its client.
+
+A run driven from this process (the local engine, the batch-API run) runs in `local_run`'s frame:
+prepared (which takes the output folder's lock), its stages run by the caller, finished, and the
+lock given back however it ends. `run_blocking` is the synchronous way in, for them and for the
+Dask engine's driver and tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import anyio
+import polars as pl
+
+from connectors.judges import JudgeStats, create_judge
+from connectors.judges.prompts import prompt_version_for
+from connectors.judges.retry import RetryClock
+from connectors.sources import SourceInfo, inspect_input, read_ids
+from pipeline.config import Config
+from pipeline.flow.dispatch import RunCounters
+from pipeline.flow.extractor import load_extractor
+from pipeline.flow.reduce import TableSpec
+from pipeline.limits.limiter import GateStats
+from pipeline.run.estimate import estimate
+from pipeline.run.interrupt import stoppable
+from pipeline.run.notices import run_notices, skipped_formats_line
+from pipeline.run.publish import check_sinks, publish
+from storage import layout
+from storage.commit import commit_part, committed
+from storage.core.constants import STATUS_FAILED
+from storage.core.errors import ConfigError, UserError, first_meaningful
+from storage.dataset import drop_ids, scored_ids
+from storage.lock import OutdirLock
+from storage.objpath import OutPath
+from storage.ownership import check_claimable, local_outdir, warn_foreign
+from storage.report.charts import CHARTS_INSTALL, charts_available, preload
+from storage.report.summary import build_summary, write_summary
+from storage.runlog import RunLog, fingerprint_of
+from storage.schema import SCHEMA_VERSION, output_schema
+
+__all__ = [
+    "AUTO_ESTIMATE_ROWS",
+    "LocalRun",
+    "RunOptions",
+    "RunPlan",
+    "RunResult",
+    "StageResult",
+    "finish_run",
+    "local_run",
+    "prepare_run",
+    "release_outdir",
+    "run_blocking",
+]
+
+AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they are scored
+
+
+@dataclass
+class RunResult:
+    outdir: OutPath
+    rows: int
+    failed: int
+    summary: dict[str, Any]
+    counters: RunCounters
+    stats: JudgeStats
+    sink_errors: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed or self.sink_errors else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How one run treats its output folder and shows itself (--overwrite, --incremental,
+    --progress, --wait-lock): every engine's entry point takes these as one object. What is
+    scored, and how, is the `Config`."""
+
+    overwrite: bool = False  # replace what the folder holds
+    incremental: bool = False  # add the rows the folder does not hold yet
+    progress: str = "auto"  # "auto" | "on" | "off"
+    wait_lock: float = 0.0  # seconds to wait for another run's lock
+    # the waits between a judge's HTTP attempts (None: real ones; tests pass an instant one)
+    retry_clock: RetryClock | None = None
+
+
+@dataclass
+class RunPlan:
+    """What the driver settled before any judge call; picklable, so an engine can ship it."""
+
+    input: str
+    cfg: Config
+    info: SourceInfo
+    runlog: RunLog
+    spec: TableSpec
+    identity: dict[str, object]
+    skip_parts: frozenset[str] = frozenset()  # parts an earlier run finished
+    rows_skipped: int = 0  # and their rows
+    skip_ids: pl.Series | None = None
+    run_tag: str = ""
+    lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
+    retry_clock: RetryClock | None = None  # RunOptions.retry_clock, for every judge of the run
+
+
+@dataclass
+class StageResult:
+    """What stages did, summed: counters, judge statistics and gate statistics."""
+
+    counters: RunCounters
+    stats: JudgeStats
+    gate: GateStats
+    extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
+    recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
+
+
+async def prepare_run(
+    input: str,
+    outdir: str | OutPath,
+    cfg: Config,
+    options: RunOptions = RunOptions(),
+) -> RunPlan:
+    """Everything before the first judge call: check the output path, input, judge, output
+    columns and sinks; lock and open (or resume) the folder; decide what a resumed or
+    incremental run skips. On any error the lock is given back."""
+    outdir = local_outdir(outdir)  # a local Path, or an ObjPath in an object store
+    info = await anyio.to_thread.run_sync(_inspect, input, cfg)
+    if cfg.columns.extractor:
+        load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
+    judge = create_judge(cfg.judge, retry_clock=options.retry_clock)
+    identity = judge.identity()
+    await judge.aclose()
+    config_part = _config_identity(cfg, identity)
+    describe = {**config_part, **_input_identity(input, info, cfg)}
+    runlog = RunLog(outdir, fingerprint_of(describe), describe, fingerprint_of(config_part))
+    spec = _table_spec(info, cfg, judge.model)
+    _check_output_columns(cfg, spec)
+    await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
+    if cfg.output.charts and not charts_available():
+        raise ConfigError(
+            "--charts draws PNG charts with matplotlib, which is not installed here: "
+            f"{CHARTS_INSTALL} (summary.md and summary.json need nothing more)"
+        )
+    await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
+    lock = OutdirLock(outdir)
+    lock.acquire(
+        options.wait_lock
+    )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
+    run = RunPlan(
+        input, cfg, info, runlog, spec, identity, lock=lock, retry_clock=options.retry_clock
+    )
+    try:
+        await _open(run, overwrite=options.overwrite, incremental=options.incremental)
+    except BaseException:
+        release_outdir(run)
+        raise
+    return run
+
+
+def release_outdir(plan: RunPlan) -> None:
+    """Give back the output folder's lock (engines call it when the run ends, however)."""
+    if plan.lock is not None:
+        plan.lock.release()
+
+
+async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
+    runlog, cfg, outdir, input = run.runlog, run.cfg, run.runlog.outdir, run.input
+    await anyio.to_thread.run_sync(
+        lambda: runlog.open(overwrite=overwrite, incremental=incremental)
+    )
+    warning = await anyio.to_thread.run_sync(warn_foreign, outdir)
+    if warning:
+        print(warning, file=sys.stderr)
+    if cfg.output.charts:
+        preload()  # matplotlib loads while the judge works, not after it
+    if incremental:
+        run.run_tag = layout.incremental_tag(datetime.now(UTC))
+        run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
+    elif (
+        run.info.total_rows <= AUTO_ESTIMATE_ROWS
+        and not run.spec.judge_model.startswith("offline")
+        and runlog.load_json(layout.estimate(outdir)) is None
+    ):
+        # a small input for a paid judge: price it first, so the summary can show estimate vs
+        # actual (the offline judge costs nothing: no pass over the input for it)
+        try:
+            est = await anyio.to_thread.run_sync(lambda: estimate(input, cfg, info=run.info))
+        except UserError:
+            pass  # e.g. a corrupt page: the run itself scores what it can read, then says so
+        else:
+            runlog.save_json(layout.estimate(outdir), est)
+    await anyio.to_thread.run_sync(_plan_resume, run)
+
+
+def _plan_resume(plan: RunPlan) -> None:
+    """A resumed run skips the parts committed without failures; torn files are removed."""
+    records = committed(plan.runlog.outdir)
+    if not plan.run_tag:  # incremental runs commit under a new tag: nothing of theirs is done
+        done = {k: r for k, r in records.items() if r.failed == 0}
+        plan.skip_parts = frozenset(done)
+        plan.rows_skipped = sum(r.rows for r in done.values())
+    plan.runlog.remove_stale()
+
+
+def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
+    """--partition-by and --group-by name output columns: checked before any judge call."""
+    names = spec.schema.names
+    wanted = [("--partition-by", c) for c in cfg.output.partition_by]
+    if cfg.output.group_by:
+        wanted.append(("--group-by", cfg.output.group_by))
+    for flag, col in wanted:
+        if col not in names:
+            raise ConfigError(
+                f"{flag} {col}: `{col}` is not an output column; copy it from the input with "
+                f"--passthrough {col} (output columns: {', '.join(names)})"
+            )
+
+
+def _inspect(input: str, cfg: Config) -> SourceInfo:
+    info = inspect_input(input, cfg.columns, cfg.storage)
+    line = skipped_formats_line(info)
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    return info
+
+
+def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
+    """Everything that changes a row's scored output (not which rows there are)."""
+    c = cfg.column_map
+    return {
+        "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)]
+        + ([[list(r) for r in c.renames]] if c.renames else []),
+        "extractor": cfg.columns.extractor,
+        "judge": identity,
+        "judge_model": cfg.judge.model,
+        "mode": cfg.judge.mode,
+        **({"verdict_only": True} if cfg.judge.verdict_only else {}),  # the reasons differ
+        "scale": cfg.scoring.scale,
+        "ks": list(cfg.scoring.ks),
+        "max_item_chars": cfg.run.max_item_chars,
+        "partition_by": list(cfg.output.partition_by),
+        "schema_version": SCHEMA_VERSION,
+    }
+
+
+def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]:
+    files = []
+    for f in info.files:
+        files.append([f.absolute(), f.size, f.mtime_ns])
+    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows}
+
+
+def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
+    labels = cfg.column_map.labels is not None
+    schema = output_schema(info.id_type, info.passthrough_fields, cfg.scoring.ks, labels=labels)
+    return TableSpec(
+        schema, model, cfg.scoring.scale, cfg.scoring.ks, cfg.judge.mode == "row", labels,
+        cfg.judge.verdict_only,
+    )  # fmt: skip
+
+
+def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Series:
+    """Ids already scored (ok or empty_context) are skipped; failed rows of ids in this input
+    are dropped from the folder first, so that this run can score them again."""
+    have = scored_ids(outdir)
+    failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
+    if failed.len():
+        incoming = read_ids(info, cfg.column_map.id)
+        retry = incoming.filter(incoming.is_in(failed))
+        drop_ids(outdir, retry.to_list())
+    return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
+
+
+def finish_run(
+    plan: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
+) -> RunResult:
+    """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
+    run_info = _run_info(plan, result, started_at, wall, engine)
+    summary, sink_errors = _finish(plan, run_info)
+    rows = summary.get("rows", {})
+    return RunResult(
+        plan.runlog.outdir,
+        int(rows.get("total", 0)),
+        int(rows.get("failed", 0)),
+        summary,
+        result.counters,
+        result.stats,
+        tuple(sink_errors),
+    )
+
+
+def _run_info(
+    run: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
+) -> dict[str, Any]:
+    c, stats = result.counters, result.stats
+    model = run.spec.judge_model
+    price = run.cfg.price_for(model)
+    return {
+        "started_at": started_at.isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "wall_s": wall,
+        "input": run.input,
+        "judge_model": model,
+        "prompt_version": " / ".join(
+            prompt_version_for(e, run.spec.per_row, run.spec.verdict_only)
+            for e in ("expected", None)
+        ),
+        "incremental": bool(run.run_tag),
+        "rows_this_run": c.rows_done - c.rows_skipped,
+        "rows_skipped": c.rows_skipped,
+        "items_this_run": c.items,
+        "judge_calls": c.judge_calls,
+        "calls_failed": c.calls_failed,
+        "memo_hits": c.memo_hits,
+        "dedup_hits": c.dedup_hits,
+        "reason_calls": c.reason_calls,
+        "judge": stats.as_dict(),
+        "gate": result.gate.as_dict(),
+        "price": None
+        if price is None
+        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok}
+        | (
+            {}
+            if price.cached_input_per_mtok is None
+            else {"cached_input_per_mtok": price.cached_input_per_mtok}
+        ),
+        "concurrency": run.cfg.limits.concurrency,
+        "rpm": run.cfg.limits.rpm,
+        "tpm": run.cfg.limits.tpm,
+        "engine": {**engine, **result.extra},
+        "notices": run_notices(run.input, run.info, run.cfg),
+        "group_by": run.cfg.output.group_by,
+    } | ({"recheck": result.recheck} if result.recheck is not None else {})
+
+
+def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    outdir = run.runlog.outdir
+    # a worker killed while writing (its task done again elsewhere) left a temp file or a part
+    # that no commit names: gone before readers of OUTDIR/*.parquet see the run as finished
+    run.runlog.remove_stale()
+    if not committed(outdir) and not run.cfg.output.partition_by:
+        # an input with no rows still gives a readable (empty) dataset in the documented schema
+        empty = {"part-empty.parquet": run.spec.schema.empty_table()}
+        commit_part(outdir, "empty", empty, rows=0, failed=0)
+    loaded, errors = publish(
+        run.cfg.output.sinks, run.runlog, run.spec.schema, run.cfg.output.partition_by
+    )
+    run_info["sinks"] = loaded
+    run_info["sink_errors"] = errors
+    estimate = run.runlog.load_json(layout.estimate(outdir))
+    if estimate is not None:
+        run_info["estimate"] = estimate
+    run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last
+    summary = build_summary(
+        outdir,
+        run_info,
+        scale=run.cfg.scoring.scale,
+        group_by=run.cfg.output.group_by,
+        ks=run.cfg.scoring.ks,
+    )
+    write_summary(outdir, summary, charts=run.cfg.output.charts)
+    run.runlog.save_json(layout.run_info(outdir), run_info)
+    run.runlog.finish()
+    return summary, errors
+
+
+# -- a run driven from this process ------------------------------------------------------
+T = TypeVar("T")
+
+
+def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `fn` on a new event loop. User-facing errors raised inside a task group come out as
+    themselves, not wrapped in an ExceptionGroup; a stop signal cancels it and comes out as
+    KeyboardInterrupt once its shutdown has run (`pipeline.run.interrupt`)."""
+    try:
+        return anyio.run(stoppable, fn)
+    except BaseExceptionGroup as group:
+        raise first_meaningful(group) from None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRun:
+    """A prepared run whose stages execute in this process, which holds the folder's lock."""
+
+    plan: RunPlan
+    started: float  # time.monotonic() before prepare
+    started_at: datetime
+
+    async def finish(self, result: StageResult) -> RunResult:
+        """Sinks, summary, run.json and `_SUCCESS`, once every stage is done."""
+        wall = time.monotonic() - self.started
+        engine = {"name": "local", "workers": 1, "tasks": 1}
+        return await anyio.to_thread.run_sync(
+            finish_run, self.plan, result, self.started_at, wall, engine
+        )
+
+
+@asynccontextmanager
+async def local_run(
+    input: str,
+    outdir: OutPath,
+    cfg: Config,
+    options: RunOptions,
+) -> AsyncIterator[LocalRun]:
+    """Prepare the run; the lock is held from open to finish, whatever happens in between."""
+    started, started_at = time.monotonic(), datetime.now(UTC)
+    plan = await prepare_run(input, outdir, cfg, options)
+    try:
+        yield LocalRun(plan, started, started_at)
+    finally:
+        release_outdir(plan)

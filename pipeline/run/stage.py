@@ -1,0 +1,269 @@
+"""The stage every engine runs: read -> rows -> fan out -> judge -> reduce -> partition -> commit,
+in one task group.
+
+Record batches stream from the source; a few batches are open at once, their items go to a bounded
+job stream served by `concurrency` workers; each finished batch is reduced in Polars and committed
+as a part file. Finished parts are skipped when a run is resumed; `--incremental` skips ids the
+output folder already holds. `run_stage` does this for all files or an engine's share of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from connectors.judges import Gate, Judge, JudgeStats, create_judge
+from connectors.judges.base import SyncDecider
+from connectors.sources import SourceBatch
+from pipeline.config import Config
+from pipeline.flow.dispatch import Dispatcher, RunCounters
+from pipeline.flow.extractor import Extractor, load_extractor
+from pipeline.flow.fanout import resolve_items
+from pipeline.flow.llm_reason import write_llm_reasons
+from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.reduce import scored_table
+from pipeline.flow.rows import BatchJob
+from pipeline.limits.limiter import GateStats, RateGate
+from pipeline.run.driver import RunPlan, StageResult
+from pipeline.run.partition import partition_tables
+from pipeline.run.progress import Progress
+from storage.commit import commit_part, committed
+from storage.core.constants import STATUS_FAILED
+from storage.core.errors import ConfigError, UserError
+from storage.journal import Journal, open_journal, replay_journals
+from storage.memo import Memo, MemoStore, judge_prefix
+from storage.verdicts import SharedMemo, open_shared
+
+__all__ = ["MeteredGate", "run_stage", "shared_memo"]
+
+
+class MeteredGate(Gate, Protocol):
+    """A gate that reports what it did: `RateGate`, or an engine's cluster-wide gate."""
+
+    def stats(self) -> GateStats: ...
+
+
+@dataclass
+class _Stage:
+    plan: RunPlan
+    dispatcher: Dispatcher
+    memo: MemoStore | None
+    prefix: bytes
+    extractor: Extractor | None
+    counters: RunCounters
+    skip: frozenset[str]
+    planner: BatchPlanner
+
+
+async def run_stage(
+    plan: RunPlan,
+    *,
+    files: Collection[int] | None = None,
+    skip: Collection[str] = (),
+    gate: MeteredGate | None = None,
+    open_memo: Callable[[], MemoStore | None] | None = None,
+    counters: RunCounters | None = None,
+    progress: str = "off",
+    judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
+) -> StageResult:
+    """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
+    plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
+    cfg = plan.cfg
+    stats = JudgeStats()
+    gate = gate or RateGate(
+        cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm, adaptive=cfg.limits.adaptive
+    )
+    if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
+        judge = judge_factory(gate, stats)
+    else:
+        judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+    if judge.identity() != plan.identity:
+        raise ConfigError(
+            f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "
+            "machine of the run the same judge settings and environment"
+        )
+    counters = counters or RunCounters()
+    extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
+    try:
+        others = plan.skip_parts | frozenset(skip)
+        done = await _done_by_earlier_attempt(plan, files, others, counters)
+        memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
+        journal = await anyio.to_thread.run_sync(_open_journal, memo, judge)
+        dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
+        skipped = others | done
+        prefix = judge_prefix(plan.identity)
+        planner = BatchPlanner(
+            cfg,
+            prefix,
+            per_row=plan.spec.per_row,
+            memo=memo,
+            skip_ids=plan.skip_ids,
+            extractor=extractor,
+        )
+        stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped, planner)
+        finished = False
+        try:
+            await _execute(stage, files, stats, progress)
+            finished = True  # every verdict is in the memo: the journal goes
+        finally:
+            if memo is not None:
+                await anyio.to_thread.run_sync(memo.close)
+            if journal is not None:
+                journal.close(done=finished)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await judge.aclose()
+    return StageResult(counters, stats, gate.stats())
+
+
+async def _done_by_earlier_attempt(
+    plan: RunPlan, files: Collection[int] | None, others: frozenset[str], counters: RunCounters
+) -> frozenset[str]:
+    """Parts of this run that an earlier attempt of the same stage committed (an engine retried
+    it after its worker died): read past, and counted as done in this run."""
+    tag = plan.run_tag
+    prefixes = [tag] if files is None else [f"{tag}{i:05d}-" for i in files]
+    done: set[str] = set()
+    for prefix in prefixes:
+        records = await anyio.to_thread.run_sync(committed, plan.runlog.outdir, prefix)
+        for key, record in records.items():
+            batch_key = key.removeprefix(tag)
+            if record.failed == 0 and batch_key not in others:
+                done.add(batch_key)
+                counters.rows_done += record.rows
+    return frozenset(done)
+
+
+def _open_memo(cfg: Config) -> MemoStore | None:
+    return open_memo(cfg)
+
+
+def _open_journal(memo: MemoStore | None, judge: Judge) -> Journal | None:
+    """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
+    offline judge's verdicts cost nothing to redo) open this run's (`storage.journal`)."""
+    local = memo.local if isinstance(memo, SharedMemo) else memo
+    if memo is None or not isinstance(local, Memo):
+        return None  # no memo, or an engine's own (it keeps verdicts its own way)
+    replay_journals(local.directory, memo)
+    return None if isinstance(judge, SyncDecider) else open_journal(local.directory)
+
+
+def shared_memo(plan: RunPlan) -> MemoStore | None:
+    """The memo backed by OUTDIR's verdict store (an object-store OUTDIR keeps verdicts for a
+    resume on another machine)."""
+    return open_shared(_open_memo(plan.cfg), plan.runlog.outdir, plan.input)
+
+
+async def _execute(
+    run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
+) -> None:
+    progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
+    try:
+        async with anyio.create_task_group() as tg:
+            run.dispatcher.start(tg)  # workers and memo writer end once their streams close
+            async with anyio.create_task_group() as ticker:
+                ticker.start_soon(progress.run)
+                try:
+                    await _feed(run, files)
+                finally:
+                    await run.dispatcher.close()
+                    await run.dispatcher.finish_memo()
+                    ticker.cancel_scope.cancel()
+    finally:  # every task has ended: a verdict that finished during shutdown is kept
+        await run.dispatcher.write_late()
+
+
+# Batches planned at once: while one planning thread waits on its memo read (SQLite runs
+# without the GIL) the other reads, checks and hashes the next batch, or reads the memo too (the
+# memo keeps two read connections, one per planner: `storage.memo.Memo._take_reader`).
+_PLANNERS = 2
+
+
+async def _feed(run: _Stage, files: Collection[int] | None) -> None:
+    """Plan batches in worker threads (`pipeline.flow.planning`: the row checks, the memo keys and
+    the memo lookup), `_PLANNERS` at a time, reading them one at a time in input order, and
+    process up to `in_flight` at once."""
+    cfg = run.plan.cfg
+    batches: Iterator[SourceBatch] = run.planner.batches(
+        run.plan.info, skip=run.skip, only_files=files
+    )
+    in_flight = anyio.Semaphore(_batches_in_flight(cfg))
+    reading = anyio.Lock()
+    failures: list[UserError] = []
+
+    async def plan_batches(tg: TaskGroup) -> None:
+        while not failures:
+            await in_flight.acquire()
+            planned: PlannedBatch | None = None
+            try:
+                async with reading:
+                    batch = await anyio.to_thread.run_sync(next, batches, None)
+                if batch is not None:
+                    planned = await anyio.to_thread.run_sync(run.planner.plan, batch)
+            except UserError as exc:  # unreadable data: finish the batches in flight first
+                failures.append(exc)
+                planned = None
+            if planned is None:
+                in_flight.release()
+                return
+            tg.start_soon(_process_then_release, run, planned, in_flight)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(_PLANNERS):
+            tg.start_soon(plan_batches, tg)
+    if failures:
+        raise failures[0]
+
+
+async def _llm_reasons(run: _Stage, table: Any, plans: list[Any]) -> Any:
+    table, calls = await write_llm_reasons(
+        table,
+        [p.query for p in plans],
+        [p.expected for p in plans],
+        judge=run.dispatcher.judge,
+        memo=run.memo,
+        prefix=run.prefix,
+        concurrency=run.plan.cfg.limits.concurrency,
+    )
+    run.counters.reason_calls += calls
+    return table
+
+
+def _batches_in_flight(cfg: Config) -> int:
+    # enough open batches that the workers never wait on a batch boundary, and that every
+    # planner plans its next batch while two planned ones are judged or reduced and committed
+    per_batch = max(cfg.run.batch_rows * 5, 1)
+    return max(_PLANNERS + 2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
+
+
+async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:
+    try:
+        await _process(run, planned)
+    finally:
+        slot.release()
+
+
+async def _process(run: _Stage, planned: PlannedBatch) -> None:
+    plan = run.plan
+    batch, frame, plans = planned.batch, planned.frame, planned.rows
+    if planned.dropped:
+        run.counters.rows_done += planned.dropped
+        run.counters.rows_skipped += planned.dropped
+    if run.planner.skip_ids is not None and frame.is_empty():
+        return
+    await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
+    table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
+    if plan.cfg.scoring.reason == "llm":
+        table = await _llm_reasons(run, table, plans)
+    failed = sum(1 for p in plans if p.status == STATUS_FAILED)
+    key = f"{plan.run_tag}{batch.key}"
+    tables = partition_tables(table, plan.cfg.output.partition_by, f"part-{key}")
+    await anyio.to_thread.run_sync(
+        lambda: commit_part(plan.runlog.outdir, key, tables, rows=table.num_rows, failed=failed)
+    )
+    run.counters.rows_done += table.num_rows
+    run.counters.rows_failed += failed

@@ -1,0 +1,378 @@
+"""The comparison for people and machines: compare.json (full precision), compare.md with a chart
+(compare.png) and the terminal text. Drawn from the report dict alone, on matplotlib's Agg canvas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from storage import layout
+from storage.atomic import atomic_write_bytes
+from storage.core.errors import OutputError
+from storage.core.figures import figure_text
+from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_JSON, COMPARE_MD
+from storage.report.charts import charts_available, fit_title, png, short_label
+
+__all__ = [
+    "chart_figure",
+    "check_compare_target",
+    "render_chart",
+    "render_markdown",
+    "render_text",
+    "write_compare",
+]
+
+_SIZE = (8.0, 4.5)
+_INK = "#333333"
+_MAX_GROUPS = 20
+_REASON_CHARS = 300
+
+
+def check_compare_target(outdir: Path) -> None:
+    """`-o DIR` may hold an earlier comparison (replaced) but no compare.* file of anyone else's:
+    a compare.json that is not a ctxprec comparison means the others are not ours either. Nor
+    may DIR be a score output (a compare.* file there would make the next run refuse it)."""
+    if layout.state_dir(outdir).exists():
+        raise OutputError(
+            f"{outdir} is a ctxprec output folder; write the comparison elsewhere "
+            "(a compare.* file there would make the next score run refuse the folder)"
+        )
+    present = [name for name in COMPARE_FILES if layout.compare_file(outdir, name).exists()]
+    if not present:
+        return
+    try:
+        earlier = json.loads(layout.compare_file(outdir, COMPARE_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = None
+    if not (isinstance(earlier, dict) and {"n_pairs", "mean_delta"} <= earlier.keys()):
+        raise OutputError(
+            f"{outdir} holds {', '.join(present)} that ctxprec compare did not write; "
+            "choose another folder with -o"
+        )
+
+
+def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
+    """Write compare.json, compare.md and compare.png into `outdir`, each atomically."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, bytes] = {
+        **({COMPARE_CHART: render_chart(report)} if charts_available() else {}),
+        COMPARE_JSON: (
+            json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
+        ).encode(),
+        COMPARE_MD: render_markdown(report).encode(),
+    }
+    written = []
+    for name, data in files.items():
+        path = layout.compare_file(outdir, name)
+        atomic_write_bytes(path, data)
+        written.append(path)
+    return written
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
+    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
+
+
+def _signed(value: Any) -> str:
+    text = fmt(value)
+    return text if text == "n/a" or text.startswith("-") or text == "0" else f"+{text}"
+
+
+def _ci(report: Mapping[str, Any]) -> str:
+    ci = report.get("ci95")
+    return "n/a" if not ci else f"[{_signed(ci[0])}, {_signed(ci[1])}]"
+
+
+def _p(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return "< 0.0001" if value < 1e-4 else fmt(value)
+
+
+def _side(report: Mapping[str, Any], s: str) -> str:
+    side = report[s]
+    where = " and ".join(f"{c}={v}" for c, v in side["filters"].items())
+    return f"`{side['source']}`" + (f" where `{where}`" if where else "")
+
+
+def _gate_message(report: Mapping[str, Any]) -> str | None:
+    gate = report.get("gate") or {}
+    return str(gate["message"]) if gate.get("failed") else None
+
+
+def _verdicts(verdicts: Sequence[Any] | None) -> str:
+    if verdicts is None:
+        return "n/a"
+    return "".join("+" if v else ("?" if v is None else "-") for v in verdicts) or "(none)"
+
+
+def _judge_lines(report: Mapping[str, Any]) -> list[str]:
+    j = report["judge_config"]
+    if j["differences"]:
+        return [
+            "**WARNING: the two sides were NOT scored with the same judge configuration; "
+            "the deltas mix a change of judge with a change of retrieval** (when both sides "
+            "hold the same rows, they measure the change of judge: see Judge against judge).",
+            *(f"- {d}" for d in j["differences"]),
+        ]
+    return ["Same judge configuration on both sides."] + [f"- note: {n}" for n in j["notes"]]
+
+
+def _metric_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    metrics = {"score": report, **report["metrics"]}
+    return [
+        [name, fmt(m["n_pairs"]), fmt(m["mean_a"]), fmt(m["mean_b"]), _signed(m["mean_delta"]),
+         _ci(m), _p(m["p_value"]), fmt(m["wins"]), fmt(m["losses"]), fmt(m["ties"])]
+        for name, m in metrics.items()
+    ]  # fmt: skip
+
+
+_METRIC_HEAD = ["metric", "pairs", "mean A", "mean B", "delta B−A", "95% CI", "p", "wins", "losses",
+                "ties"]  # fmt: skip
+
+
+def _left_out(report: Mapping[str, Any]) -> str:
+    left = report["left_out"]
+    parts = [f"{k.replace('_', ' ')} {fmt(v)}" for k, v in left.items() if k != "total" and v]
+    return f"{fmt(left['total'])} ids left out" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _honesty_lines(report: Mapping[str, Any], bullet: str) -> list[str]:
+    """Clustering, the smallest detectable difference, d_z and non-inferiority (issue 22)."""
+    c = report.get("clustering") or {}
+    out = []
+    if c.get("column"):
+        extra = report.get("design_effect")
+        deff = "" if extra is None else f", design effect {fmt(extra, 2)}"
+        out.append(f"{bullet}clustered by `{c['column']}`: {fmt(c['clusters'])} clusters resampled "
+                   f"whole ({c['how']}{deff})")  # fmt: skip
+    elif c:
+        out.append(f"{bullet}clusters: {c['how']}")
+    if report.get("mde_80") is not None:
+        out.append(
+            f"{bullet}smallest difference this comparison could detect (80% power, two-sided 5%): "
+            f"±{fmt(report['mde_80'])} at {fmt(report['n_pairs'])} pairs; a change smaller than "
+            f"that may go unseen. Cohen's d_z {fmt(report.get('cohens_dz'), 3)}"
+        )
+    if t := report.get("non_inferiority"):
+        shown = "SHOWN" if t["non_inferior"] else "NOT shown"
+        out.append(
+            f"{bullet}non-inferiority, margin {fmt(t['margin'])}: {shown} that B is no worse than "
+            f"A by more than {fmt(t['margin'])} (lower end of the 95% CI "
+            f"{_signed(t['lower_bound'])} vs -{fmt(t['margin'])}; bootstrap p {_p(t['p_value'])})"
+        )
+    return out
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics."""
+    lines = [
+        f"ctxprec compare: A = {_side(report, 'a')}",
+        f"                 B = {_side(report, 'b')}",
+        f"  {fmt(report['n_pairs'])} pairs on `{report['on']}`; {_left_out(report)}",
+        f"  score: A {fmt(report['mean_a'])}  B {fmt(report['mean_b'])}  "
+        f"delta {_signed(report['mean_delta'])}  95% CI {_ci(report)}  p {_p(report['p_value'])}",
+        f"  B vs A per id: {fmt(report['wins'])} better, {fmt(report['losses'])} worse, "
+        f"{fmt(report['ties'])} tied",
+    ]
+    for name, m in report["metrics"].items():
+        lines.append(
+            f"  {name}: A {fmt(m['mean_a'])}  B {fmt(m['mean_b'])}  "
+            f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
+        )
+    lines.append(f"  test: {report['test']}")
+    lines += _honesty_lines(report, "  ")
+    if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
+        lines += _agreement_text(agree)
+    lines += _judge_warning(report["judge_config"])
+    if gate := _gate_message(report):
+        lines.append(f"  GATE FAILED: {gate}")
+    return "\n".join(lines)
+
+
+def _judge_warning(judge: Mapping[str, Any]) -> list[str]:
+    """One line however many settings differ (compare.json and compare.md list them)."""
+    differences = judge["differences"]
+    if not differences:
+        return []
+    names = judge.get("judges") or {}
+    who = f"A {names.get('a') or '?'}, B {names.get('b') or '?'}"
+    if len(differences) == 1:
+        return [f"  WARNING judge configuration differs ({who}): {differences[0]}"]
+    return [
+        f"  WARNING judge configuration differs ({who}): {len(differences)} settings differ "
+        "(compare.json lists them under judge_config.differences)"
+    ]
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """compare.md: sides, judge check, metrics table, chart, groups, rows that changed most."""
+    b = report["bootstrap"]
+    lines = [
+        "# ctxprec comparison: B vs A",
+        "",
+        f"- A: {_side(report, 'a')} ({fmt(report['a']['rows'])} rows)",
+        f"- B: {_side(report, 'b')} ({fmt(report['b']['rows'])} rows)",
+        f"- **{fmt(report['n_pairs'])}** pairs on `{report['on']}` (ids scored ok or "
+        f"empty_context on both sides); {_left_out(report)}",
+        "",
+        *_judge_lines(report),
+        "",
+    ]
+    if gate := _gate_message(report):
+        lines += [f"> **Gate failed: {gate}**", ""]
+    agree = report.get("judge_agreement")
+    if agree and agree["judges_differ"]:  # judge against judge: what the reader came for
+        lines += _agreement_md(agree)
+    lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
+    lines += [
+        f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
+        f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",
+        "",
+        *_honesty_lines(report, "- "),
+        "",
+        *([f"![mean delta with 95% CI]({COMPARE_CHART})", ""] if charts_available() else []),
+    ]
+    if g := report["by_group"]:
+        rows = [[x["group"], fmt(x["n_pairs"]), fmt(x["mean_a"]), fmt(x["mean_b"]),
+                 _signed(x["mean_delta"]), _ci(x), fmt(x["wins"]), fmt(x["losses"])]
+                for x in g["groups"]]  # fmt: skip
+        head = [g["column"], "pairs", "mean A", "mean B", "delta", "95% CI", "wins", "losses"]
+        lines += _table(f"By {g['column']}", head, rows)
+    lines += _changed_md(report)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- judge against judge (item-level agreement) ----------------------------------------------
+def _pair(values: Any) -> str:
+    return "n/a" if not values else f"[{fmt(values[0])}, {fmt(values[1])}]"
+
+
+def _agreement_md(g: Mapping[str, Any]) -> list[str]:
+    """Item-level agreement of the two judges: table, κ, McNemar, score change, cost."""
+    t, m, d = g["table"], g["mcnemar"], g["score_delta"]
+    lines = [
+        "## Judge against judge",
+        "",
+        f"{fmt(g['items'])} items judged by both (paired by id and position, over "
+        f"{fmt(g['rows'])} rows).",
+        "",
+        "| | B relevant | B not relevant |",
+        "| --- | --- | --- |",
+        f"| **A relevant** | {fmt(t['both_relevant'])} | {fmt(t['only_a_relevant'])} |",
+        f"| **A not relevant** | {fmt(t['only_b_relevant'])} | {fmt(t['neither_relevant'])} |",
+        "",
+        f"- agreement {fmt(g['agreement'])} (flip rate {fmt(g['flip_rate'])}); Cohen's κ "
+        f"**{fmt(g['cohen_kappa'])}**, 95% CI {_pair(g['kappa_ci95'])} ({g['kappa_ci']}; "
+        f"asymptotic {_pair(g['kappa_ci95_asymptotic'])})",
+        f"- relevant rate: A {fmt(g['relevant_rate_a'])}, B {fmt(g['relevant_rate_b'])}; "
+        f"McNemar ({m['method']}, {fmt(m['discordant'])} discordant items) p {_p(m['p_value'])}",
+        f"- score change this causes: mean {fmt(d['mean_a'])} → {fmt(d['mean_b'])} "
+        f"({_signed(d['mean_delta'])}, 95% CI {_ci(d)}); {fmt(d['rows_changed'])} of "
+        f"{fmt(d['n_pairs'])} rows changed score",
+    ]
+    if g["rows_not_same_items"]:
+        lines.append(f"- {fmt(g['rows_not_same_items'])} paired rows hold different numbers of "
+                     "items on the two sides: left out")  # fmt: skip
+    rows = []
+    for s in ("a", "b"):
+        c = g["cost"][s]
+        rows.append([s.upper(), c["judge_model"] or "n/a", fmt(c["input_tokens"]),
+                     fmt(c["output_tokens"]), fmt(c["cost_usd"], 6),
+                     fmt(c["output_cost_usd"], 6)])  # fmt: skip
+    head = ["side", "judge", "tokens in", "tokens out", "cost USD (these rows)",
+            "cost USD (whole output, summary)"]  # fmt: skip
+    return [*lines, "", "Cost of each judge:", "", *_table("cost", head, rows)[2:]]
+
+
+def _agreement_text(g: Mapping[str, Any]) -> list[str]:
+    t, m = g["table"], g["mcnemar"]
+    cost = "; ".join(
+        f"{s.upper()} {g['cost'][s]['judge_model'] or 'n/a'} "
+        f"{fmt(g['cost'][s]['input_tokens'])}/{fmt(g['cost'][s]['output_tokens'])} tokens"
+        + (f" ${fmt(g['cost'][s]['cost_usd'], 6)}" if g["cost"][s]["cost_usd"] is not None else "")
+        for s in ("a", "b")
+    )
+    return [
+        f"  judge agreement: {fmt(g['items'])} items judged by both, agreement "
+        f"{fmt(g['agreement'])}, kappa {fmt(g['cohen_kappa'])} 95% CI {_pair(g['kappa_ci95'])}",
+        f"    A+B+ {fmt(t['both_relevant'])}  A+B- {fmt(t['only_a_relevant'])}  "
+        f"A-B+ {fmt(t['only_b_relevant'])}  A-B- {fmt(t['neither_relevant'])}; McNemar "
+        f"p {_p(m['p_value'])} ({m['method']})",
+        f"    cost: {cost}",
+    ]
+
+
+def _changed_md(report: Mapping[str, Any]) -> list[str]:
+    rows = report["changed_most"]
+    if not rows:
+        none = "No pair changed its score." if report["wins"] + report["losses"] == 0 else ""
+        return ["## Rows that changed most", "", none, ""] if none else []
+    legend = "Verdicts by position: + relevant, - not relevant, ? not judged."
+    out = ["## Rows that changed most", "", legend, ""]
+    for r in rows:
+        out += [f"### `{r['key']}`: {fmt(r['a']['score'])} → {fmt(r['b']['score'])} "
+                f"({_signed(r['delta'])})", ""]  # fmt: skip
+        for s in ("a", "b"):
+            side = r[s]
+            reason = " ".join(str(side["reason"] or "").split())
+            if len(reason) > _REASON_CHARS:
+                reason = reason[: _REASON_CHARS - 1] + "…"
+            out.append(
+                f"- {s.upper()}: {side['status']}, verdicts `{_verdicts(side['verdicts'])}`"
+                + (f": {reason}" if reason else "")
+            )
+        out.append("")
+    return out
+
+
+def _table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    return [*lines, *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
+
+
+def render_chart(report: Mapping[str, Any]) -> bytes:
+    """Mean delta (B − A) with its 95% CI per metric and, with --group-by, per group."""
+    return png(chart_figure(report))
+
+
+def chart_figure(report: Mapping[str, Any]) -> Any:
+    """The matplotlib figure of `render_chart`."""
+    from matplotlib.figure import Figure
+
+    metrics = {"score": report, **report["metrics"]}
+    groups = (report.get("by_group") or {}).get("groups", [])[:_MAX_GROUPS]
+    fig = Figure(figsize=_SIZE, dpi=100, layout="constrained")
+    axes = fig.subplots(1, 2 if groups else 1, squeeze=False)[0]
+    _delta_bars(axes[0], list(metrics.items()), "score and rank metrics" if groups else "")
+    if groups:
+        labelled = [(short_label(str(g["group"]), 24), g) for g in groups]
+        _delta_bars(axes[1], labelled, "score by group")  # a half-width title stays short
+        axes[1].set_ylabel(short_label(report["by_group"]["column"], 40))
+    fit_title(fig, f"B − A, mean over {fmt(report['n_pairs'])} pairs (bars: 95% CI)")
+    return fig
+
+
+def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    items = [(n, m) for n, m in items if m["mean_delta"] is not None][::-1]
+    ys = list(range(len(items)))
+    deltas = [m["mean_delta"] for _, m in items]
+    lo = [m["mean_delta"] - m["ci95"][0] for _, m in items]
+    hi = [m["ci95"][1] - m["mean_delta"] for _, m in items]
+    colors = ["#1a9850" if m["ci95"][0] > 0 else "#d73027" if m["ci95"][1] < 0 else "#999999"
+              for _, m in items]  # fmt: skip
+    ax.barh(ys, deltas, color=colors, alpha=0.8)
+    ax.errorbar(deltas, ys, xerr=[lo, hi], fmt="none", ecolor=_INK, capsize=3)
+    ax.axvline(0, color=_INK, lw=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # a half-width panel: few, readable ticks
+    ax.set_yticks(ys, [n for n, _ in items])
+    ax.set_title(title)
+    ax.set_xlabel("mean delta B − A")
