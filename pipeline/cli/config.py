@@ -1,5 +1,6 @@
-"""`ctxprec config [NAME]`: the example configs shipped with the package (copies of the
-repository's configs/*.toml, kept equal by a test), written to stdout to start one's own:
+"""`ctxprec config [NAME]`: the example configs shipped with the package (the repository's
+configs/*.toml: pipeline/configs links to that folder, so there is one copy), written to stdout
+to start one's own:
 `ctxprec config openai > my.toml`."""
 
 from __future__ import annotations

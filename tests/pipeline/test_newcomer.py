@@ -280,7 +280,7 @@ def test_the_example_configs_ship_in_the_package_and_equal_configs(
 ) -> None:
     shipped = example_configs()
     in_repo = {p.stem: p.read_text(encoding="utf-8") for p in (REPO / "configs").glob("*.toml")}
-    assert shipped == in_repo  # configs/*.toml is the source; pipeline/configs/ its copy
+    assert shipped == in_repo  # configs/*.toml, read through the pipeline/configs link
     assert main(["config", "openai"]) == 0
     assert capsys.readouterr().out == in_repo["openai"]
     assert main(["config"]) == 0
