@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 _DATA_NAME = "datasets/hotpotqa_dev_distractor_500.parquet"
-# the checkout's sibling `shared` folder; a git worktree (/work/wt/NAME) finds it at /work/shared
+# the checkout's sibling `shared` folder, or (a git worktree one level deeper) two levels up
 DATA = next(
     (
         p

@@ -39,6 +39,7 @@ from storage.objpath import out_path, with_options
 from storage.ownership import check_claimable
 from storage.report.charts import CHARTS_INSTALL, charts_available
 from storage.report.compare import check_compare_target, render_text, write_compare
+from storage.report.estimate import estimate_sentence
 from storage.report.summary import build_summary, seconds, write_summary
 from storage.report.trend import trend_text
 from storage.status import unfinished
@@ -177,6 +178,7 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"ctxprec: {counted(rows.get('total', 0), 'row')} -> {outdir}  (ok {rows.get('ok', 0):,}, "
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
+        *([f"  estimate: {said}"] if (said := estimate_sentence(summary.get("estimate"))) else []),
         *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
         f"  summary: {layout.summary_md(outdir)}",
     ]

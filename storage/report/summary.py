@@ -29,6 +29,7 @@ from storage.report.charts import (
     planned_charts,
     render_charts,
 )
+from storage.report.estimate import corrected_estimate, estimate_sentence
 from storage.report.trend import night_trend, trend_chart, trend_markdown
 from storage.schema import SCHEMA_VERSION
 
@@ -106,6 +107,8 @@ def _build(
         "failures": _failures(lf),
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
+        # prediction-powered: what the labels say of every row, from the labelled few
+        "estimate": corrected_estimate(lf, cols, scale, group_by),
     }
     summary |= _judge(run, tokens, _prompt_versions(lf, cols))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
@@ -490,7 +493,35 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         lines += [f"> **{counted(bad, 'row')} failed on their input ({INPUT_CAUSE}) — a re-run "]
         lines[-1] += "cannot fix them: fix those input rows.**"
         lines += [""]
+    lines += _md_estimate(s.get("estimate"))
     return lines
+
+
+def _md_estimate(estimate: Mapping[str, Any] | None) -> list[str]:
+    """The corrected estimate in words, and per group (docs/estimates.md says how to read it)."""
+    sentence = estimate_sentence(estimate)
+    if estimate is None or sentence is None:
+        return []
+    lines = [f"**Corrected estimate** (prediction-powered, reference: human labels): {sentence}.",
+             ""]  # fmt: skip
+    groups = (estimate.get("by_group") or {}).get("groups") or {}
+    if groups:
+        rows = [
+            [name, g["n_reference"], g["n_rows"], figure_text(g["judge_mean"]),
+             figure_text(g["mean"]), _ci_text(g.get("ci95"))]
+            for name, g in groups.items()
+        ]  # fmt: skip
+        head = ["group", "labelled rows", "rows", "judge mean", "corrected", "95 % CI"]
+        lines += _md_table("Corrected estimate by group", head, rows)
+    return lines
+
+
+def _ci_text(ci: Sequence[float] | None) -> str:
+    return (
+        "— (fewer than 10 labelled rows)"
+        if ci is None
+        else (f"{figure_text(ci[0])}–{figure_text(ci[1])}")
+    )
 
 
 def _md_this_run(s: Mapping[str, Any]) -> str:
