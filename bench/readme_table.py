@@ -1,5 +1,6 @@
-"""The README's table of figures: rows built from one run's JSON results, and the marked block of
-README.md they replace in place (`run_all.py` runs the benchmarks, this module only renders).
+"""The table of figures (docs/performance.md): rows built from one run's JSON results, and
+the marked block of the page they replace in place (`run_all.py` runs the benchmarks, this
+module only renders).
 
 Standard library only, so a test can render and replace without running anything.
 """
@@ -314,7 +315,7 @@ def replace_block(text: str, new_block: str) -> str:
     ends = [i for i, line in enumerate(lines) if line.rstrip("\r\n") == END]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
         raise ValueError(
-            f"the README needs one line starting {START_PREFIX!r} followed by one line {END!r} "
+            f"the page needs one line starting {START_PREFIX!r} followed by one line {END!r} "
             f"(found {len(starts)} start and {len(ends)} end markers)"
         )
     body = new_block.strip("\n") + "\n"

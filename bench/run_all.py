@@ -1,13 +1,15 @@
-"""Run every benchmark at modest sizes (about 10 minutes on 2 cores) and rewrite the README's
-table of figures (| benchmark | figure | goal | result | command |) from this run's results.
+"""Run every benchmark at modest sizes (about 10 minutes on 2 cores) and rewrite the table
+of figures in docs/performance.md (| benchmark | figure | goal | result | command |) from this
+run's results.
 
 Each benchmark runs as its own process (its figures stream to stdout as it goes) and writes
 bench/results/<name>.json plus a private copy in bench/results/run_all-<time>-<pid>/, which the
 table is built from (another session running a benchmark meanwhile cannot swap the figures);
 run_all.json there records the commands, exit codes and durations. The table replaces the lines
-between README.md's `<!-- bench-table:start ... -->` and `<!-- bench-table:end -->` markers and
-nothing else. Only a full run that succeeded writes README.md: `--quick` and `--only` runs (and
-runs where a benchmark failed) print the table, unless `--readme FILE` names the file to write.
+between docs/performance.md's `<!-- bench-table:start ... -->` and `<!-- bench-table:end -->`
+markers and nothing else. Only a full run that succeeded writes that page: `--quick` and
+`--only` runs (and runs where a benchmark failed) print the table, unless `--readme FILE`
+names the file to write.
 
 Usage: python bench/run_all.py [--print] [--quick] [--only NAME ...] [--readme FILE]
        python bench/run_all.py --from-results bench/results/run_all-... [--print]
@@ -30,7 +32,7 @@ from pathlib import Path
 from _common import BENCH, PYTHON, RESULTS, ROOT, wait_for_idle
 from readme_table import Ran, block, write_block
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"  # the page that holds the table
 
 # name -> arguments of the modest run (the scripts' own defaults where they fit the budget)
 PLAN: dict[str, list[str]] = {
@@ -104,7 +106,8 @@ def _stamp(iso: str) -> str:
 
 
 def partial(ran: Sequence[Ran]) -> bool:
-    """A smoke run, or not every benchmark of the plan: figures that do not belong in README.md."""
+    """A smoke run, or not every benchmark of the plan: figures that do not belong on the
+    performance page."""
     names = [r.name for r in ran]
     return sorted(names) != sorted(PLAN) or any("--quick" in r.command.split() for r in ran)
 
@@ -127,12 +130,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-write",
         dest="print_only",
         action="store_true",
-        help="print the table only; write no README",
+        help="print the table only; write no page",
     )
     parser.add_argument(
         "--readme",
         type=Path,
-        help="the file whose marked table to replace (default README.md, full runs only)",
+        help="the file whose marked table to replace (default docs/performance.md, full runs only)",
     )
     parser.add_argument(
         "--from-results",
@@ -175,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     smoke = partial(ran)
     if args.readme is None and (smoke or failed):
         why = "a --quick run or not every benchmark" if smoke else "a benchmark failed"
-        print(f"README.md left as it is ({why}); --readme FILE writes another file")
+        print(f"docs/performance.md left as it is ({why}); --readme FILE writes another file")
     else:
         changed = write_block(target, text)
         print(f"{target}: table {'rewritten' if changed else 'unchanged'}")

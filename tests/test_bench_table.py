@@ -1,6 +1,7 @@
-"""The README's table of figures is written by bench/run_all.py from one run's JSON results:
-only the marked block changes, writing the same results twice changes nothing, and a smoke run
-never reaches README.md. No benchmark runs here: the results are small hand-made JSON files.
+"""The table of figures (docs/performance.md) is written by bench/run_all.py from one run's
+JSON results: only the marked block changes, writing the same results twice changes nothing,
+and a smoke run never reaches that page. No benchmark runs here: the results are small
+hand-made JSON files.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def test_the_readme_holds_one_marked_table_in_the_written_format(
 ) -> None:
     """What run_all.py will replace: one marked block holding the header it writes."""
     readme_table, _ = bench
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
     inside = _inside(text)
     assert inside.startswith(readme_table.START + "\n")
     assert "\n".join(readme_table.HEADER) in inside

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.fakes.inputs import KEY, REPO
+from tests.fakes.inputs import KEY, REPO, documentation
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -39,7 +39,7 @@ DS = "2026-11-30"
 
 
 def test_readme_python_example_runs_as_written() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", documentation(), flags=re.S)
     example = next(b for b in blocks if "create_context_precision_scorer" in b)
     done = subprocess.run(
         [sys.executable, "-c", example], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -62,7 +62,7 @@ def test_readme_reader_of_exactly_ctxprecs_parts(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = documentation()
     snippet = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "part_files" in b)
     command = re.search(r"\.venv/bin/ctxprec (score examples/sample\.parquet -o out/sample)", text)
     assert command is not None
@@ -97,20 +97,24 @@ def _ctxprec_segments(line: str) -> list[str]:
     """The `ctxprec ...` commands of one shell line (`a && b`, a `# comment` at the end)."""
     code = line.split(" #", 1)[0] if not line.startswith("#") else ""
     out = []
-    for segment in re.split(r"&&|;|\|\|", code):
+    segments = re.split(r"&&|;|\|\|", code)
+    for segment in segments:
         words = segment.strip().split(maxsplit=1)
         if words and Path(words[0]).name == "ctxprec":
             out.append("ctxprec " + (words[1] if len(words) > 1 else ""))
+    if len(out) > 1 and len(out) == len(segments) == code.count("&&") + 1:
+        return [" && ".join(out)]  # `ctxprec a && ctxprec b`: one chain, run as written
     return out
 
 
-# Sections whose commands need a server of their own or a script's variables; each has a test
-# that runs every ctxprec command of the section as written.
+# Pages, or `## ` sections of a page, whose commands need a server of their own or a script's
+# variables; each has a test that runs every ctxprec command there as written.
+JUDGES = "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)"
 RUN_ELSEWHERE = {
-    "## Judges": "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)"
-    " and tests/connectors/test_registry_providers.py (the registry examples)",
-    "## Nightly quality gate": "tests/test_readme_gate.py (the script run whole)",
-    "## Provider batch APIs": "tests/pipeline/test_batch_api.py (the loopback batch APIs)",
+    ("docs/judges.md", ""): f"{JUDGES} and tests/connectors/test_registry_providers.py",
+    ("docs/nightly.md", "## Nightly quality gate"): "tests/test_readme_gate.py (the script)",
+    ("docs/comparing.md", ""): "tests/test_readme_gate.py (the A/B and judge commands)",
+    ("docs/batch-api.md", ""): "tests/pipeline/test_batch_api.py (the loopback batch APIs)",
 }
 
 
@@ -122,14 +126,15 @@ def _sections(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def elsewhere(heading: str, command: str) -> str | None:
+def elsewhere(page: str, heading: str, command: str) -> str | None:
     """Which test runs this command instead of this file, if another one does."""
     if OBJECT_STORE.search(command):
         return "tests/connectors/test_object_store.py (the loopback S3 server)"
-    return next((why for h, why in RUN_ELSEWHERE.items() if heading.startswith(h)), None)
+    found = (why for (p, h), why in RUN_ELSEWHERE.items() if p == page and heading.startswith(h))
+    return next(found, None)
 
 
-def readme_commands(text: str = README) -> list[tuple[str, int]]:
+def readme_commands(text: str = README, page: str = "README.md") -> list[tuple[str, int]]:
     """Every ctxprec command of the bash blocks and of the Airflow bash_command, with the exit
     code it must give: 0, or N when its line ends in `# readme-test: exit N` (a failing gate).
     Commands another test runs come with exit code -1 (the test says which and skips them)."""
@@ -141,13 +146,13 @@ def readme_commands(text: str = README) -> list[tuple[str, int]]:
                     code = EXIT_MARK.search(line)
                     want = int(code.group(1)) if code else 0
                     for c in _ctxprec_segments(line):
-                        commands.append((c, -1 if elsewhere(heading, c) else want))
+                        commands.append((c, -1 if elsewhere(page, heading, c) else want))
         for block in re.findall(r"```python\n(.*?)```", body, flags=re.S):
             for node in ast.walk(ast.parse(block)):
                 if isinstance(node, ast.keyword) and node.arg == "bash_command":
                     value = str(ast.literal_eval(node.value)).replace("{{ ds }}", DS)
                     for c in _ctxprec_segments(value):
-                        commands.append((c, -1 if elsewhere(heading, c) else 0))
+                        commands.append((c, -1 if elsewhere(page, heading, c) else 0))
     return commands
 
 
@@ -155,11 +160,11 @@ def documented_commands() -> list[tuple[str, str, int]]:
     """(page, command, exit code) of README.md and of every page under docs/."""
     pages = [("README.md", README)]
     pages += [(f"docs/{p.name}", p.read_text(encoding="utf-8")) for p in DOCS]
-    return [(page, c, code) for page, text in pages for c, code in readme_commands(text)]
+    return [(page, c, code) for page, text in pages for c, code in readme_commands(text, page)]
 
 
 def test_commands_are_found(tmp_path: Path) -> None:
-    found = [c for c, _ in readme_commands()]
+    found = [c for _, c, _ in documented_commands()]
     assert any(c.startswith("ctxprec score examples/sample.parquet") for c in found)
     assert any("--incremental" in c and "--sink delta:" in c for c in found)  # nightly + Airflow
     assert any("--sink iceberg:" in c for c in found)  # the nightly recipe's Iceberg table
@@ -167,12 +172,16 @@ def test_commands_are_found(tmp_path: Path) -> None:
     assert sum("dt=" in c for c in found) >= 2
     in_docs = [c for page, c, _ in documented_commands() if page.startswith("docs/")]
     assert any("--engine dask" in c for c in in_docs)  # docs/dask.md's local cluster
+    pages = {page for page, _, _ in documented_commands()}
+    for page, _ in RUN_ELSEWHERE:
+        assert page in pages, f"RUN_ELSEWHERE names {page}, which has no command"
 
 
 def test_readme_links_to_pages_that_exist() -> None:
     """The README's short sections point to docs/ and bench/ pages: each link resolves."""
     links = re.findall(r"\]\(((?:docs|bench)/[^)#]+)", README)
-    assert {"docs/dask.md", "docs/performance.md"} <= set(links)
+    pages = {"docs/dask.md", "docs/performance.md", "docs/judges.md", "docs/nightly.md"}
+    assert pages <= set(links)
     for link in links:
         assert (REPO / link).is_file(), link
 
@@ -233,7 +242,7 @@ def _exported(root: Path) -> dict[str, str]:
     """The README's `export PYICEBERG_...` lines (the nightly recipe's Iceberg catalog) with
     absolute paths moved under `root`; a SQLite catalog's folder is made (the recipe's mkdir)."""
     env = {}
-    for name, value in EXPORT.findall(README):
+    for name, value in EXPORT.findall(documentation()):
         value = re.sub(r"(sqlite:///|file://)/(?=[A-Za-z])", lambda m: f"{m[1]}{root}/", value)
         if value.startswith("sqlite:///"):
             Path(value.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -272,7 +281,7 @@ def test_readme_command_runs(
     if exit_code == -1:
         pytest.skip("run as written by another test: see RUN_ELSEWHERE")
     local = _localize(command, workdir, fake.url)
-    _inputs(local, workdir)
+    _inputs(local.split(" && ")[0], workdir)  # a chain's later steps read what earlier ones wrote
     done = subprocess.run(
         ["bash", "-c", local],
         cwd=workdir,
@@ -288,7 +297,7 @@ def test_readme_command_runs(
 def test_first_command_prints_what_the_readme_shows(fake: FakeJudgeServer, tmp_path: Path) -> None:
     """The README shows the first run's lines and a second run's on a machine with a memo."""
     env = _env(tmp_path, fake.url)
-    shown = re.search(r"The first prints something like:\n\n```\n(.*?)```", README, re.S)
+    shown = re.search(r"It prints something like:\n\n```\n(.*?)```", README, re.S)
     again = re.search(r"already has a memo.*?\n\n```\n(.*?)```", README, re.S)
     assert shown, "README: the first command's output blocks are missing"
     assert again, "README: the first command's output blocks are missing"
@@ -317,11 +326,13 @@ def test_extraction_follows_the_markers() -> None:
         "ctxprec score b.parquet -o out/b \\\n"
         "    --quiet  # readme-test: skip (elsewhere)\n"
         "ctxprec compare out/a out/b --fail-under 0.9  # readme-test: exit 5\n"
+        "ctxprec score c.parquet -o out/c && ctxprec summary out/c\n"
         "```\n"
     )
     assert readme_commands(text) == [
         ("ctxprec score a.parquet -o out/a", 0),
         ("ctxprec compare out/a out/b --fail-under 0.9", 5),
+        ("ctxprec score c.parquet -o out/c && ctxprec summary out/c", 0),
     ]
 
 

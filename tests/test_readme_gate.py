@@ -23,9 +23,10 @@ NIGHT, LAST = "2026-11-29", "2026-11-28"
 
 
 def section() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Nightly quality gate")
-    return text[start : text.index("\n## ", start + 1)]
+    """docs/nightly.md's quality gate section and docs/comparing.md (the A/B commands)."""
+    text = (REPO / "docs" / "nightly.md").read_text(encoding="utf-8")
+    gate = text[text.index("## Nightly quality gate") :]
+    return gate + (REPO / "docs" / "comparing.md").read_text(encoding="utf-8")
 
 
 def bash_blocks() -> list[str]:

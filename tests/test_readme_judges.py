@@ -23,7 +23,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli.main import main
-from tests.fakes.inputs import REPO, SAMPLE
+from tests.fakes.inputs import SAMPLE, documentation
 from tests.fakes.strict import StrictConfig, StrictThread
 
 # the README's servers by port -> the stand-in that behaves like them
@@ -36,7 +36,7 @@ FLAVOURS = {
 
 
 def judge_block() -> list[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = documentation()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     block = next(b for b in blocks if "llama_cpp.server" in b)
     return [line for line in block.splitlines() if line and not line.startswith("#")]

@@ -73,7 +73,8 @@ def test_passthrough_of_a_partition_key_is_the_folder_value(tmp_path: Path) -> N
 
 
 def _readme() -> str:
-    return (REPO / "README.md").read_text(encoding="utf-8")
+    """The nightly page: its recipe and Airflow task (the batch page has an Airflow task too)."""
+    return (REPO / "docs" / "nightly.md").read_text(encoding="utf-8")
 
 
 def _nightly_command() -> str:

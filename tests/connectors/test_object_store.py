@@ -205,7 +205,7 @@ def test_bucket_listing_rules_match_local_folders(
 
 
 def _readme_bucket_commands() -> list[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "inputs.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "s3://my-" in b)
     return [line for line in block.splitlines() if line.startswith("ctxprec ")]
 

@@ -34,7 +34,7 @@ from pipeline.config import load_config
 from pipeline.run.estimate import estimate, render_estimate
 from storage.core.errors import ConfigError
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
-from tests.fakes.inputs import KEY, REPO
+from tests.fakes.inputs import KEY, documentation
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread, running_strict
 
@@ -297,8 +297,8 @@ def test_providers_lists_every_provider_with_key_and_url(
 
 
 def test_the_readme_judge_table_lists_every_provider() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Judges") : text.index("How a judge works")]
+    text = documentation()
+    section = text[text.index("# Judges and providers") : text.index("How a judge works")]
     for spec in REGISTRY.values():
         assert f"| `{spec.id}/`" in section, spec.id
         assert spec.key_env[0] in section, spec.id
@@ -410,7 +410,7 @@ def test_batch_api_through_groq_and_azure(
 
 def readme_provider_lines() -> list[str]:
     """The README's registry examples (the Judges block that starts with `ctxprec providers`)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = documentation()
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     block = next(b for b in blocks if "ctxprec providers" in b)
     return [line for line in block.splitlines() if line and not line.startswith(("#", "export"))]

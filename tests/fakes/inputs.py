@@ -29,6 +29,14 @@ HOTPOT = SHARED / "datasets" / "hotpotqa_dev_distractor_500.parquet"
 VECTORS = SHARED / "conformance" / "map_vectors.json"
 SAMPLE = REPO / "examples" / "sample.parquet"
 
+
+def documentation() -> str:
+    """README.md and every docs/ page, one text: what a test looks for in the documentation may
+    move between the README and the pages without the test knowing where."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return "\n\n".join(page.read_text(encoding="utf-8") for page in pages)
+
+
 # HotpotQA's `question` and `ground_truth` columns, as CLI flags and as a ColumnMap
 HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")

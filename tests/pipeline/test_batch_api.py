@@ -30,7 +30,7 @@ from storage.batches import BatchStore
 from storage.core.metric import map_score
 from storage.core.settings import JudgeSettings
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
-from tests.fakes.inputs import HOTPOT_MAP, REPO
+from tests.fakes.inputs import HOTPOT_MAP, REPO, documentation
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.runs import fake_request, fake_stats, server_process
 
@@ -460,7 +460,7 @@ def test_kill_9_while_waiting_then_the_same_command_resumes(
 def test_readme_batch_commands_run_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = documentation()
     block = next(
         b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "ctxprec batches" in b
     )

@@ -15,7 +15,7 @@ import pytest
 from pipeline.cli.main import build_parser, main
 from storage.core import errors
 from storage.memo import Memo
-from tests.fakes.inputs import REPO
+from tests.fakes.inputs import documentation
 
 
 def log(path: Path, n: int = 4) -> Path:
@@ -229,7 +229,7 @@ def test_passthrough_named_like_an_output_column_can_be_renamed(
 
 
 def _synopsis() -> dict[str, set[str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = documentation()
     block = re.search(r"```\n(ctxprec score INPUT.*?)```", text, re.S)
     assert block, "README: the command synopsis is missing"
     flags: dict[str, set[str]] = {}
@@ -256,7 +256,7 @@ def test_readme_synopsis_and_help_list_the_same_flags() -> None:
 
 
 def test_readme_defaults_match_the_help() -> None:
-    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    text = " ".join(documentation().split())
     para = re.search(r"Defaults \(also in every `--help`\): (.*?)\. Flags are matched", text)
     assert para
     score_parser = subparsers(build_parser())["score"]

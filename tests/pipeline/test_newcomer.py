@@ -18,7 +18,7 @@ from pipeline.cli.config import example_configs
 from pipeline.cli.main import BROKEN_PIPE_EXIT, main
 from pipeline.flow.reason import build_reason, failed_reason
 from storage.core.figures import figure_text, percent_text, round_figure
-from tests.fakes.inputs import KEY, REPO, SAMPLE, write_input
+from tests.fakes.inputs import KEY, REPO, SAMPLE, documentation, write_input
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 from tests.fakes.runs import score
 
@@ -252,7 +252,7 @@ def test_each_reader_gets_dt_as_the_readme_says(tmp_path: Path) -> None:
     the string in each reader that guesses a date from the folder name."""
     duckdb = pytest.importorskip("duckdb")
     deltalake = pytest.importorskip("deltalake")
-    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join(documentation().split())
     for option in ("try_parse_hive_dates=False", "hive_types_autocast = false"):
         assert option in readme, option
     src = tmp_path / "logs" / "dt=2026-11-30" / "a.parquet"

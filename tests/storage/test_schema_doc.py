@@ -7,7 +7,7 @@ import re
 import pyarrow as pa
 
 from storage.schema import SCHEMA_VERSION, output_schema
-from tests.fakes.inputs import REPO
+from tests.fakes.inputs import documentation
 
 _ROW = re.compile(r"^\| `([a-z_{}]+)` \| ([^|]+) \|")
 _TYPES = {
@@ -22,8 +22,8 @@ _TYPES = {
 
 
 def _documented() -> list[tuple[str, str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"### Schema (version {SCHEMA_VERSION})", 1)[1].split("\n### ", 1)[0]
+    text = documentation()
+    section = text.split(f"## Schema (version {SCHEMA_VERSION})", 1)[1].split("\n## ", 1)[0]
     return [
         (m.group(1), m.group(2).strip()) for line in section.splitlines() if (m := _ROW.match(line))
     ]
