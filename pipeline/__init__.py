@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline.analysis.compare import compare_outputs
     from pipeline.config import Config, load_config
-    from pipeline.engines.local import run_score, score
+    from pipeline.engines.choice import score
+    from pipeline.engines.local import run_score
     from pipeline.run.driver import RunOptions, RunResult
     from pipeline.scorer import (
         ContextPrecisionScorer,
@@ -43,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "RunOptions": "pipeline.run.driver",
     "RunResult": "pipeline.run.driver",
     "run_score": "pipeline.engines.local",
-    "score": "pipeline.engines.local",
+    "score": "pipeline.engines.choice",
     "ContextPrecisionScorer": "pipeline.scorer",
     "EvalItem": "pipeline.scorer",
     "EvalResult": "pipeline.scorer",

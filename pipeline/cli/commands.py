@@ -20,13 +20,12 @@ from pipeline.analysis.compare import CompareOptions, compare, drop_gate, sides_
 from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from pipeline.batchapi.collect import BatchOptions
 from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
-from pipeline.batchapi.run import check_batch_provider, score_batch
+from pipeline.batchapi.run import check_batch_provider
 from pipeline.cli.batches import list_batches, render_batches
 from pipeline.cli.main import _NOT_FOR_ESTIMATE, _config
 from pipeline.config import parse_duration
-from pipeline.engines import score_dask
-from pipeline.engines.local import score
-from pipeline.run.driver import RunOptions, RunResult
+from pipeline.engines.choice import Engine, choose
+from pipeline.run.driver import RunOptions
 from pipeline.run.estimate import estimate, render_estimate
 from storage import layout
 from storage.atomic import atomic_write_text
@@ -64,9 +63,13 @@ def _prepared(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     return command
 
 
-def _batch_options(args: argparse.Namespace) -> Any:
-    wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
-    return BatchOptions(wait_s=wait, fallback=args.batch_fallback)
+def _engine(args: argparse.Namespace) -> Engine:
+    """What the flags say about where the run executes (`choose` decides and refuses)."""
+    batch = None
+    if args.batch_wait is not None or args.batch_fallback != "batch":
+        wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
+        batch = BatchOptions(wait_s=wait, fallback=args.batch_fallback)
+    return Engine(args.engine, scheduler=args.scheduler, workers=args.workers, batch=batch)
 
 
 _YOUNG_THRESHOLD = 100_000  # new container objects between young collections (CPython: 700)
@@ -97,25 +100,10 @@ def _cmd_score(args: argparse.Namespace) -> int:
     cfg = _config(args)
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
-    run: Callable[..., RunResult] = score
-    if args.engine == "dask":
-        run = functools.partial(score_dask, scheduler=args.scheduler, workers=args.workers)
-    elif args.scheduler or args.workers:
-        raise UserError("--scheduler and --workers are for --engine dask; add it")
-
+    run = choose(cfg, _engine(args))
     before = (
         ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
     )
-    if cfg.judge.batch_api:
-        check_batch_provider(cfg)
-        if args.engine == "dask":
-            raise UserError("--batch-api runs on the local engine; drop --engine dask")
-        run = functools.partial(score_batch, batch=_batch_options(args))
-    elif args.batch_wait is not None or args.batch_fallback != "batch":
-        raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
-    if cfg.run.recheck > 0 and (args.engine == "dask" or cfg.judge.batch_api):  # issue 22
-        drop = "--engine dask" if args.engine == "dask" else "--batch-api"
-        raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
     options = RunOptions(
         overwrite=args.overwrite,
         incremental=args.incremental,

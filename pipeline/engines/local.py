@@ -1,7 +1,7 @@
-"""The run's entry point: `score` runs the local engine (`run_score`: one stage over the whole
-input, in this process) or, with `batch_api`, the provider's batch API (`pipeline.batchapi.run`).
-The stage itself is `pipeline.run.stage`; the frame around it (prepare, lock, finish) is
-`pipeline.run.driver`.
+"""The local engine: `run_score`, one stage over the whole input in this process, and
+`score_local`, its synchronous entry point. Which engine a run uses is decided once, in
+`pipeline.engines.choice`. The stage itself is `pipeline.run.stage`; the frame around it
+(prepare, lock, finish) is `pipeline.run.driver`.
 """
 
 from __future__ import annotations
@@ -12,31 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.recheck import recheck_run
-from pipeline.batchapi.run import score_batch
 from pipeline.config import Config
 from pipeline.flow.dispatch import RunCounters
 from pipeline.run.driver import RunOptions, RunResult, local_run, run_blocking
 from pipeline.run.stage import run_stage, shared_memo
 from storage.objpath import ObjPath, OutPath, out_path
 
-__all__ = ["run_score", "score"]
+__all__ = ["run_score", "score_local"]
 
 
-def score(
-    input: str | Path,
-    outdir: str | Path,
-    config: Config | None = None,
-    options: RunOptions | None = None,
-    **kw: Any,
+def score_local(
+    input: str | Path, outdir: str | Path, config: Config, options: RunOptions
 ) -> RunResult:
-    """Synchronous batch entry point (what `ctxprec score` runs). `options` (or its fields as
-    keywords: overwrite=, incremental=, progress=, wait_lock=) say how the run treats OUTDIR.
-    User-facing errors raised inside the task group come out as themselves, not wrapped in an
+    """The local engine, synchronously (`pipeline.engines.choice` chooses it). User-facing
+    errors raised inside the task group come out as themselves, not wrapped in an
     ExceptionGroup."""
-    opts = dataclasses.replace(options or RunOptions(), **kw)
-    if config is not None and config.judge.batch_api:  # through the provider's batch API
-        return score_batch(input, outdir, config, opts)
-    return run_blocking(lambda: run_score(str(input), out_path(outdir), config or Config(), opts))
+    return run_blocking(lambda: run_score(str(input), out_path(outdir), config, options))
 
 
 async def run_score(
