@@ -17,6 +17,7 @@ from storage import layout
 from storage.atomic import atomic_write_bytes
 from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.figures import counted, figure_text, percent_text, round_figure
+from storage.core.kappa import cohen_kappa
 from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
@@ -257,9 +258,8 @@ def agreement(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:
     recall = _ratio(tp, tp + fn)
     f1 = _ratio(2 * precision * recall, precision + recall) if precision and recall else None
     p_o = _ratio(tp + tn, n)
-    p_e = _ratio((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn), n * n)
     # κ is undefined (None) when chance agreement is 1: every item on one class on both sides
-    kappa = (p_o - p_e) / (1 - p_e) if p_o is not None and p_e is not None and p_e < 1 else None
+    kappa = cohen_kappa([tp, fp, fn, tn])
     figures = {"accuracy": p_o, "precision": precision, "recall": recall, "f1": f1}
     return {"items": n, **{k: _r(v) for k, v in figures.items()}, "cohen_kappa": _r(kappa)}
 
