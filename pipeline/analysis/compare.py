@@ -15,11 +15,12 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis.agreement import agreement_figures, mcnemar
-from pipeline.analysis.paired import DEFAULT_RESAMPLES, TIE_EPS, paired_figures
+from pipeline.analysis.paired import TIE_EPS, paired_figures
 from storage import layout
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
 from storage.core.figures import round_figure
+from storage.core.options import CompareOptions
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
 from storage.ownership import part_files
@@ -54,18 +55,6 @@ class Side:
     def describe(self) -> str:
         where = " and ".join(f"{c}={v}" for c, v in self.filters)
         return f"{self.path}" + (f" where {where}" if where else "")
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    on: str = "id"
-    group_by: str | None = None
-    resamples: int = DEFAULT_RESAMPLES
-    seed: int = 0
-    top: int = 10
-    strict: bool = False
-    cluster_by: str | None = None  # None: the query column when several pairs share a query
-    margin: float | None = None  # non-inferiority: B no worse than A by more than this
 
 
 def local_output(source: str) -> OutPath:

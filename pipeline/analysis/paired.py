@@ -14,7 +14,6 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "DEFAULT_RESAMPLES",
     "TIE_EPS",
     "bootstrap_ci",
     "bootstrap_means",
@@ -23,7 +22,6 @@ __all__ = [
     "sign_flip_p",
 ]
 
-DEFAULT_RESAMPLES = 10_000
 TIE_EPS = 1e-9  # scores carry two decimals: closer than this is the same score
 _EXACT_MAX_N = 16  # up to 2**16 sign vectors the permutation test enumerates them all
 _CELLS_PER_CHUNK = 4_000_000  # resamples x pairs held in memory at once

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -31,20 +30,13 @@ from storage.core.errors import (
     JudgeParseError,
     JudgeRetryableError,
 )
+from storage.core.options import DEFAULT_ROUNDS, BatchOptions
 from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
 
 __all__ = ["DEFAULT_ROUNDS", "BatchCollector", "BatchOptions"]
 
-DEFAULT_ROUNDS = 8
 _MAX_TROUBLES = 20
 _log = logging.getLogger("ctxprec.batches")
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOptions:
-    wait_s: float | None = None  # None: wait until every batch has ended
-    fallback: str = "batch"  # "batch": retry in new batches; "online": retry online
-    rounds: int = DEFAULT_ROUNDS
 
 
 class BatchCollector:

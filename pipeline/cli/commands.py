@@ -16,9 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.analysis.compare import CompareOptions, compare, drop_gate, sides_from_args
+from pipeline.analysis.compare import compare, drop_gate, sides_from_args
 from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
-from pipeline.batchapi.collect import BatchOptions
 from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
 from pipeline.batchapi.run import check_batch_provider
 from pipeline.cli.batches import list_batches, render_batches
@@ -32,6 +31,7 @@ from storage.atomic import atomic_write_text
 from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from storage.core.errors import UserError
 from storage.core.figures import counted, figure_text, round_figure
+from storage.core.options import BatchOptions, CompareOptions
 from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -66,7 +66,7 @@ def _prepared(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
 def _engine(args: argparse.Namespace) -> Engine:
     """What the flags say about where the run executes (`choose` decides and refuses)."""
     batch = None
-    if args.batch_wait is not None or args.batch_fallback != "batch":
+    if args.batch_wait is not None or args.batch_fallback != BatchOptions().fallback:
         wait = None if args.batch_wait is None else parse_duration(args.batch_wait)
         batch = BatchOptions(wait_s=wait, fallback=args.batch_fallback)
     return Engine(args.engine, scheduler=args.scheduler, workers=args.workers, batch=batch)
@@ -300,8 +300,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     a, b = sides_from_args(args.outputs, args.a, args.b)
-    opts = CompareOptions(args.on, args.group_by, args.resamples, args.seed, args.top, args.strict,
-                          cluster_by=args.cluster_by, margin=args.margin)  # fmt: skip
+    fields = CompareOptions.__dataclass_fields__  # the flags' dests are the options' names
+    opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
     report = compare(a, b, opts)

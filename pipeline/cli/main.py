@@ -45,6 +45,7 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     UserError,
 )
+from storage.core.options import BatchOptions, CompareOptions
 from storage.core.settings import settings
 
 if TYPE_CHECKING:  # `ctxprec --help` loads no HTTP client
@@ -165,7 +166,7 @@ def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     g.add_argument(
         "--batch-fallback",
         choices=["batch", "online"],
-        default="batch",
+        default=BatchOptions().fallback,
         help="where lines that expired or errored go again: new batches (default) or online",
     )
 
@@ -276,11 +277,12 @@ def _add_compare_parser(sub: Any) -> None:
     cp.add_argument("outputs", nargs="+", metavar="OUTDIR", help="A B, or one OUTDIR with --a/--b")
     cp.add_argument("--a", action="append", default=[], metavar="COL=VALUE", help="rows of A")
     cp.add_argument("--b", action="append", default=[], metavar="COL=VALUE", help="rows of B")
-    cp.add_argument("--on", default="id", metavar="COL", help="column pairing rows (default id)")
+    d = CompareOptions()  # every default once, there
+    cp.add_argument("--on", default=d.on, metavar="COL", help=f"column pairing rows ({d.on})")
     cp.add_argument("--group-by", metavar="COL", help="deltas per value of COL")
-    cp.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    cp.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    cp.add_argument("--top", type=int, default=10, help="rows that changed most to show")
+    cp.add_argument("--resamples", type=int, default=d.resamples, help="bootstrap resamples")
+    cp.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed")
+    cp.add_argument("--top", type=int, default=d.top, help="rows that changed most to show")
     cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
     cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
     # -- honest intervals (issue 22): clustered bootstrap and non-inferiority

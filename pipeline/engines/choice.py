@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.batchapi.collect import BatchOptions
 from pipeline.batchapi.run import check_batch_provider, score_batch
 from pipeline.config import Config
 from pipeline.engines.dask import score_dask
 from pipeline.engines.local import score_local
 from pipeline.run.driver import RunOptions, RunResult
 from storage.core.errors import UserError
+from storage.core.options import BatchOptions
 
 __all__ = ["Engine", "Runner", "choose", "score"]
 

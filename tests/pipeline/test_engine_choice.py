@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from pipeline import score
-from pipeline.batchapi.collect import BatchOptions
 from pipeline.batchapi.run import score_batch
 from pipeline.config import Config
 from pipeline.engines.choice import Engine, choose
 from pipeline.engines.dask import score_dask
 from pipeline.engines.local import score_local
 from storage.core.errors import UserError
+from storage.core.options import BatchOptions
 from tests.fakes.inputs import SAMPLE
 
 
