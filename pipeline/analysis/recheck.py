@@ -33,6 +33,7 @@ from pipeline.flow.extractor import load_extractor
 from pipeline.flow.planning import BatchPlanner
 from pipeline.flow.rows import RowPlan
 from pipeline.limits.limiter import RateGate
+from pipeline.limits.pool import each
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
 from storage.memo import judge_prefix
@@ -150,33 +151,29 @@ async def recheck_run(
     judge = create_judge(cfg.judge, gate=gate, stats=mine, retry_clock=retry_clock)
     pairs: list[tuple[bool, bool]] = []
     failed = 0
-    limiter = anyio.CapacityLimiter(max(1, cfg.limits.concurrency))
 
     async def one(ask: _Ask) -> None:
         nonlocal failed
         before = first.get(ask.row_id)
         if before is None or (per_row and len(before) != len(ask.items)):
             return  # the row is not in the output (or not as read): nothing to compare with
-        async with limiter:
-            try:
-                if per_row:
-                    replies = await judge.judge_row(ask.query, ask.expected, ask.items)
-                    again = [replies[i].verdict.relevant for i in ask.positions]
-                else:
-                    request = ItemRequest(ask.query, ask.expected, ask.items[0])
-                    again = [(await judge.judge_item(request)).verdict.relevant]
-            except JudgeError:
-                failed += len(ask.positions)
-                return
+        try:
+            if per_row:
+                replies = await judge.judge_row(ask.query, ask.expected, ask.items)
+                again = [replies[i].verdict.relevant for i in ask.positions]
+            else:
+                request = ItemRequest(ask.query, ask.expected, ask.items[0])
+                again = [(await judge.judge_item(request)).verdict.relevant]
+        except JudgeError:
+            failed += len(ask.positions)
+            return
         for position, verdict in zip(ask.positions, again, strict=True):
             was = before[position] if position < len(before) else None
             if was is not None:
                 pairs.append((was, verdict))
 
     try:
-        async with anyio.create_task_group() as tg:
-            for ask in asks:
-                tg.start_soon(one, ask)
+        await each(asks, one, cfg.limits.concurrency)
     finally:
         with anyio.CancelScope(shield=True):
             await judge.aclose()

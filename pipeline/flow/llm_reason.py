@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from connectors.judges.base import Judge
 from connectors.judges.prompts import REASON_VERSION, reason_prompt
+from pipeline.limits.pool import each
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
 from storage.memo import MemoEntry, MemoStore, memo_key
@@ -49,27 +50,26 @@ async def write_llm_reasons(
     out = list(built)
     calls = 0
     fresh: list[tuple[str, MemoEntry]] = []
-    limiter = anyio.CapacityLimiter(max(1, concurrency))
 
     async def one(i: int) -> None:
         nonlocal calls
-        async with limiter:
-            prompt = reason_prompt(str(queries[i]), expecteds[i], built[i], scores[i])
-            calls += 1
-            try:
-                text = await judge.write_reason(prompt)
-            except JudgeError:
-                return
-            out[i] = keep_built_reason(text, built[i])
-            fresh.append((keys[i], (True, out[i], 0, 0)))
+        prompt = reason_prompt(str(queries[i]), expecteds[i], built[i], scores[i])
+        calls += 1
+        try:
+            text = await judge.write_reason(prompt)
+        except JudgeError:
+            return
+        out[i] = keep_built_reason(text, built[i])
+        fresh.append((keys[i], (True, out[i], 0, 0)))
 
-    async with anyio.create_task_group() as tg:
-        for i in todo:
-            hit = found.get(keys[i])
-            if hit is not None:
-                out[i] = hit[1]
-            else:
-                tg.start_soon(one, i)
+    missing = []
+    for i in todo:
+        hit = found.get(keys[i])
+        if hit is not None:
+            out[i] = hit[1]
+        else:
+            missing.append(i)
+    await each(missing, one, concurrency)
     if memo is not None and fresh:
         await anyio.to_thread.run_sync(memo.set_many, fresh)
     index = table.schema.get_field_index("reason")
