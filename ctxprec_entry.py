@@ -125,6 +125,15 @@ def _needs_teardown() -> bool:
     return multiprocessing is not None and bool(multiprocessing.active_children())
 
 
+def _stopped() -> bool:
+    """True after a Ctrl-C or SIGTERM stopped the command. Its exit code must then be 130
+    (143) whatever the teardown would meet: CPython can leave a caught KeyboardInterrupt
+    marked as unhandled (seen when the signal lands while a module imports), and then ends the
+    process by SIGINT at exit, not with the code the command returned."""
+    interrupt = sys.modules.get("pipeline.run.interrupt")
+    return interrupt is not None and interrupt.Stop.signum is not None
+
+
 def leave(code: int) -> int:
     """End the process with `code`, without the interpreter's teardown when nothing needs it.
 
@@ -133,8 +142,9 @@ def leave(code: int) -> int:
     object at a time, ~0.1 s of CPU, more than the bare judge loop's whole start-up. So: run
     the exit handlers (logging's flush among them), flush stdout and stderr, and `os._exit`.
     When a non-daemon thread or a child process is still alive, Python's own exit runs instead
-    (it joins and reaps them). Returns `code` only in that case."""
-    if _needs_teardown():
+    (it joins and reaps them), unless a signal stopped the command. Returns `code` only when
+    Python's exit runs."""
+    if _needs_teardown() and not _stopped():
         return code
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

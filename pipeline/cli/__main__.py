@@ -5,4 +5,6 @@ import sys
 from pipeline.cli.main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ctxprec_entry import leave
+
+    sys.exit(leave(main()))

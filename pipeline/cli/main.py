@@ -420,11 +420,15 @@ def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = 
         before = {}
     try:
         try:
-            code = _main(argv, retry_clock)
-            if code != 130:  # a stopped command keeps ignoring signals until the process ends
+            try:
+                code = _main(argv, retry_clock)
+            except KeyboardInterrupt:  # a stop while the command line is still being parsed
+                code = _interrupted()
+            if Stop.signum is None:
                 for signum, handler in before.items():
                     signal.signal(signum, handler)
                 Stop.reset()
+            # else: a stopped command keeps ignoring signals until the process ends
             return 143 if code == 130 and Stop.signum == signal.SIGTERM else code
         finally:
             sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
@@ -432,6 +436,15 @@ def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = 
         # Python's recipe (docs "Note on SIGPIPE"): later writes and the final flush go nowhere
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return BROKEN_PIPE_EXIT
+
+
+def _interrupted() -> int:
+    print(
+        "ctxprec: interrupted; finished parts and verdicts are kept; run the same command "
+        "again to resume",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
@@ -470,12 +483,7 @@ def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
         print(f"ctxprec: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(
-            "ctxprec: interrupted; finished parts and verdicts are kept; run the same command "
-            "again to resume",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted()
     except JudgeError as exc:
         print(f"ctxprec: judge error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -493,4 +501,6 @@ def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ctxprec_entry import leave
+
+    sys.exit(leave(main()))

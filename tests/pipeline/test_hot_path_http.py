@@ -71,15 +71,20 @@ def test_a_score_run_tunes_the_collector_and_gives_it_back(tmp_path: Path) -> No
     passes and young collections are rarer; afterwards gc is as it was."""
     before = (gc.get_threshold(), gc.get_freeze_count())
     seen: list[tuple[tuple[int, int, int], int]] = []
-    real = commands.score
+    real_choose = commands.choose
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append((gc.get_threshold(), gc.get_freeze_count()))
-        return real(*args, **kwargs)
+    def spy(*args: Any, **kwargs: Any) -> Any:  # the runner `choose` picked, spied on
+        run = real_choose(*args, **kwargs)
+
+        def spied(*a: Any, **k: Any) -> Any:
+            seen.append((gc.get_threshold(), gc.get_freeze_count()))
+            return run(*a, **k)
+
+        return spied
 
     data = write_fixed_input(tmp_path / "in.parquet", 3)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(commands, "score", spy)
+        mp.setattr(commands, "choose", spy)
         argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
         assert main([*argv, "--cache-dir", str(tmp_path / "memo"), "--quiet"]) == 0
     assert len(seen) == 1
