@@ -363,6 +363,12 @@ class RunSettings:
     )
 
 
+def _folder_name(column: str) -> bool:
+    """A partition column's name is the first half of a folder name inside OUTDIR
+    (`COL=value/`): it must not climb out of OUTDIR or start a path of its own."""
+    return column not in ("", ".", "..") and not set(column) & set("/\\=\0")
+
+
 @dataclass(frozen=True, slots=True)
 class OutputSettings:
     """[output]: how the output is partitioned, extra sinks, the summary's breakdown."""
@@ -371,6 +377,11 @@ class OutputSettings:
         (),
         "Hive-partition the output",
         flag="--partition-by",
+        rule=(
+            lambda v: all(_folder_name(c) for c in v),
+            "columns whose names can name a folder inside OUTDIR (each becomes COL=value/: "
+            "no '/', '\\', '=', NUL, '.' or '..')",
+        ),
         unset="not partitioned",
         metavar="COL[,COL]",
     )

@@ -558,6 +558,22 @@ def test_partition_by_a_column_that_is_not_in_the_output(
     refused(capsys, fake, [source, "-o", tmp_path / "out", "--partition-by", "nosuch"], fragments)
 
 
+@pytest.mark.parametrize("column", ["../escape", "/abs/olute", "a/b", "..", "k=v"])
+def test_partition_by_a_column_name_that_would_leave_outdir(
+    column: str, tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37 item 4: the name becomes the folder `COL=value/`; `../escape` wrote parts
+    beside OUTDIR and reported 0 rows with exit 0. Refused before any call, nothing written."""
+    source = tmp_path / "in" / "in.parquet"
+    table = pa.table(data(3))
+    write_to = source.parent
+    write_to.mkdir()
+    pq.write_table(table.append_column(column, pa.array(["x"] * 3)), source)
+    args = [source, "-o", tmp_path / "out", "--passthrough", column, "--partition-by", column]
+    refused(capsys, fake, args, ["--partition-by", "can name a folder inside OUTDIR"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
 def corrupt_second_row_group(source: Path) -> bytes:
     """40 rows in two row groups; the second group's context pages overwritten (footer fine).
     Returns the good bytes."""
