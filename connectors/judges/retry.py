@@ -211,7 +211,22 @@ def classify(status: int, body: str, headers: Mapping[str, str] | None = None) -
     return err
 
 
+def _printable(text: str, limit: int = 200) -> str:
+    """Server-sent text fit for a terminal: control characters shown as escapes, clipped."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return shown[:limit]
+
+
 def _classify(status: int, body: str, headers: Mapping[str, str] | None) -> JudgeError:
+    if 300 <= status < 400:  # never followed: prompts and the key go only where base_url says
+        lower = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
+        where = _printable(lower.get("location", "")) or "nowhere (no Location header)"
+        return JudgeFatalError(
+            f"HTTP {status} redirect to {where}: ctxprec follows no redirect; set base_url to "
+            "the address that answers",
+            cause="redirect",
+            status=status,
+        )
     detail = error_detail(body)
     if _is_quota(status, body):
         return JudgeFatalError(

@@ -138,7 +138,11 @@ class AiohttpTransport:
             session = self._session_now()
         # aiohttp copies the headers into its own multidict: no copy of ours needed
         sent = session.request(
-            request.method, request.url, headers=request.headers, **self._body(request)
+            request.method,
+            request.url,
+            headers=request.headers,
+            allow_redirects=False,  # a 3xx is the caller's failed call (`retry.classify`)
+            **self._body(request),
         )
         async with sent as resp:
             raw = await resp.read()
@@ -148,7 +152,11 @@ class AiohttpTransport:
     async def stream(self, request: HttpRequest) -> AsyncIterator[HttpStream]:
         session = self._session_now()
         async with session.request(
-            request.method, request.url, headers=dict(request.headers), **self._body(request)
+            request.method,
+            request.url,
+            headers=dict(request.headers),
+            allow_redirects=False,
+            **self._body(request),
         ) as resp:
             yield HttpStream(resp.status, resp.headers, resp.content.iter_chunked(1 << 20))
 
