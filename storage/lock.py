@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import socket
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 from storage import layout
 from storage.atomic import TMP_PREFIX, write_error
 from storage.core.errors import OutputError
+from storage.core.redact import without_url_secrets
 from storage.objpath import ObjPath, OutPath
 
 __all__ = [
@@ -47,7 +47,6 @@ REFRESH_S = 10.0  # the holder touches the lock this often
 STALE_S = 120.0  # a lock nobody touched for this long belongs to a run that is gone
 POLL_S = 0.5
 SETTLE_S = 1.0  # object stores: how long a new lease must stay ours before it counts
-_USERINFO = re.compile(r"//[^/@\s]+@")
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,9 @@ class Holder:
 
 
 def command_line() -> str:
-    """This process's command line, fit for a file (no user:password of a URL)."""
+    """This process's command line, fit for a file (no credentials of a URL)."""
     text = " ".join(shlex.quote(a) for a in sys.argv) or "python"
-    return _USERINFO.sub("//***@", text)[:500]
+    return without_url_secrets(text)[:500]
 
 
 def _pid_alive(pid: int) -> bool:

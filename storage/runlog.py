@@ -14,6 +14,7 @@ from typing import Any
 from storage import layout, ownership
 from storage.atomic import atomic_write_text
 from storage.core.errors import OutputError
+from storage.core.redact import without_url_secrets
 from storage.lock import command_line
 from storage.mismatch import describe_differences
 from storage.objpath import OutPath
@@ -129,7 +130,7 @@ class RunLog:
             "command": command_line(),
             "describe": self.describe,
         }
-        text = json.dumps(body, indent=2, default=str)
+        text = without_url_secrets(json.dumps(body, indent=2, default=str))
         atomic_write_text(layout.manifest(self.outdir), text)
 
     # -- parts (their commit is `storage.commit`) ---------------------------------------

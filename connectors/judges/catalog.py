@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from connectors.judges.secrets import is_loopback, register_secret
+from connectors.judges.secrets import checked_base_url, is_loopback, register_secret
 from storage.core.errors import ConfigError
 from storage.core.settings import Price
 
@@ -73,11 +73,12 @@ class ProviderSpec:
 
     def base(self, given: str | None) -> str:
         """The base URL: `given` (--base-url, [judge] base_url) wins, then base_url_env, then
-        the registry's, with each {VAR} read from the environment (ConfigError when unset)."""
+        the registry's, with each {VAR} read from the environment (ConfigError when unset).
+        Credentials in it are checked (`secrets.checked_base_url`)."""
         if given:
-            return given
+            return checked_base_url(given, "--base-url / [judge] base_url")
         if self.base_url_env and os.environ.get(self.base_url_env, "").strip():
-            return os.environ[self.base_url_env].strip()
+            return checked_base_url(os.environ[self.base_url_env].strip(), self.base_url_env)
 
         def var(found: re.Match[str]) -> str:
             value = os.environ.get(found.group(1), "").strip()
@@ -88,7 +89,7 @@ class ProviderSpec:
                 )
             return value
 
-        return _VAR.sub(var, self.base_url)
+        return checked_base_url(_VAR.sub(var, self.base_url), f"provider {self.id}")
 
     def key(
         self,

@@ -10,14 +10,16 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from storage.core.errors import ConfigError
+from storage.core.redact import without_url_secrets
 
 __all__ = [
     "REDACTED",
     "RedactingFilter",
     "api_key_from_env",
+    "checked_base_url",
     "is_loopback",
     "redact",
     "redacted_headers",
@@ -48,12 +50,34 @@ def register_secret(value: str | None) -> None:
 
 
 def redact(text: str) -> str:
-    """Remove known keys, auth header values and key-shaped tokens (sk-...) from text."""
+    """Remove known keys, auth header values, key-shaped tokens (sk-...) and URL credentials
+    (user:password@, ?api-key=...) from text."""
     for secret in tuple(_SECRETS):  # a copy: another thread may register a key meanwhile
         text = text.replace(secret, REDACTED)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
-    return text
+    return without_url_secrets(text)
+
+
+def checked_base_url(url: str, source: str) -> str:
+    """`url` when it carries no user:password@ (refused: ctxprec sends the key from the
+    environment in the provider's auth header, and aiohttp cannot send both); the values of
+    credential-named query parameters (?api-key=...) are remembered for `redact`."""
+    try:
+        parts = urlsplit(url)
+        has_userinfo = parts.username is not None or parts.password is not None
+    except ValueError as exc:
+        raise ConfigError(f"the base URL from {source} is not a URL: {exc}") from exc
+    if has_userinfo:
+        raise ConfigError(
+            f"the base URL from {source} ({without_url_secrets(url)}) carries user:password@; "
+            "ctxprec sends the API key from the environment (--api-key-env) in the provider's "
+            "auth header: give the URL without it"
+        )
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if without_url_secrets(f"?{name}=x") != f"?{name}=x":
+            register_secret(value)
+    return url
 
 
 def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
