@@ -42,6 +42,7 @@ import anyio
 import anyio.lowlevel
 
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+from storage.core.printable import printable
 
 __all__ = [
     "MAX_WAIT_S",
@@ -174,7 +175,7 @@ def error_detail(body: str) -> str:
         text = body
     else:
         text = str(error.get("message", error)) if isinstance(error, dict) else str(error)
-    return " ".join(text.split())[:300] or "(empty body)"
+    return printable(" ".join(text.split()), 300) or "(empty body)"
 
 
 def request_id(body: str, headers: Mapping[str, str] | None) -> str | None:
@@ -211,16 +212,10 @@ def classify(status: int, body: str, headers: Mapping[str, str] | None = None) -
     return err
 
 
-def _printable(text: str, limit: int = 200) -> str:
-    """Server-sent text fit for a terminal: control characters shown as escapes, clipped."""
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    return shown[:limit]
-
-
 def _classify(status: int, body: str, headers: Mapping[str, str] | None) -> JudgeError:
     if 300 <= status < 400:  # never followed: prompts and the key go only where base_url says
         lower = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
-        where = _printable(lower.get("location", "")) or "nowhere (no Location header)"
+        where = printable(lower.get("location", ""), 200) or "nowhere (no Location header)"
         return JudgeFatalError(
             f"HTTP {status} redirect to {where}: ctxprec follows no redirect; set base_url to "
             "the address that answers",

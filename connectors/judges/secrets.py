@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
 from storage.core.errors import ConfigError
+from storage.core.printable import printable
 from storage.core.redact import without_url_secrets
 
 __all__ = [
@@ -86,11 +87,12 @@ def redacted_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class RedactingFilter(logging.Filter):
-    """Rewrites each record's message (and traceback text) through `redact`."""
+    """Rewrites each record's message (and traceback text) through `redact`, its control
+    characters escaped (`printable`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
-            record.msg, record.args = redact(record.getMessage()), None
+            record.msg, record.args = printable(redact(record.getMessage()), lines=True), None
         except (TypeError, ValueError):  # a malformed log call: let the handler report it
             return True
         if record.exc_info and not record.exc_text:

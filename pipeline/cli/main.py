@@ -46,6 +46,7 @@ from storage.core.errors import (
     UserError,
 )
 from storage.core.options import BatchOptions, CompareOptions
+from storage.core.printable import printable
 from storage.core.settings import settings
 
 if TYPE_CHECKING:  # `ctxprec --help` loads no HTTP client
@@ -468,24 +469,24 @@ def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
         args.debug = env_setting("run.debug")
         return _command(args.command)(args)
     except BatchesPendingError as exc:
-        print(f"ctxprec: {exc}", file=sys.stderr)
+        print(f"ctxprec: {printable(str(exc), lines=True)}", file=sys.stderr)
         if getattr(args, "quiet", False):  # cron logs get their one JSON line
             print(json.dumps({"outdir": str(args.output), "batches_pending": str(exc)}))
         return exc.exit_code
     except JudgeRefusedRunError as exc:
         print(
-            f"ctxprec: the judge refused the run: {exc}. Finished parts are kept; run the same "
-            "command again once this is fixed",
+            f"ctxprec: the judge refused the run: {printable(str(exc), lines=True)}. Finished "
+            "parts are kept; run the same command again once this is fixed",
             file=sys.stderr,
         )
         return exc.exit_code
     except UserError as exc:
-        print(f"ctxprec: error: {exc}", file=sys.stderr)
+        print(f"ctxprec: error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return _interrupted()
     except JudgeError as exc:
-        print(f"ctxprec: judge error: {exc}", file=sys.stderr)
+        print(f"ctxprec: judge error: {printable(str(exc), lines=True)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
         raise  # the reader of stdout left: `main` ends quietly
@@ -493,7 +494,7 @@ def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
         if args.debug:
             traceback.print_exc()
         print(
-            f"ctxprec: internal error: {type(exc).__name__}: {exc} "
+            f"ctxprec: internal error: {type(exc).__name__}: {printable(str(exc), lines=True)} "
             "(set CTXPREC_DEBUG=1 for the traceback; please report it)",
             file=sys.stderr,
         )
