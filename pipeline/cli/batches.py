@@ -1,10 +1,18 @@
 """`ctxprec batches OUTDIR`: the provider batches of an output folder with their status
 (refreshed from the provider when its key is in the environment), counts and age; `--cancel`
 cancels the live ones.
+
+Where the batches are asked about, and with which key, comes from the command line, the config
+file and the environment only. OUTDIR's batch state is data someone else may have written: it
+gives the batch ids and, when no --model is given, the model (a provider of the registry or
+of --config, so its URL and key variable are ours), never a URL, a key variable or a provider
+table. Where the state names others, one line says so and they are not used.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from typing import Any
 
@@ -12,9 +20,11 @@ import anyio
 
 from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
+from connectors.judges.registry import resolve_model
 from connectors.judges.retry import RetryClock
 from storage.batches import BatchStore
 from storage.core.errors import ConfigError
+from storage.core.printable import printable
 from storage.core.settings import JudgeSettings
 from storage.objpath import ObjPath, OutPath
 
@@ -22,10 +32,15 @@ __all__ = ["list_batches", "render_batches"]
 
 
 def list_batches(
-    outdir: OutPath, *, cancel: bool = False, retry_clock: RetryClock | None = None
+    outdir: OutPath,
+    *,
+    cancel: bool = False,
+    retry_clock: RetryClock | None = None,
+    judge: JudgeSettings | None = None,
 ) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
-    in the environment), counts and age; `cancel` cancels the live ones."""
+    in the environment), counts and age; `cancel` cancels the live ones. `judge`: the settings
+    from the command line, config and environment (default: the environment's)."""
     if isinstance(outdir, ObjPath):
         raise ConfigError(
             f"{outdir} is in an object store, where no provider batches are kept: --batch-api "
@@ -37,18 +52,47 @@ def list_batches(
             f"{outdir} holds no provider batches (no {store.path}); they are made by "
             "`ctxprec score ... --batch-api -o OUTDIR`"
         )
-    return anyio.run(_list, store, cancel, retry_clock)
+    settings = trusted_settings(store.data, judge or JudgeSettings())
+    return anyio.run(_list, store, settings, cancel, retry_clock)
+
+
+def trusted_settings(state: Any, judge: JudgeSettings) -> JudgeSettings:
+    """`judge`, with the state's model when none was given (the default model); a line on
+    stderr when the state names a base URL or key variable that `judge` does not."""
+    saved = state.get("settings") if isinstance(state, dict) else None
+    saved = saved if isinstance(saved, dict) else {}
+    model = saved.get("model")
+    if judge.model == JudgeSettings().model and isinstance(model, str) and model.strip():
+        judge = dataclasses.replace(judge, model=printable(model.strip(), 200))
+    ours = {"base_url": _endpoint(judge), "api_key_env": judge.api_key_env}
+    ignored = [
+        f"{label} {printable(str(saved[key]), 200)}"
+        for key, label in (("base_url", "base URL"), ("api_key_env", "key variable"))
+        if saved.get(key) not in (None, ours[key])
+    ]
+    if ignored or saved.get("providers"):
+        named = " and ".join(ignored) or "a provider table"
+        print(
+            f"ctxprec: the batch state names {named}; not used: where batches are asked about "
+            "comes from the command line, --config and the environment only (give --base-url, "
+            "--api-key-env or --config as the score run had them)",
+            file=sys.stderr,
+        )
+    return judge
+
+
+def _endpoint(judge: JudgeSettings) -> str | None:
+    """The base URL `judge` resolves to (--base-url, the provider's variable, the registry's)."""
+    try:
+        _, _, spec = resolve_model(judge.model, judge.providers)
+        return spec.base(judge.base_url) if spec is not None else judge.base_url
+    except ConfigError:
+        return judge.base_url
 
 
 async def _list(
-    store: BatchStore, cancel: bool, retry_clock: RetryClock | None
+    store: BatchStore, settings: JudgeSettings, cancel: bool, retry_clock: RetryClock | None
 ) -> list[dict[str, Any]]:
-    saved = dict(store.data.get("settings") or {})
-    saved["providers"] = tuple(
-        (str(name), tuple((str(k), str(v)) for k, v in flat))
-        for name, flat in saved.get("providers") or ()
-    )
-    settings = JudgeSettings(**saved)
     client: BatchClient | None = None
     try:
         client = create_batch_client(settings, retry_clock=retry_clock)

@@ -22,7 +22,7 @@ from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_e
 from pipeline.batchapi.run import check_batch_provider
 from pipeline.cli.batches import list_batches, render_batches
 from pipeline.cli.main import _NOT_FOR_ESTIMATE, _config
-from pipeline.config import parse_duration
+from pipeline.config import load_config, parse_duration
 from pipeline.engines.choice import Engine, choose
 from pipeline.run.driver import RunOptions
 from pipeline.run.estimate import estimate, render_estimate
@@ -318,7 +318,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_batches(args: argparse.Namespace) -> int:
-    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock)
+    given = {
+        key: getattr(args, key)
+        for key in ("judge.model", "judge.base_url", "judge.api_key_env", "judge.timeout_s")
+        if getattr(args, key, None) is not None
+    }
+    judge = load_config(args.config, given).judge
+    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock, judge=judge)
     print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
 

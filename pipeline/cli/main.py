@@ -251,6 +251,15 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("outdir", type=_outdir, help="an output folder of a `score --batch-api` run")
     bt.add_argument("--cancel", action="store_true", help="cancel the batches still running")
     bt.add_argument("--json", action="store_true", help="print JSON")
+    bt.add_argument(
+        "--config",
+        type=Path,
+        help="the TOML config file of the score run (its [judge] and [providers] say where the "
+        "batches are; OUTDIR's state is never followed for that)",
+    )
+    bj = bt.add_argument_group("judge (as the score run was given it)")
+    for key in ("model", "base_url", "api_key_env", "timeout_s"):
+        _add_setting(bj, f"judge.{key}")
     add_providers_command(sub)  # `ctxprec providers` (pipeline/cli/providers.py)
     show_defaults(parser)
     for action in es._actions:  # accepted only to be refused with a reason (see below)

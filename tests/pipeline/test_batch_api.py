@@ -14,9 +14,11 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -225,21 +227,78 @@ def test_batch_wait_exits_6_and_the_same_command_collects_later(
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
-def test_batches_are_listed_where_the_judge_sent_them(
+def test_batches_are_asked_where_the_command_line_says_never_where_the_state_says(
     rows: Path, tmp_path: Path, fake: BatchFakeServer, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """The run records the endpoint its judge resolved (here from OPENAI_BASE_URL): a later
-    `ctxprec batches` asks there, whatever its own environment says."""
+    """Issue 37 item 3: the state's base URL was followed. Now the environment's (or
+    --base-url) is asked; the state's differing one is reported and receives nothing."""
     out = tmp_path / "out"
     assert score(rows, out, "openai", "--batch-wait", "0") == 6
-    saved = BatchStore.load(out).data["settings"]["base_url"]
-    assert saved == os.environ["OPENAI_BASE_URL"]
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    url = os.environ["OPENAI_BASE_URL"]
+    assert BatchStore.load(out).data["settings"]["base_url"] == url  # what the run resolved
     capsys.readouterr()
-    assert main(["batches", str(out)]) == 0
-    listing = capsys.readouterr().out
-    assert "in_progress" in listing or "validating" in listing  # the fake answered the poll
+    assert main(["batches", str(out)]) == 0  # same environment: no complaint, the fake answers
+    listed = capsys.readouterr()
+    assert "in_progress" in listed.out or "validating" in listed.out
+    assert "not used" not in listed.err
+    polls = fake.stats.polls
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    assert main(["batches", str(out)]) == 1  # the environment's endpoint cannot be reached
+    listed = capsys.readouterr()
+    assert f"names base URL {url}; not used" in listed.err
+    assert "127.0.0.1:9" in listed.err
+    assert fake.stats.polls == polls  # the state's host was not asked
+    assert main(["batches", str(out), "--model", "openai/judge-1", "--base-url", url]) == 0
+    assert fake.stats.polls > polls  # the command line's URL is asked
+
+
+def test_a_planted_batch_state_sends_no_key_to_the_host_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state.json naming another loopback host, another key variable and a provider table of
+    its own: that host receives no request (and so no key); the line says what was ignored."""
+    asked: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(f"{self.path} {self.headers.get('Authorization')}")
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    planted = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=planted.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{planted.server_address[1]}/v1"
+    monkeypatch.setenv("CTXPREC_PLANTED_SECRET", "sk-planted-0123456789")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # ours: nothing listens
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-batch-0123456789")
+    out = tmp_path / "out"
+    state = out / "_ctxprec" / "batches" / "state.json"
+    state.parent.mkdir(parents=True)
+    chunk = {"name": "c0", "stage": "sent", "batch_id": "batch_x", "lines": 3, "round": 0}
+    planted_settings = {
+        "model": "evil/judge", "base_url": host, "api_key_env": "CTXPREC_PLANTED_SECRET",
+        "providers": [["evil", [["kind", "openai"], ["base_url", host]]]],
+    }  # fmt: skip
+    state.write_text(json.dumps({"settings": planted_settings, "chunks": {"c0": chunk}}))
+    try:
+        for extra in ([], ["--model", "openai/judge-1"]):
+            code = main(["batches", str(out), *extra])
+            err = capsys.readouterr().err
+            assert asked == [], asked  # the planted host received nothing, no key went there
+            assert code in (0, 1, 2), err  # listed, our endpoint unreachable, or refused
+            assert "Traceback" not in err, err
+            assert "sk-planted" not in err
+            assert code == 2 or f"names base URL {host}" in err, err
+    finally:
+        planted.shutdown()
+        planted.server_close()
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)
