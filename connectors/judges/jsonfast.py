@@ -36,13 +36,18 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str) -> Any:
-    """`json.loads(text)`: the same value, or the same error."""
-    if text[:1] == "{":
-        try:
-            value, end = _scan(text, 0)
-        except (StopIteration, ValueError):
-            pass  # not valid JSON: json.loads says why
-        else:
-            if end == len(text) or not text[end:].strip(_JSON_SPACE):
-                return value
-    return json.loads(text)
+    """`json.loads(text)`: the same value, or the same error; a text nested too deeply for
+    the scanner (a hostile reply: RecursionError in json.loads) is a ValueError like any
+    other unreadable text."""
+    try:
+        if text[:1] == "{":
+            try:
+                value, end = _scan(text, 0)
+            except (StopIteration, ValueError):
+                pass  # not valid JSON: json.loads says why
+            else:
+                if end == len(text) or not text[end:].strip(_JSON_SPACE):
+                    return value
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None

@@ -81,7 +81,7 @@ def _whole_json(text: str) -> Any:
     """The reply as one JSON value (bare or as one fenced block); None when it is not."""
     fenced = _WHOLE_FENCE.match(text)
     try:
-        return json.loads(fenced.group(1) if fenced else text)
+        return jsonfast.loads(fenced.group(1) if fenced else text)
     except ValueError:
         return None
 
@@ -93,6 +93,8 @@ def _top_level_objects(text: str) -> Iterator[dict[str, Any]]:
     while start != -1:
         try:
             obj, end = decoder.raw_decode(text, start)
+        except RecursionError:
+            return  # nested too deeply to be a verdict (a hostile reply): nothing more to find
         except ValueError:
             start = text.find("{", start + 1)
             continue

@@ -27,7 +27,6 @@ decision it takes, so the loop only asks.
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 import random
 import re
@@ -41,6 +40,7 @@ import aiohttp
 import anyio
 import anyio.lowlevel
 
+from connectors.judges import jsonfast
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
 from storage.core.printable import printable
 
@@ -161,7 +161,7 @@ _HINTS = {
 
 def _error_object(body: str) -> Any:
     try:
-        data = json.loads(body)
+        data = jsonfast.loads(body)
     except ValueError:
         return None
     return data.get("error", data) if isinstance(data, dict) else data
@@ -185,7 +185,7 @@ def request_id(body: str, headers: Mapping[str, str] | None) -> str | None:
     if found:
         return found.strip()
     try:
-        data = json.loads(body)
+        data = jsonfast.loads(body)
     except ValueError:
         return None
     value = data.get("request_id") if isinstance(data, dict) else None

@@ -10,10 +10,11 @@ judge, shared by every call of the run: when a server rejects a parameter, `lear
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from connectors.judges import jsonfast
 
 __all__ = [
     "EFFORTS",
@@ -136,7 +137,7 @@ def error_fields(body: str) -> ErrorFields:
     """OpenAI {"error": {message, type, param, code}}, Anthropic {"type":"error","error":{type,
     message}}, vLLM {"error": "Unauthorized"}, integer or string codes, HTML: never raises."""
     try:
-        data: Any = json.loads(body)
+        data: Any = jsonfast.loads(body)
     except ValueError:
         data = None
     err = data.get("error", data) if isinstance(data, dict) else None

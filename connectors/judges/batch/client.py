@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+from connectors.judges import jsonfast
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import RetryClock, RetryPolicy, classify, classify_exception
 from connectors.judges.secrets import redact
@@ -178,7 +179,7 @@ class BatchHttp:
             retries += 1
             await self.clock.sleep(wait)
         try:
-            parsed = json.loads(reply.body)
+            parsed = jsonfast.loads(reply.body)
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
@@ -302,7 +303,7 @@ class ProviderBatches(abc.ABC):
             async for text in self.http.lines(url, headers):
                 try:
                     line = json.loads(text)
-                except ValueError:
+                except (ValueError, RecursionError):  # not a line of results: skipped
                     continue
                 if isinstance(line, dict) and isinstance(line.get("custom_id"), str):
                     yield self._result(line["custom_id"], line)
