@@ -96,7 +96,9 @@ class HttpClient(abc.ABC):
         # a transport given by the caller is the caller's to close; the default one is ours
         self._own_transport: AiohttpTransport | None = None
         if transport is None:
-            transport = self._own_transport = AiohttpTransport(settings.timeout_s)
+            transport = self._own_transport = AiohttpTransport(
+                settings.timeout_s, max_reply_bytes=settings.max_reply_bytes
+            )
         self.transport: Transport = transport
         self.shape = RequestShape()  # providers set the one their model calls for
         self._refused: JudgeRefusedRunError | None = None

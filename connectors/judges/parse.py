@@ -22,6 +22,8 @@ _REASON_KEYS = ("reason", "explanation", "rationale")
 _TRUE = frozenset({"yes", "y", "true", "relevant", "1"})
 _FALSE = frozenset({"no", "n", "false", "not relevant", "not_relevant", "irrelevant", "0"})
 _NO_REASON = "(no reason given)"
+# a reason is one sentence: what a judge writes past this is not kept (the memo, the output)
+MAX_REASON_CHARS = 1000
 
 _TOKEN = (
     r"(not[\s_-]+relevant\b|irrelevant\b|relevant\b|yes\b|no\b|true\b|false\b|[01](?=$|[\s,:;)\-]))"
@@ -57,7 +59,7 @@ def _reason_of(obj: dict[str, Any]) -> str:
     for key in _REASON_KEYS:
         value = obj.get(key)
         if value is not None and str(value).strip():
-            return str(value).strip()
+            return str(value).strip()[:MAX_REASON_CHARS]
     return _NO_REASON
 
 
@@ -112,7 +114,7 @@ def _leading(text: str) -> Verdict | None:
     second = _SECOND.match(rest)
     if value is None or (second is not None and _to_bool(second.group(1)) != value):
         raise JudgeParseError(f"ambiguous reply: {_clip(text)!r}")
-    return Verdict(value, _REASON_LEAD.sub("", rest).strip() or _NO_REASON)
+    return Verdict(value, _REASON_LEAD.sub("", rest).strip()[:MAX_REASON_CHARS] or _NO_REASON)
 
 
 def _clip(text: str) -> str:
@@ -137,7 +139,7 @@ def _schema_reply(text: str) -> Verdict | None:
     reason = obj.get("reason")
     if type(relevant) is not bool or type(reason) is not str or not reason.strip():
         return None
-    return Verdict(relevant, reason.strip())
+    return Verdict(relevant, reason.strip()[:MAX_REASON_CHARS])
 
 
 def parse_verdict(text: str) -> Verdict:

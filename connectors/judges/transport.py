@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from connectors.judges import jsonfast
+from storage.core.errors import JudgeFatalError
 
 __all__ = [
     "AiohttpTransport",
@@ -99,13 +100,19 @@ def multipart_form(
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
+MAX_REPLY_BYTES = 4 << 20  # one judge reply: a verdict, or a row's verdicts, is a few KB
+
+
 class AiohttpTransport:
     """One aiohttp session (no connection cap: the run's gate limits calls in flight), made on
     first use and again when the event loop changes; `aclose` closes it. `timeout_s` bounds a
     whole request, or with `per_read` each read of the socket (large uploads and downloads)."""
 
-    def __init__(self, timeout_s: float, *, per_read: bool = False) -> None:
+    def __init__(
+        self, timeout_s: float, *, per_read: bool = False, max_reply_bytes: int = MAX_REPLY_BYTES
+    ) -> None:
         self.timeout_s, self.per_read = timeout_s, per_read
+        self.max_reply_bytes = max_reply_bytes
         self.session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -145,8 +152,28 @@ class AiohttpTransport:
             **self._body(request),
         )
         async with sent as resp:
-            raw = await resp.read()
+            length = resp.content_length
+            if length is None or length > self.max_reply_bytes:  # chunked, or said too big
+                raw = await self._capped(resp)
+            else:
+                raw = await resp.read()
             return HttpResponse(resp.status, raw.decode("utf-8", "replace"), resp.headers)
+
+    async def _capped(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The body, read up to `max_reply_bytes`; a longer one is a failed call (not
+        retried), read no further."""
+        blocks, size = [], 0
+        async for block in resp.content.iter_chunked(1 << 16):
+            size += len(block)
+            if size > self.max_reply_bytes:
+                raise JudgeFatalError(
+                    f"reply over {self.max_reply_bytes:,} bytes (HTTP {resp.status}); not read "
+                    "further: [judge] max_reply_bytes / CTXPREC_MAX_REPLY_BYTES raises the limit",
+                    cause="reply_too_large",
+                    status=resp.status,
+                )
+            blocks.append(block)
+        return b"".join(blocks)
 
     @asynccontextmanager
     async def stream(self, request: HttpRequest) -> AsyncIterator[HttpStream]:

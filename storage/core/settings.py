@@ -119,6 +119,12 @@ class JudgeSettings:
         (), "HTTP headers added to every judge request (a TOML table of strings)"
     )
     anthropic_version: str = setting("2023-06-01", "the anthropic-version header")
+    max_reply_bytes: int = setting(
+        4 << 20,
+        "bytes read of one judge reply at most; a longer reply is a failed call, read no further",
+        env="CTXPREC_MAX_REPLY_BYTES",
+        rule=(lambda v: v >= 1024, "at least 1024"),
+    )
     reasoning_effort: str | None = setting(
         None,
         "reasoning models: how hard to think (None: the lowest the model accepts)",

@@ -43,6 +43,8 @@ __all__ = [
     "line_error",
 ]
 
+BATCH_REPLY_BYTES = 64 << 20  # a batch API's JSON reply (status, file metadata), not results
+
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MIN_READ_TIMEOUT_S = 120.0  # a batch upload or download may wait this long for each read
 _LIST_PAGES = 20
@@ -271,7 +273,9 @@ class ProviderBatches(abc.ABC):
         self._own_transport: AiohttpTransport | None = None
         if transport is None:
             timeout_s = max(settings.timeout_s, MIN_READ_TIMEOUT_S)
-            transport = self._own_transport = AiohttpTransport(timeout_s, per_read=True)
+            transport = self._own_transport = AiohttpTransport(
+                timeout_s, per_read=True, max_reply_bytes=BATCH_REPLY_BYTES
+            )
         policy = RetryPolicy.of(settings)
         self.http = BatchHttp(judge.auth_headers(), judge.model, transport, policy, judge.clock)
         self._locate(judge, settings)
