@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -146,9 +147,39 @@ def _line_chunks(file: InputFile, stream: pa.NativeFile, rows: int) -> Iterator[
         yield lines
 
 
+MAX_JSON_DEPTH = 64  # nesting an input line may have; PyArrow's reader crashes on ~100,000
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}]')
+
+
+def _depth(line: bytes) -> int:
+    """How deep `line`'s arrays and objects nest; brackets inside strings do not count."""
+    if line.count(b"[") + line.count(b"{") <= MAX_JSON_DEPTH:
+        return 0  # cannot be deeper: the common case costs two C-speed counts
+    depth = deepest = 0
+    for token in _JSON_TOKEN.finditer(line):
+        mark = token.group()
+        if mark in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif mark in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def _check_depth(file: InputFile, lines: list[bytes], first_row: int) -> None:
+    for offset, line in enumerate(lines):
+        if _depth(line) > MAX_JSON_DEPTH:
+            raise InputError(
+                f"{file} row {first_row + offset} nests arrays or objects more than "
+                f"{MAX_JSON_DEPTH} levels deep; no retrieval log needs that: fix the export "
+                "or leave the row out"
+            )
+
+
 def _parse_json(
     file: InputFile, lines: list[bytes], first_row: int, schema: pa.Schema | None
 ) -> pa.Table:
+    _check_depth(file, lines, first_row)
     data = b"\n".join(lines) + b"\n"
     read = pajson.ReadOptions(use_threads=False, block_size=min(len(data) + 1, _MAX_BLOCK))
     parse = pajson.ParseOptions(
@@ -336,7 +367,7 @@ def _check_encoded_lists(
 def _decode_list(value: str, list_type: pa.DataType) -> list[object] | None:
     try:
         items = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     want = str if list_type.value_type == pa.string() else bool
     if not isinstance(items, list) or not all(i is None or type(i) is want for i in items):

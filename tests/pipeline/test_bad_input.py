@@ -1096,3 +1096,33 @@ def test_dask_engine_without_its_extra(
     fragments = ["--engine dask needs dask.distributed, which is not installed"]
     refused(capsys, fake, [source, "-o", tmp_path / "out", "--engine", "dask"], fragments)
     assert not (tmp_path / "out").exists()
+
+
+def test_input_line_nested_deeper_than_any_log_is_an_input_error(
+    tmp_path: Path, fake: FakeJudgeServer
+) -> None:
+    """A JSON Lines value nested 100,000 levels deep used to kill the process with SIGSEGV in
+    PyArrow's JSON reader. It runs in a child process, so a crash fails this test, not pytest;
+    a bracket inside a string is text and does not count."""
+    import subprocess
+
+    rows = [
+        {"id": f"r{i}", "query": f"q{i} [a] {{b}}" * 40, "contexts": ["p [1]", "p {2}"]}
+        for i in range(6)
+    ]
+    deep = '{"id": "deep", "query": "q", "contexts": ["p"], "x": ' + "[" * 100_000
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(4, deep + "]" * 100_000 + "}")
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    argv = ["score", str(source), "-o", str(tmp_path / "out"), *HTTP]
+    code = "import sys; from pipeline.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    no_traceback(done.stderr)
+    assert f"{source} row 4 nests arrays or objects more than 64 levels deep" in done.stderr
+    assert fake.stats.total == 0
+    source.write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # brackets in text are fine
+    assert subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO).returncode == 0
