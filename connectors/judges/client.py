@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -105,6 +106,7 @@ class HttpClient(abc.ABC):
         self._accepted = 0
         self._same_400: Counter[str] = Counter()
         self._paused_until = 0.0
+        self._unreachable_since: float | None = None  # first connection error since a reply
         self._call_headers: dict[str, str] | None = None
 
     # -- provider hooks
@@ -250,6 +252,7 @@ class HttpClient(abc.ABC):
                     raise self._give_up(err, url, attempts) from err
             else:
                 self._accepted += 1
+                self._unreachable_since = None
                 return data, reply.headers
             retries += 1
             self.stats.retries += 1
@@ -271,14 +274,24 @@ class HttpClient(abc.ABC):
 
     def _wait_for(self, err: JudgeError, retries: int, started: float) -> float | None:
         """Seconds before the next attempt, or None when retrying cannot or may not happen."""
-        policy = RetryPolicy.of(self.settings)
-        if not policy.may_retry(err, retries):
-            return None
-        pause = policy.pauses_the_run(err)
-        if pause is not None:
+        policy, now = RetryPolicy.of(self.settings), self.clock.now()
+        elapsed = now - started
+        if err.cause == "connection":
+            # how long nothing has answered, across calls: once that passes the budget, a call
+            # meeting a dead judge fails at once instead of waiting the budget out again
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+            elapsed = max(elapsed, now - self._unreachable_since)
+        if not policy.may_retry(err, retries, elapsed):
+            wait = None
+        elif (pause := policy.pauses_the_run(err)) is not None:
             self._pause(pause)
             return max(self._paused_until - self.clock.now(), 0.0)
-        return policy.wait(err, retries, self.clock.now() - started, rand=self.clock.rand)
+        else:
+            wait = policy.wait(err, retries, elapsed, rand=self.clock.rand)
+        if wait is None and err.cause == "connection":  # gone for a whole budget: until it
+            self._unreachable_since = -math.inf  # answers again, a call fails at its first error
+        return wait
 
     def _give_up(self, err: JudgeError, url: str, attempts: int) -> JudgeError:
         limits = ""

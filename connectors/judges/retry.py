@@ -336,7 +336,10 @@ class RetrySettings(Protocol):
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How often and how long one call is retried: at most `max_retries` retries, and no wait
-    that would end past `retry_budget_s` after the first attempt."""
+    that would end past `retry_budget_s` after the first attempt. A connection error (nothing
+    answered) is not counted against `max_retries`: a judge restarting is down for seconds, and
+    a count of quick retries runs out before it is back. It is retried for as long as the
+    judge has been unreachable, up to `retry_budget_s` (the caller says how long that is)."""
 
     max_retries: int
     retry_budget_s: float
@@ -347,9 +350,14 @@ class RetryPolicy:
     def of(cls, s: RetrySettings) -> RetryPolicy:
         return cls(s.max_retries, s.retry_budget_s, s.backoff_base_s, s.backoff_max_s)
 
-    def may_retry(self, err: JudgeError, retries: int) -> bool:
-        """A retryable error with retries left (`retries` already made)."""
-        return isinstance(err, JudgeRetryableError) and retries < self.max_retries
+    def may_retry(self, err: JudgeError, retries: int, unreachable_s: float = 0.0) -> bool:
+        """A retryable error with retries left (`retries` already made); a connection error
+        while the judge has been unreachable for less than the budget."""
+        if not isinstance(err, JudgeRetryableError):
+            return False
+        if err.cause == "connection":
+            return unreachable_s < self.retry_budget_s
+        return retries < self.max_retries
 
     @staticmethod
     def pauses_the_run(err: JudgeError) -> float | None:
@@ -373,4 +381,5 @@ class RetryPolicy:
         return None if elapsed + wait > self.retry_budget_s else wait
 
     def describe(self) -> str:
-        return f"max_retries={self.max_retries}, retry_budget_s={self.retry_budget_s:g}"
+        return (f"max_retries={self.max_retries}, retry_budget_s={self.retry_budget_s:g}; "
+                "connection errors are retried for the budget, not counted")  # fmt: skip

@@ -95,6 +95,7 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("judge")
     for key in (
         "model", "base_url", "api_key_env", "mode", "verdict_only", "timeout_s", "max_retries",
+        "retry_budget_s",
     ):  # fmt: skip
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
@@ -355,6 +356,7 @@ _NOT_FOR_ESTIMATE = {
         "limits.adaptive",
         "judge.timeout_s",
         "judge.max_retries",
+        "judge.retry_budget_s",
         "scoring.reason",
         "run.batch_rows",
     )

@@ -109,9 +109,20 @@ class JudgeSettings:
         rule=(lambda v: v > 0, "a positive number of seconds"),
     )
     max_retries: int = setting(
-        6, "retries per judge call", flag="--max-retries", rule=(lambda v: v >= 0, "0 or more")
+        6,
+        "retries per judge call after a timeout, 429 or 5xx (a connection error is retried "
+        "for --retry-budget instead)",
+        flag="--max-retries",
+        rule=(lambda v: v >= 0, "0 or more"),
     )
-    retry_budget_s: float = setting(300.0, "seconds of retrying per call before giving up")
+    retry_budget_s: float = setting(
+        300.0,
+        "seconds a call keeps retrying; a judge that accepts no connection is waited for this "
+        "long, whatever --max-retries says (0: no retry)",
+        flag="--retry-budget",
+        rule=(lambda v: v >= 0, "0 or more seconds"),
+        metavar="SECONDS",
+    )
     backoff_base_s: float = setting(0.5, "first retry's backoff in seconds (then doubled)")
     backoff_max_s: float = setting(30.0, "longest backoff between retries, in seconds")
     structured_output: bool = setting(True, "ask for JSON by schema where the provider can")

@@ -118,6 +118,63 @@ async def test_retries_stop_at_the_time_budget(retry_clock: RetryClock) -> None:
     assert stats.failures["rate_limited"] == 1
 
 
+def judge_down_for(seconds: float, clock: RetryClock) -> MockTransport:
+    """A judge that refuses connections for `seconds` of the clock's time, then answers."""
+    up_at = clock.now() + seconds
+
+    def handler(request: HttpRequest) -> HttpResponse:
+        if clock.now() < up_at:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return openai_completion(verdict_json(True))
+
+    return MockTransport(handler)
+
+
+async def test_an_outage_shorter_than_the_budget_costs_no_call() -> None:
+    """Issue 37 item 12: a judge down for 40 s used to fail the call after 7 quick attempts;
+    connection errors are waited out for the time budget, whatever max_retries says."""
+    clock = RetryClock(instant=True, rand=lambda: 1.0)  # full backoff: 0.5, 1, 2, ... 30 s
+    transport = judge_down_for(40.0, clock)
+    judge, stats, _ = openai_judge(transport, clock=clock, max_retries=2, retry_budget_s=120)
+    reply = await judge.judge_item(REQUEST)
+    assert reply.verdict.relevant is True
+    assert stats.retries == len(clock.waits) == 7  # more than max_retries
+    assert sum(clock.waits) == 61.5  # 0.5 + 1 + ... + 16, then the 30 s cap
+    assert clock.waits[:4] == [0.5, 1.0, 2.0, 4.0]
+
+
+async def test_a_judge_down_past_the_budget_fails_then_later_calls_fail_at_once() -> None:
+    clock = RetryClock(instant=True, rand=lambda: 1.0)
+    transport = judge_down_for(1e9, clock)
+    judge, _, _ = openai_judge(transport, clock=clock, retry_budget_s=60)
+    with pytest.raises(JudgeRetryableError) as caught:
+        await judge.judge_item(REQUEST)
+    assert caught.value.cause == "connection"
+    assert "connection errors are retried for the budget" in str(caught.value)
+    assert sum(clock.waits) <= 60.0
+    first = len(transport.requests)
+    with pytest.raises(JudgeRetryableError):
+        await judge.judge_item(REQUEST)  # the judge has been gone the whole budget already
+    assert len(transport.requests) == first + 1
+
+
+async def test_a_reply_resets_the_outage_clock() -> None:
+    clock = RetryClock(instant=True, rand=lambda: 1.0)
+    judge, _, _ = openai_judge(judge_down_for(40.0, clock), clock=clock, retry_budget_s=120)
+    await judge.judge_item(REQUEST)
+    judge.transport = judge_down_for(40.0, clock)  # a second outage after the judge answered
+    assert (await judge.judge_item(REQUEST)).verdict.relevant is True
+
+
+async def test_a_retry_budget_of_zero_retries_nothing(retry_clock: RetryClock) -> None:
+    script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
+    transport = MockTransport(script)
+    judge, _, _ = openai_judge(transport, clock=retry_clock, retry_budget_s=0)
+    with pytest.raises(JudgeRetryableError):
+        await judge.judge_item(REQUEST)
+    assert len(transport.requests) == 1
+
+
 async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:
     script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
     judge, stats, _ = openai_judge(MockTransport(script), clock=retry_clock)

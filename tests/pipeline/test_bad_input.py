@@ -905,7 +905,7 @@ def test_unreachable_base_url_fails_rows_not_the_run(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # loopback: no key needed
     monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
     source, out = write(tmp_path / "in.parquet"), tmp_path / "out"
-    code = score(source, "-o", out, *HTTP, "--max-retries", "0", "--timeout", "2")  # no waits
+    code = score(source, "-o", out, *HTTP, "--retry-budget", "0", "--timeout", "2")  # no waits
     captured = capsys.readouterr()
     assert code == 1
     no_traceback(captured.err)

@@ -244,7 +244,9 @@ def test_batches_are_asked_where_the_command_line_says_never_where_the_state_say
     assert "not used" not in listed.err
     polls = fake.stats.polls
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
-    assert main(["batches", str(out)]) == 1  # the environment's endpoint cannot be reached
+    quick = tmp_path / "no-retry.toml"  # a dead judge is otherwise waited for --retry-budget
+    quick.write_text("[judge]\nretry_budget_s = 0\n")
+    assert main(["batches", str(out), "--config", str(quick)]) == 1  # endpoint unreachable
     listed = capsys.readouterr()
     assert f"names base URL {url}; not used" in listed.err
     assert "127.0.0.1:9" in listed.err
@@ -287,9 +289,11 @@ def test_a_planted_batch_state_sends_no_key_to_the_host_it_names(
         "providers": [["evil", [["kind", "openai"], ["base_url", host]]]],
     }  # fmt: skip
     state.write_text(json.dumps({"settings": planted_settings, "chunks": {"c0": chunk}}))
+    quick = tmp_path / "no-retry.toml"  # a dead judge is otherwise waited for --retry-budget
+    quick.write_text("[judge]\nretry_budget_s = 0\n")
     try:
         for extra in ([], ["--model", "openai/judge-1"]):
-            code = main(["batches", str(out), *extra])
+            code = main(["batches", str(out), "--config", str(quick), *extra])
             err = capsys.readouterr().err
             assert asked == [], asked  # the planted host received nothing, no key went there
             assert code in (0, 1, 2), err  # listed, our endpoint unreachable, or refused

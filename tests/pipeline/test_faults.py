@@ -185,3 +185,32 @@ def test_hostile_items_do_not_change_verdicts(tmp_path: Path) -> None:
         [True, False, False, False],
     ]
     assert df.get_column("score").to_list() == [0.25, 1.0]
+
+
+def test_a_judge_restarting_for_seconds_fails_no_row(src: Path, tmp_path: Path) -> None:
+    """Issue 37 item 12: the judge down for the first seconds of a run (nothing listening on
+    its port) used to leave failed rows after "7 attempts"; connection errors are waited out
+    for --retry-budget, whatever --max-retries says. Real time: the server starts 3 s in."""
+    import socket
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    judge = FakeJudgeThread(FakeJudgeConfig(), port=port)
+    started = threading.Timer(3.0, judge.__enter__)
+    started.start()
+    try:
+        out = tmp_path / "out"
+        code = run(src, out, url, "--max-retries", 1, clock=RetryClock())
+        started.join()
+        assert code == 0
+        df = pl.read_parquet(out / "*.parquet")
+        assert set(df["status"]) == {"ok"}
+        assert judge.server.stats.total > 0
+    finally:
+        started.cancel()
+        started.join()
+        if started.finished.is_set() and judge.server.url:
+            judge.__exit__(None, None, None)

@@ -225,11 +225,11 @@ class BatchHttp:
         err = exc if isinstance(exc, JudgeError) else classify_exception(exc)
         if err is None:
             raise exc
-        if self.policy.may_retry(err, retries):
+        elapsed = self.clock.now() - started
+        if self.policy.may_retry(err, retries, elapsed):
             # a wait past retry.PAUSE_CEILING_S is the server's schedule: waited, not charged
             wait = self.policy.pauses_the_run(err)
             if wait is None:
-                elapsed = self.clock.now() - started
                 wait = self.policy.wait(err, retries, elapsed, rand=self.clock.rand)
             if wait is not None:
                 return wait
