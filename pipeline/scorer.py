@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from connectors.judges import ItemRequest, Judge, JudgeSettings, JudgeStats, Verdict, create_judge
 from connectors.judges.prompts import (
@@ -26,6 +25,7 @@ from pipeline.config import API_OPTIONS, Config, load_config
 from pipeline.flow.llm_reason import keep_built_reason
 from pipeline.flow.reason import build_reason
 from pipeline.limits.limiter import RateGate
+from pipeline.limits.pool import each
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
 from storage.core.settings import LimitsSettings
@@ -412,21 +412,12 @@ async def run_evals(
         EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))
         for i, d in enumerate(map(_eval_data, data))
     ]
-    send, recv = anyio.create_memory_object_stream[EvalItem](max(1, concurrency))
 
-    async def worker(queue: MemoryObjectReceiveStream[EvalItem]) -> None:
-        async with queue:
-            async for item in queue:
-                await _eval_one(item, scorers, target)
-                await _notify(on_item_complete, item)
+    async def evaluate(item: EvalItem) -> None:
+        await _eval_one(item, scorers, target)
+        await _notify(on_item_complete, item)
 
-    async with anyio.create_task_group() as tg:
-        for _ in range(max(1, concurrency)):
-            tg.start_soon(worker, recv.clone())
-        recv.close()
-        async with send:
-            for item in items:
-                await send.send(item)
+    await each(items, evaluate, concurrency)
     scores: dict[str, float | None] = {}
     for scorer in scorers:
         vals = [i.scorer_results[scorer.id].score for i in items if scorer.id in i.scorer_results]
