@@ -361,6 +361,28 @@ async def test_a_result_file_is_downloaded_through_the_transport_and_retried(
     assert len(transport.requests) == 2
 
 
+async def test_a_results_line_past_the_cap_fails_the_download(retry_clock: RetryClock) -> None:
+    """A hostile or broken batch server cannot make ctxprec hold one endless line (it arrives
+    in 7-byte blocks here: the line is joined once, not copied at every block)."""
+    jsonl = '{"custom_id":"k1"}\n{"custom_id":"k2","x":"' + "y" * 5000 + '"}\n{"custom_id":"k3"}'
+    transport = MockTransport(replies(HttpResponse(200, jsonl)))
+    http = batch_http(transport, retry_clock)
+    got: list[str] = []
+
+    async def download() -> None:
+        async for line in http.lines("https://x/files/f/content", max_line_bytes=1000):
+            got.append(json.loads(line)["custom_id"])
+
+    with pytest.raises(JudgeFatalError) as caught:
+        await download()
+    assert got == ["k1"]
+    assert caught.value.cause == "reply_too_large"
+    assert "a results line over 1,000 bytes" in str(caught.value)
+    assert len(transport.requests) == 1  # not retried
+    lines = [line async for line in http.lines("https://x/files/f/content", max_line_bytes=6000)]
+    assert [json.loads(line)["custom_id"] for line in lines] == ["k1", "k2", "k3"]
+
+
 async def test_a_multipart_upload_is_built_again_for_each_attempt(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(HttpResponse(500, "oops"), HttpResponse(200, '{"id": "f"}')))
     http = batch_http(transport, retry_clock)

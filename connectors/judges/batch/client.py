@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 BATCH_REPLY_BYTES = 64 << 20  # a batch API's JSON reply (status, file metadata), not results
+RESULT_LINE_BYTES = 64 << 20  # one line of a results file: one judge reply and its envelope
+_ERROR_BODY_BYTES = 64 << 10  # what is read of an error reply to a results download
 
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MIN_READ_TIMEOUT_S = 120.0  # a batch upload or download may wait this long for each read
@@ -130,6 +132,16 @@ class BatchClient(Protocol):
 # ---------------------------------------------------------------- HTTP for the batch endpoints
 
 
+async def _head(blocks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The first `limit` bytes of a streamed body; the rest is not read."""
+    head = b""
+    async for block in blocks:
+        head += block[: limit - len(head)]
+        if len(head) >= limit:
+            break
+    return head
+
+
 class BatchHttp:
     """The batch endpoints' requests, through the same transport protocol, retry policy
     (`retry.RetryPolicy`: the judge's max_retries, retry_budget_s and backoff) and clock as the
@@ -192,25 +204,43 @@ class BatchHttp:
         return parsed
 
     async def lines(
-        self, url: str, headers: Mapping[str, str] | None = None
+        self,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        max_line_bytes: int = RESULT_LINE_BYTES,
     ) -> AsyncIterator[bytes]:
-        """GET a JSONL body and yield its non-empty lines (streamed, not held in memory)."""
+        """GET a JSONL body and yield its non-empty lines (streamed, not held in memory). A line
+        longer than `max_line_bytes` fails the download (cause reply_too_large)."""
         request = HttpRequest("GET", url, {**self.headers, **(headers or {})}, content=b"")
         started, retries = self.clock.now(), 0
         while True:
             try:
                 async with self.transport.stream(request) as reply:
                     if reply.status >= 300:
-                        raw = b"".join([block async for block in reply.blocks])
+                        raw = await _head(reply.blocks, _ERROR_BODY_BYTES)
                         raise classify(reply.status, raw.decode("utf-8", "replace"), reply.headers)
-                    rest = b""  # split by hand: a long line is fine (no readline limit)
+                    pieces: list[bytes] = []  # of the line not ended yet: joined once, at its end
+                    size = 0
                     async for block in reply.blocks:
-                        *done, rest = (rest + block).split(b"\n")
-                        for line in done:
+                        start = 0
+                        while (end := block.find(b"\n", start)) >= 0:
+                            pieces.append(block[start:end])
+                            line, pieces, size = b"".join(pieces), [], 0
                             if line.strip():
                                 yield line
-                    if rest.strip():
-                        yield rest
+                            start = end + 1
+                        if start < len(block):
+                            pieces.append(block[start:])
+                            size += len(block) - start
+                        if size > max_line_bytes:
+                            raise JudgeFatalError(
+                                f"a results line over {max_line_bytes:,} bytes; not read further",
+                                cause="reply_too_large",
+                            )
+                    line = b"".join(pieces)
+                    if line.strip():
+                        yield line
                     return
             except Exception as exc:
                 wait = self._wait_or_raise(exc, "GET", url, retries, started)
