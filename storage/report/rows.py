@@ -1,0 +1,155 @@
+"""The rows the HTML report opens: the worst scored rows, the failed ones and a fixed sample of
+the rest, read from the part files in two lazy passes (a top-k over id and score, then only
+those ids' verdicts, reasons and texts), so a million-row output never sits in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from storage.core.constants import STATUS_FAILED, STATUS_OK
+
+__all__ = ["TextLookup", "Texts", "item_gains", "report_rows", "text_columns"]
+
+WORST = 50
+SAMPLE = 50
+FAILED = 20
+_SEED = 35  # the sample is the same for the same ids, run after run
+# id -> {"query": str | None, "expected": str | None, "context": list[str | None] | None}
+Texts = dict[str, dict[str, Any]]
+TextLookup = Callable[[Sequence[str]], Texts]
+
+
+def text_columns(describe: Mapping[str, Any]) -> dict[str, str]:
+    """{query|expected|context: input column} from the manifest's column mapping."""
+    columns = describe.get("columns") or []
+    names = dict(zip(("id", "query", "expected", "context"), columns, strict=False))
+    return {k: str(v) for k, v in names.items() if k != "id" and isinstance(v, str)}
+
+
+def report_rows(
+    parts: Sequence[Path],
+    *,
+    group_by: str | None = None,
+    texts: TextLookup | None = None,
+    names: Mapping[str, str] | None = None,
+    worst: int = WORST,
+    sample: int = SAMPLE,
+) -> dict[str, list[dict[str, Any]]]:
+    """{"worst": [...], "failed": [...], "sample": [...]}: each row with its items. `names`:
+    the input's query / expected / context columns, used when the output holds them
+    (`--passthrough`); `texts` fetches the texts of the chosen ids otherwise."""
+    if not parts:
+        return {"worst": [], "failed": [], "sample": []}
+    lf = pl.scan_parquet(
+        list(parts), hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
+    )
+    cols = set(lf.collect_schema().names())
+    chosen = _choose(lf, worst, sample)
+    ids = [i for group in chosen.values() for i in group]
+    wide = _wide(lf, cols, ids, group_by, names or {})
+    found = {str(r["id"]): r for r in wide.iter_rows(named=True)}
+    missing = [i for i in ids if i in found and not _has_texts(found[i])]
+    fetched = texts(missing) if texts and missing else {}
+    return {
+        name: [_row(found[i], fetched.get(i), group_by) for i in group if i in found]
+        for name, group in chosen.items()
+    }
+
+
+def _choose(lf: pl.LazyFrame, worst: int, sample: int) -> dict[str, list[str]]:
+    """The ids of each section (first pass: id, score and status only)."""
+    key = pl.col("id").cast(pl.String)
+    slim = lf.select(key.alias("id"), pl.col("score"), pl.col("status"))
+    ok = slim.filter(pl.col("status") == STATUS_OK)
+    low = ok.bottom_k(worst, by=["score", "id"]).sort(["score", "id"])
+    low_ids = low.collect(engine="streaming").get_column("id").to_list()
+    rest = ok.filter(~pl.col("id").is_in(low_ids)).with_columns(pl.col("id").hash(_SEED).alias("h"))
+    picked = rest.bottom_k(sample, by=["h", "id"]).sort(["score", "id"], descending=[True, False])
+    failed = slim.filter(pl.col("status") == STATUS_FAILED).bottom_k(FAILED, by="id").sort("id")
+    return {
+        "worst": low_ids,
+        "failed": failed.collect(engine="streaming").get_column("id").to_list(),
+        "sample": picked.collect(engine="streaming").get_column("id").to_list(),
+    }
+
+
+def _wide(
+    lf: pl.LazyFrame, cols: set[str], ids: list[str], group_by: str | None, names: Mapping[str, str]
+) -> pl.DataFrame:
+    """Second pass: the chosen rows' scored columns and the texts the output holds."""
+    keep = ["score", "status", "error", "verdicts", "verdict_reasons", "label_verdicts"]
+    exprs = [pl.col("id").cast(pl.String).alias("id")]
+    exprs += [pl.col(c) for c in keep if c in cols]
+    if group_by and group_by in cols:
+        exprs.append(pl.col(group_by).cast(pl.String).alias("_group"))
+    for field, column in names.items():
+        if column in cols and column not in ("id", *keep):
+            kind = pl.List(pl.String) if field == "context" else pl.String
+            exprs.append(pl.col(column).cast(kind, strict=False).alias(f"_{field}"))
+    chosen = lf.filter(pl.col("id").cast(pl.String).is_in(ids))
+    return chosen.select(exprs).unique("id", keep="first").collect(engine="streaming")
+
+
+def _has_texts(row: Mapping[str, Any]) -> bool:
+    return row.get("_context") is not None and row.get("_query") is not None
+
+
+def item_gains(verdicts: Sequence[bool | None] | None) -> list[float | None]:
+    """What each relevant item added to the row's average precision (precision at its position
+    over the number of relevant items); None for the others, or for all when one failed."""
+    verdicts = list(verdicts or [])
+    relevant = sum(1 for v in verdicts if v)
+    if not relevant or any(v is None for v in verdicts):
+        return [None] * len(verdicts)
+    out: list[float | None] = []
+    hits = 0
+    for i, v in enumerate(verdicts):
+        hits += bool(v)
+        out.append(hits / (i + 1) / relevant if v else None)
+    return out
+
+
+def _row(
+    r: Mapping[str, Any], fetched: Mapping[str, Any] | None, group_by: str | None
+) -> dict[str, Any]:
+    """One report row: its figures and its ranked items."""
+    texts = fetched or {}
+    context = r.get("_context") if r.get("_context") is not None else texts.get("context")
+    verdicts = list(r.get("verdicts") or [])
+    reasons = list(r.get("verdict_reasons") or [])
+    labels = list(r.get("label_verdicts") or [])
+    count = max(len(verdicts), len(context or []))
+    gains = item_gains(verdicts)
+    items = [
+        {
+            "position": i + 1,
+            "text": _at(context, i),
+            "verdict": _at(verdicts, i),
+            "reason": _at(reasons, i),
+            "label": _at(labels, i),
+            "added": _at(gains, i),
+        }
+        for i in range(count)
+    ]
+    query = r.get("_query") if r.get("_query") is not None else texts.get("query")
+    expected = r.get("_expected") if r.get("_expected") is not None else texts.get("expected")
+    return {
+        "id": r["id"],
+        "score": r.get("score"),
+        "status": r.get("status"),
+        "error": r.get("error"),
+        "group": r.get("_group") if group_by else None,
+        "query": query,
+        "expected": expected,
+        "texts": context is not None,
+        "items": items,
+    }
+
+
+def _at(values: Sequence[Any] | None, i: int) -> Any:
+    return values[i] if values is not None and i < len(values) else None
