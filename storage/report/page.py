@@ -94,7 +94,7 @@ dl.stats{display:grid;grid-template-columns:repeat(auto-fill,minmax(88px,1fr));g
 margin:.4em 0}dl.stats div{border-bottom:1px solid var(--line)}dl.stats dt{font-size:.8em;
 color:var(--muted)}dl.stats dd{margin:0;font-weight:600;font-variant-numeric:tabular-nums}
 td.n{white-space:nowrap}
-@media (max-width:640px){svg .ax{font-size:16px}}
+@media (max-width:640px){svg .ax{font-size:15px}}
 footer{margin-top:2em;font-size:.85em;color:var(--muted)}
 """
 

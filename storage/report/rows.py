@@ -13,7 +13,15 @@ import polars as pl
 
 from storage.core.constants import STATUS_FAILED, STATUS_OK
 
-__all__ = ["TextLookup", "Texts", "item_gains", "report_rows", "text_columns"]
+__all__ = [
+    "TextLookup",
+    "Texts",
+    "item_gains",
+    "ranked_items",
+    "report_rows",
+    "text_columns",
+    "text_exprs",
+]
 
 WORST = 50
 SAMPLE = 50
@@ -87,12 +95,22 @@ def _wide(
     exprs += [pl.col(c) for c in keep if c in cols]
     if group_by and group_by in cols:
         exprs.append(pl.col(group_by).cast(pl.String).alias("_group"))
-    for field, column in names.items():
-        if column in cols and column not in ("id", *keep):
-            kind = pl.List(pl.String) if field == "context" else pl.String
-            exprs.append(pl.col(column).cast(kind, strict=False).alias(f"_{field}"))
+    exprs += text_exprs(cols, names, taken=("id", *keep))
     chosen = lf.filter(pl.col("id").cast(pl.String).is_in(ids))
     return chosen.select(exprs).unique("id", keep="first").collect(engine="streaming")
+
+
+def text_exprs(
+    cols: set[str], names: Mapping[str, str], taken: Sequence[str] = ()
+) -> list[pl.Expr]:
+    """The query, expected and context columns the output holds (`--passthrough`), as
+    `_query`, `_expected` and `_context`."""
+    exprs = []
+    for field, column in names.items():
+        if column in cols and column not in taken:
+            kind = pl.List(pl.String) if field == "context" else pl.String
+            exprs.append(pl.col(column).cast(kind, strict=False).alias(f"_{field}"))
+    return exprs
 
 
 def _has_texts(row: Mapping[str, Any]) -> bool:
@@ -114,18 +132,17 @@ def item_gains(verdicts: Sequence[bool | None] | None) -> list[float | None]:
     return out
 
 
-def _row(
-    r: Mapping[str, Any], fetched: Mapping[str, Any] | None, group_by: str | None
-) -> dict[str, Any]:
-    """One report row: its figures and its ranked items."""
-    texts = fetched or {}
-    context = r.get("_context") if r.get("_context") is not None else texts.get("context")
-    verdicts = list(r.get("verdicts") or [])
-    reasons = list(r.get("verdict_reasons") or [])
-    labels = list(r.get("label_verdicts") or [])
+def ranked_items(
+    verdicts: Sequence[bool | None] | None,
+    reasons: Sequence[str | None] | None,
+    context: Sequence[str | None] | None,
+    labels: Sequence[bool | None] | None = None,
+) -> list[dict[str, Any]]:
+    """A row's items in rank order: position, text, verdict, reason, label, AP added."""
+    verdicts = list(verdicts or [])
     count = max(len(verdicts), len(context or []))
     gains = item_gains(verdicts)
-    items = [
+    return [
         {
             "position": i + 1,
             "text": _at(context, i),
@@ -136,6 +153,16 @@ def _row(
         }
         for i in range(count)
     ]
+
+
+def _row(
+    r: Mapping[str, Any], fetched: Mapping[str, Any] | None, group_by: str | None
+) -> dict[str, Any]:
+    """One report row: its figures and its ranked items."""
+    texts = fetched or {}
+    context = r.get("_context") if r.get("_context") is not None else texts.get("context")
+    items = ranked_items(r.get("verdicts"), r.get("verdict_reasons"), context,
+                         r.get("label_verdicts"))  # fmt: skip
     query = r.get("_query") if r.get("_query") is not None else texts.get("query")
     expected = r.get("_expected") if r.get("_expected") is not None else texts.get("expected")
     return {

@@ -193,19 +193,19 @@ def delta_chart(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
         return None
     reach = max(max(abs(m["ci95"][0]), abs(m["ci95"][1]), abs(m["mean_delta"])) for _, m in rows)
     reach = reach or 1.0
-    left, row_h = 150, 26
-    height = _T + row_h * len(rows) + 34
+    left, row_h = 170, 28
+    height = _T + row_h * len(rows) + 46
     plot_w = _W - left - _R
 
     def x(v: float) -> float:
         return left + plot_w * (v + reach) / (2 * reach)
 
-    body = [f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{_T}" y2="{height - 30}" class="zero"/>']
+    body = [f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{_T}" y2="{height - 42}" class="zero"/>']
     for i, (name, m) in enumerate(rows):
         y = _T + row_h * i + row_h / 2
         lo, hi = m["ci95"]
         cls = "win" if lo > 0 else "loss" if hi < 0 else "flat"
-        short = name if len(name) <= 22 else name[:10] + "…" + name[-10:]
+        short = name if len(name) <= 18 else name[:8] + "…" + name[-8:]
         body.append(_text(left - 6, y + 4, short, "ax", "end"))
         body.append(
             f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" '
@@ -229,5 +229,5 @@ def delta_chart(items: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
                 "start" if v < 0 else "end" if v > 0 else "middle",
             )
         )
-    body.append(_text(left + plot_w / 2, height - 2, "change B − A (bar: 95% CI)"))
+    body.append(_text(left + plot_w / 2, height - 4, "change B − A (bar: 95% CI)"))
     return _svg(body, "mean change with 95% CI", height)
