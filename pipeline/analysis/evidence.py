@@ -1,6 +1,7 @@
 """What compare.html shows of the pairs that moved most: for each side, the row's ranked items
 (text when the output or the unchanged input holds it, verdict, the judge's reason, what it
-added to AP), read for those keys only, lazily from the side's part files.
+added to AP), read for those keys only, lazily from the side's part files. Texts are clipped
+to 1,000 characters (compare.json carries them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from connectors.sources import input_texts
 from storage import layout
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
+from storage.report.page import clip
 from storage.report.rows import ranked_items, text_columns, text_exprs
 
 __all__ = ["side_evidence"]
@@ -60,13 +62,14 @@ def _evidence(r: dict[str, Any], texts: dict[str, Any]) -> dict[str, Any]:
     context = r.get("_context") if r.get("_context") is not None else texts.get("context")
     query = r.get("_query") if r.get("_query") is not None else texts.get("query")
     expected = r.get("_expected") if r.get("_expected") is not None else texts.get("expected")
+    shown = None if context is None else [None if t is None else clip(t) for t in context]
     items = ranked_items(
-        r.get("verdicts"), r.get("verdict_reasons"), context, r.get("label_verdicts")
+        r.get("verdicts"), r.get("verdict_reasons"), shown, r.get("label_verdicts")
     )
     return {
         "id": r["id"],
-        "query": query,
-        "expected": expected,
+        "query": None if query is None else clip(query),
+        "expected": None if expected is None else clip(expected),
         "texts": context is not None,
         "items": items,
     }

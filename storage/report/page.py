@@ -31,8 +31,9 @@ CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
     "form-action 'none'"
 )
-_TEXT_CHARS = 1500  # of one item, a query or an expected output (the page stays small)
-_REASON_CHARS = 600
+_TEXT_CHARS = 1000  # of one item, a query or an expected output (the page stays small)
+_REASON_CHARS = 400
+_ITEMS = 30  # items shown per row: 120 rows x 30 items x 1.4 kB stays a few MB at most
 
 _CSS = """
 :root{--bg:#fff;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--card:#f6f8fa;--accent:#0969da;
@@ -187,7 +188,7 @@ def item_list(items: Sequence[Mapping[str, Any]], texts: bool) -> str:
     if not items:
         return '<p class="muted">No context items.</p>'
     out = ['<ol class="items">']
-    for it in items:
+    for it in items[:_ITEMS]:
         cls, word = _verdict(it)
         bits = [f'<span class="verdict">#{it["position"]} {word}</span>']
         if it.get("added") is not None:
@@ -206,7 +207,15 @@ def item_list(items: Sequence[Mapping[str, Any]], texts: bool) -> str:
         reason = it.get("reason")
         why = f'<div class="reason">{e(clip(reason, _REASON_CHARS))}</div>' if reason else ""
         out.append(f'<li class="{cls}"><div>{" · ".join(bits)}</div>{text}{why}</li>')
-    return "".join(out) + "</ol>"
+    out.append("</ol>")
+    if len(items) > _ITEMS:
+        rest = items[_ITEMS:]
+        relevant = sum(1 for it in rest if it.get("verdict"))
+        out.append(
+            f'<p class="muted">{len(rest):,} more items not shown '
+            f"({relevant:,} of them judged relevant).</p>"
+        )
+    return "".join(out)
 
 
 def row_head(row: Mapping[str, Any]) -> str:
