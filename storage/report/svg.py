@@ -181,7 +181,7 @@ def trend_chart(nights: Sequence[Mapping[str, Any]], scale: float) -> str | None
         if i % step == 0:
             body.append(_text(x, _T + plot_h + 14, n["night"]))
     body.append(
-        _text(_L + plot_w / 2, _H - 6, "night (ringed: moved beyond the night before's CI)")
+        _text(_L + plot_w / 2, _H - 6, "night (green / red: moved beyond the previous night's CI)")
     )
     return _svg(body, "mean score by night")
 
