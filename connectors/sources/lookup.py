@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from storage import fs
-from storage.report.rows import TextLookup, Texts, text_columns
+from storage.report.rows import TextLookup, Texts, text_columns, with_keys
 
 __all__ = ["input_texts"]
 
@@ -64,5 +64,5 @@ def _read(files: list[str], id_column: str, names: Mapping[str, str], ids: Seque
         if column in have:
             kind = pl.List(pl.String) if field == "context" else pl.String
             exprs.append(pl.col(column).cast(kind, strict=False).alias(field))
-    got = lf.filter(key.is_in(list(ids))).select(exprs).collect(engine="streaming")
+    got = with_keys(lf, key, ids).select(exprs).collect(engine="streaming")
     return {str(r.pop("id")): r for r in got.iter_rows(named=True)}

@@ -17,7 +17,7 @@ from storage import layout
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
 from storage.report.page import clip
-from storage.report.rows import ranked_items, text_columns, text_exprs
+from storage.report.rows import ranked_items, text_columns, text_exprs, with_keys
 
 __all__ = ["side_evidence"]
 
@@ -49,7 +49,7 @@ def side_evidence(
         exprs = [pl.col(on).cast(pl.String).alias("_key"), pl.col("id").cast(pl.String)]
         exprs += [pl.col(c) for c in keep]
         exprs += text_exprs(cols, names, taken=("id", on, *keep))
-        wanted = lf.filter(pl.col(on).cast(pl.String).is_in(list(keys)))
+        wanted = with_keys(lf, pl.col(on), keys)
         got = wanted.select(exprs).unique("_key", keep="first").collect(engine="streaming")
     rows = {r["_key"]: r for r in got.iter_rows(named=True)}
     lookup = input_texts(describe)

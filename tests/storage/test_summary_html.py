@@ -26,7 +26,7 @@ from storage.core.figures import figure_text, percent_text
 from storage.report.compare_text import signed
 from tests.fakes.runs import score
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 HOSTILE = [
     "<script>window.__pwned = 1</script>",
