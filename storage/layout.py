@@ -5,6 +5,7 @@ Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`)
     OUTDIR/
       <part files>                      named by the commit records (`storage.commit`)
       summary.json, summary.md          `ctxprec summary` (`storage.report.summary`)
+      summary.html                      the same as one self-contained page (`storage.report.html`)
       charts/<chart>.png
       _SUCCESS                          the run finished
       _ctxprec/                         ctxprec's own state (never the user's)
@@ -40,6 +41,7 @@ __all__ = [
     "COMMITTED",
     "COMPARE_CHART",
     "COMPARE_FILES",
+    "COMPARE_HTML",
     "COMPARE_JSON",
     "COMPARE_MD",
     "MANIFEST_KEY",
@@ -77,6 +79,7 @@ __all__ = [
     "sink_record",
     "state_dir",
     "success",
+    "summary_html",
     "summary_json",
     "summary_md",
     "verdict_dir",
@@ -101,6 +104,7 @@ _BATCHES = "batches"
 _SUCCESS = "_SUCCESS"
 _SUMMARY_JSON = "summary.json"
 _SUMMARY_MD = "summary.md"
+_SUMMARY_HTML = "summary.html"
 CHARTS = "charts"
 # the manifest relative to OUTDIR, for a listing that knows folders by their string names
 MANIFEST_KEY = f"{STATE_DIR}/{_MANIFEST}"
@@ -108,7 +112,8 @@ MANIFEST_KEY = f"{STATE_DIR}/{_MANIFEST}"
 COMPARE_JSON = "compare.json"
 COMPARE_MD = "compare.md"
 COMPARE_CHART = "compare.png"
-COMPARE_FILES = (COMPARE_JSON, COMPARE_MD, COMPARE_CHART)
+COMPARE_HTML = "compare.html"
+COMPARE_FILES = (COMPARE_JSON, COMPARE_MD, COMPARE_CHART, COMPARE_HTML)
 
 
 # -- OUTDIR itself ---------------------------------------------------------------------------
@@ -124,6 +129,10 @@ def summary_md(outdir: P) -> P:
     return outdir / _SUMMARY_MD
 
 
+def summary_html(outdir: P) -> P:
+    return outdir / _SUMMARY_HTML
+
+
 def charts_dir(outdir: P) -> P:
     return outdir / CHARTS
 
@@ -136,7 +145,7 @@ def fixed_files() -> set[str]:
     """The files ctxprec writes by fixed name into OUTDIR, relative to it (ours only in a
     folder that holds a manifest: `storage.ownership`)."""
     charts = (f"{CHARTS}/{name}" for name in (*CHART_FILES, TREND_CHART))
-    return {_SUCCESS, _SUMMARY_JSON, _SUMMARY_MD, *charts}
+    return {_SUCCESS, _SUMMARY_JSON, _SUMMARY_MD, _SUMMARY_HTML, *charts}
 
 
 # -- the state folder ------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Input readers: the streaming source (Parquet, JSON Lines, CSV; files, folders, globs, Hive
 datasets, local or in an object store)."""
 
+from connectors.sources.lookup import input_texts
 from connectors.sources.stream import (
     SourceBatch,
     SourceInfo,
@@ -19,6 +20,7 @@ __all__ = [
     "ColumnMap",
     "SourceBatch",
     "SourceInfo",
+    "input_texts",
     "inspect_input",
     "inspect_source",
     "iter_batches",

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from pipeline.analysis.agreement import agreement_figures, mcnemar
+from pipeline.analysis.evidence import side_evidence
 from pipeline.analysis.paired import TIE_EPS, paired_figures
 from storage import layout
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
@@ -113,6 +114,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
         "metrics": {k: v for k, v in metrics.items() if k != "score"},
         "by_group": _by_group(pairs, opts) if opts.group_by else None,
         "changed_most": _changed_most(pairs, opts),
+        "biggest": _biggest(pairs, a, b, opts),  # compare.html: wins, losses and their items
     }
 
 
@@ -327,6 +329,30 @@ def _changed_most(pairs: pl.DataFrame, opts: CompareOptions) -> list[dict[str, A
         for s in ("a", "b"):
             item[s] = {f: row.get(f"{f}_{s}") for f in ("score", "status", "verdicts", "reason")}
         out.append(item)
+    return out
+
+
+def _biggest(pairs: pl.DataFrame, a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
+    """The `top` largest wins (B above A) and losses, each side with its ranked items."""
+    delta = pl.col("score_b") - pl.col("score_a")
+    moved = pairs.with_columns(delta.alias("delta"), pl.col("key").cast(pl.String).alias("_k"))
+    chosen = {
+        "wins": moved.filter(delta > TIE_EPS).sort(["delta", "_k"], descending=[True, False]),
+        "losses": moved.filter(delta < -TIE_EPS).sort(["delta", "_k"]),
+    }
+    chosen = {k: v.head(max(opts.top, 0)) for k, v in chosen.items()}
+    keys = [k for frame in chosen.values() for k in frame.get_column("_k").to_list()]
+    evidence = {s.name: side_evidence(s.path, s.filters, opts.on, keys) for s in (a, b)}
+    out: dict[str, Any] = {}
+    for name, frame in chosen.items():
+        out[name] = []
+        for row in frame.iter_rows(named=True):
+            item: dict[str, Any] = {"key": row["key"], "delta": row["delta"]}
+            for s, side in (("a", a), ("b", b)):
+                fields = ("score", "status", "verdicts", "reason")
+                item[s] = {f: row.get(f"{f}_{s}") for f in fields}
+                item[s] |= evidence[side.name].get(row["_k"]) or {}
+            out[name].append(item)
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from connectors.sources import input_texts
 from pipeline.analysis.compare import compare, drop_gate, sides_from_args
 from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
@@ -255,7 +256,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     )
     if args.group_by and (note := (summary.get("by_group") or {}).get("note")):
         raise UserError(f"--group-by {args.group_by}: {note}; name one of those columns")
-    write_summary(args.outdir, summary)
+    write_summary(args.outdir, summary, texts=input_texts(describe))
     print(_human_line(summary, args.outdir, rebuilt=True))
     if not charts_available():
         print(f"ctxprec: note: no charts drawn: they need matplotlib ({CHARTS_INSTALL})",

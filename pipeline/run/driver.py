@@ -24,7 +24,7 @@ import polars as pl
 from connectors.judges import JudgeStats, create_judge
 from connectors.judges.prompts import prompt_version_for
 from connectors.judges.retry import RetryClock
-from connectors.sources import SourceInfo, inspect_input, read_ids
+from connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
 from pipeline.config import Config
 from pipeline.flow.dispatch import RunCounters
 from pipeline.flow.extractor import load_extractor
@@ -366,7 +366,8 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
         group_by=run.cfg.output.group_by,
         ks=run.cfg.scoring.ks,
     )
-    write_summary(outdir, summary, charts=run.cfg.output.charts)
+    texts = input_texts(run.runlog.describe)  # the item texts summary.html shows
+    write_summary(outdir, summary, charts=run.cfg.output.charts, texts=texts)
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
     return summary, errors

@@ -1,5 +1,6 @@
 """The comparison for people and machines: compare.json (full precision), compare.md with a chart
-(compare.png) and the terminal text. Drawn from the report dict alone, on matplotlib's Agg canvas.
+(compare.png), compare.html (`storage.report.compare_html`) and the terminal text. Drawn from
+the report dict alone; the chart on matplotlib's Agg canvas.
 """
 
 from __future__ import annotations
@@ -12,9 +13,17 @@ from typing import Any
 from storage import layout
 from storage.atomic import atomic_write_bytes
 from storage.core.errors import OutputError
-from storage.core.figures import figure_text
-from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_JSON, COMPARE_MD
+from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_HTML, COMPARE_JSON, COMPARE_MD
 from storage.report.charts import charts_available, fit_title, png, short_label
+from storage.report.compare_html import render_compare_html
+from storage.report.compare_text import ci_text as _ci
+from storage.report.compare_text import fmt
+from storage.report.compare_text import gate_message as _gate_message
+from storage.report.compare_text import honesty_lines as _honesty_lines
+from storage.report.compare_text import left_out as _left_out
+from storage.report.compare_text import p_text as _p
+from storage.report.compare_text import side_text as _side
+from storage.report.compare_text import signed as _signed
 
 __all__ = [
     "chart_figure",
@@ -55,7 +64,8 @@ def check_compare_target(outdir: Path) -> None:
 
 
 def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
-    """Write compare.json, compare.md and compare.png into `outdir`, each atomically."""
+    """Write compare.json, compare.md, compare.html and compare.png into `outdir`, each
+    atomically."""
     outdir.mkdir(parents=True, exist_ok=True)
     files: dict[str, bytes] = {
         **({COMPARE_CHART: render_chart(report)} if charts_available() else {}),
@@ -63,6 +73,7 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
             json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n"
         ).encode(),
         COMPARE_MD: render_markdown(report).encode(),
+        COMPARE_HTML: render_compare_html(report).encode(),
     }
     written = []
     for name, data in files.items():
@@ -70,38 +81,6 @@ def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
         atomic_write_bytes(path, data)
         written.append(path)
     return written
-
-
-def fmt(value: Any, digits: int = 4) -> str:
-    """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
-    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
-
-
-def _signed(value: Any) -> str:
-    text = fmt(value)
-    return text if text == "n/a" or text.startswith("-") or text == "0" else f"+{text}"
-
-
-def _ci(report: Mapping[str, Any]) -> str:
-    ci = report.get("ci95")
-    return "n/a" if not ci else f"[{_signed(ci[0])}, {_signed(ci[1])}]"
-
-
-def _p(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    return "< 0.0001" if value < 1e-4 else fmt(value)
-
-
-def _side(report: Mapping[str, Any], s: str) -> str:
-    side = report[s]
-    where = " and ".join(f"{c}={v}" for c, v in side["filters"].items())
-    return f"`{side['source']}`" + (f" where `{where}`" if where else "")
-
-
-def _gate_message(report: Mapping[str, Any]) -> str | None:
-    gate = report.get("gate") or {}
-    return str(gate["message"]) if gate.get("failed") else None
 
 
 def _verdicts(verdicts: Sequence[Any] | None) -> str:
@@ -133,39 +112,6 @@ def _metric_rows(report: Mapping[str, Any]) -> list[list[str]]:
 
 _METRIC_HEAD = ["metric", "pairs", "mean A", "mean B", "delta B−A", "95% CI", "p", "wins", "losses",
                 "ties"]  # fmt: skip
-
-
-def _left_out(report: Mapping[str, Any]) -> str:
-    left = report["left_out"]
-    parts = [f"{k.replace('_', ' ')} {fmt(v)}" for k, v in left.items() if k != "total" and v]
-    return f"{fmt(left['total'])} ids left out" + (f" ({', '.join(parts)})" if parts else "")
-
-
-def _honesty_lines(report: Mapping[str, Any], bullet: str) -> list[str]:
-    """Clustering, the smallest detectable difference, d_z and non-inferiority (issue 22)."""
-    c = report.get("clustering") or {}
-    out = []
-    if c.get("column"):
-        extra = report.get("design_effect")
-        deff = "" if extra is None else f", design effect {fmt(extra, 2)}"
-        out.append(f"{bullet}clustered by `{c['column']}`: {fmt(c['clusters'])} clusters resampled "
-                   f"whole ({c['how']}{deff})")  # fmt: skip
-    elif c:
-        out.append(f"{bullet}clusters: {c['how']}")
-    if report.get("mde_80") is not None:
-        out.append(
-            f"{bullet}smallest difference this comparison could detect (80% power, two-sided 5%): "
-            f"±{fmt(report['mde_80'])} at {fmt(report['n_pairs'])} pairs; a change smaller than "
-            f"that may go unseen. Cohen's d_z {fmt(report.get('cohens_dz'), 3)}"
-        )
-    if t := report.get("non_inferiority"):
-        shown = "SHOWN" if t["non_inferior"] else "NOT shown"
-        out.append(
-            f"{bullet}non-inferiority, margin {fmt(t['margin'])}: {shown} that B is no worse than "
-            f"A by more than {fmt(t['margin'])} (lower end of the 95% CI "
-            f"{_signed(t['lower_bound'])} vs -{fmt(t['margin'])}; bootstrap p {_p(t['p_value'])})"
-        )
-    return out
 
 
 def render_text(report: Mapping[str, Any]) -> str:

@@ -31,7 +31,10 @@ from storage.report.charts import (
     render_charts,
 )
 from storage.report.estimate import corrected_estimate, estimate_sentence
+from storage.report.html import render_html
+from storage.report.rows import TextLookup, report_rows, text_columns
 from storage.report.trend import night_trend, trend_chart, trend_markdown
+from storage.report.words import judge_rows, rate, seconds
 from storage.schema import SCHEMA_VERSION
 
 __all__ = [
@@ -157,6 +160,7 @@ def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
         *[(band == b).sum().alias(b) for b, *_ in BANDS],
         pl.col("input_tokens").sum().alias("input"),
         pl.col("output_tokens").sum().alias("output"),
+        score.count().alias("n_scores"),
     ).collect()
     got_row = got.row(0, named=True)
     rows = {k: int(got_row[k]) for k in ("total", STATUS_OK, STATUS_EMPTY, STATUS_FAILED)}
@@ -169,9 +173,22 @@ def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
         "rows": rows,
         "coverage": _r(_ratio(scored, rows["total"])),
         "score": {k: _r(got_row[k]) for k in _STATS},
+        "score_ci95": _mean_ci(got_row["mean"], got_row["std"], got_row["n_scores"]),
         "bands": bands,
         "tokens": {k: int(got_row[k] or 0) for k in ("input", "output")},
     }
+
+
+_Z95 = 1.959964
+MEAN_CI = "normal approximation: mean ± 1.96 × sd / √n over the scored rows"
+
+
+def _mean_ci(mean: float | None, std: float | None, n: int) -> dict[str, Any] | None:
+    """The 95% CI of the mean score (the headline of summary.html); None without two scores."""
+    if mean is None or std is None or n < 2:
+        return None
+    half = _Z95 * std / math.sqrt(n)
+    return {"low": _r(mean - half), "high": _r(mean + half), "n": n, "method": MEAN_CI}
 
 
 def _histogram(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
@@ -423,9 +440,16 @@ def _r(value: Any) -> Any:
     return value
 
 
-def write_summary(outdir: OutPath, summary: Mapping[str, Any], *, charts: bool = True) -> None:
-    """Write charts/*.png, summary.json and summary.md, each atomically (temp file + replace,
-    or one PUT each in an object store)."""
+def write_summary(
+    outdir: OutPath,
+    summary: Mapping[str, Any],
+    *,
+    charts: bool = True,
+    texts: TextLookup | None = None,
+) -> None:
+    """Write charts/*.png, summary.json, summary.md and summary.html, each atomically (temp
+    file + replace, or one PUT each in an object store). `texts`: the query and item texts of
+    the rows summary.html opens, when the output does not hold them (read from the input)."""
     outdir = out_path(outdir)
     charts = charts and charts_available()  # matplotlib is the `charts` extra
     pngs = render_charts(summary) if charts else {}
@@ -439,6 +463,22 @@ def write_summary(outdir: OutPath, summary: Mapping[str, Any], *, charts: bool =
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
     atomic_write_bytes(layout.summary_json(outdir), text.encode())
     atomic_write_bytes(layout.summary_md(outdir), render_markdown(summary, charts=charts).encode())
+    page = render_html(summary, _html_rows(outdir, summary, texts))
+    atomic_write_bytes(layout.summary_html(outdir), page.encode())
+
+
+def _html_rows(
+    outdir: OutPath, summary: Mapping[str, Any], texts: TextLookup | None
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows summary.html opens (the worst, the failed, a sample), read lazily."""
+    try:
+        manifest = json.loads(layout.manifest(outdir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    names = text_columns(manifest.get("describe") or {})
+    group_by = (summary.get("by_group") or {}).get("column")
+    with local_copies(part_files(outdir), outdir) as local:
+        return report_rows(local, group_by=group_by, texts=texts, names=names)
 
 
 def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
@@ -460,7 +500,7 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
     lines += _md_table(
         "Rank metrics (mean)", ["metric", "mean"], [*summary["rank_metrics"].items()]
     )
-    lines += _md_table("Judge and cost", ["figure", "value"], _md_judge(summary))
+    lines += _md_table("Judge and cost", ["figure", "value"], judge_rows(summary))
     lines += _md_history(summary)
     lines += [*_md_extras(summary), *img("scores_by_group.png")]
     lines += trend_markdown(summary.get("trend"), chart=charts)
@@ -579,35 +619,12 @@ def _origin(run: Mapping[str, Any], source: str) -> str:
     return f"(this run added {_fmt(added)} of them, scored from {source})"
 
 
-def seconds(value: Any) -> str:
-    """Wall time for people: 0.13 s, 4.2 s, 57 s, 12 min 5 s, 2 h 3 min."""
-    if value is None:
-        return "—"
-    v = float(value)
-    if v < 1:
-        return f"{v:.2f} s"
-    if v < 10:
-        return f"{v:.1f} s"
-    if v < 120:
-        return f"{v:.0f} s"
-    if v < 7200:
-        return f"{int(v // 60)} min {int(v % 60)} s"
-    return f"{int(v // 3600)} h {int(v % 3600 // 60)} min"
-
-
-def rate(value: Any) -> str:
-    """A rate for people: three significant figures at most (90.9712 -> 91, 0.1234 -> 0.123)."""
-    if value is None:
-        return "—"
-    v = float(value)
-    if v >= 100:
-        return f"{v:,.0f}"
-    return f"{float(f'{v:.3g}'):,g}"
-
-
 def _md_score(s: Mapping[str, Any]) -> list[str]:
     stats, scale = s["score"], s["scale"]
     out = _md_table(f"Score (0 to {scale:g})", [*stats], [[*stats.values()]])
+    if ci := s.get("score_ci95"):
+        out += [f"Mean {_fmt(stats['mean'])}, 95 % CI {_ci_text([ci['low'], ci['high']])} "
+                f"({ci['method']}, {ci['n']:,} rows).", ""]  # fmt: skip
     text = {b: (span, meaning) for b, _, _, span, meaning in BANDS}
     scored = s["rows"]["ok"] + s["rows"]["empty_context"]
     rows = [
@@ -637,34 +654,6 @@ def _md_distribution(s: Mapping[str, Any]) -> list[str]:
     if not charts_available():
         note = f"Charts: `ctxprec summary OUTDIR` draws them once matplotlib is ({CHARTS_INSTALL})."
     return ["## Score distribution (rows)", "", "```text", *bars, "```", "", note, ""]
-
-
-def _md_judge(s: Mapping[str, Any]) -> list[list[Any]]:
-    j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
-    labels = {
-        "calls": "judge calls (unique items)",
-        "requests": "HTTP requests",
-        "rate_limited": "429 responses",
-        "reasks": "re-asks",
-        "row_fallbacks": "rows judged per item after a wrong row reply",
-        "adapted": "requests adapted for the run",
-    }
-    rows = [
-        [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
-    ]
-    return [
-        *rows,
-        [
-            "tokens in / out, this run",
-            f"{_fmt(t['this_run_input'])} / {_fmt(t['this_run_output'])}",
-        ],
-        ["tokens in / out, all rows", f"{_fmt(t['input'])} / {_fmt(t['output'])}"],
-        ["estimated cost USD, this run", cost.get("this_run")],
-        ["estimated cost USD, all rows", cost.get("all_rows")],
-        ["wall time", seconds(s["wall_s"])],
-        ["rows/s", rate(tp["rows_per_s"])],
-        ["judge calls/s", rate(tp["calls_per_s"])],
-    ]
 
 
 def _md_extras(s: Mapping[str, Any]) -> list[str]:

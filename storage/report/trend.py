@@ -20,7 +20,14 @@ from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
 from storage.report.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
 
-__all__ = ["night_trend", "trend_chart", "trend_figure", "trend_markdown", "trend_text"]
+__all__ = [
+    "night_trend",
+    "trend_chart",
+    "trend_figure",
+    "trend_markdown",
+    "trend_rows",
+    "trend_text",
+]
 
 _Z95 = 1.959964
 _DATE_NAMES = ("dt", "date", "day", "ds", "night")
@@ -131,7 +138,7 @@ def _f(value: Any, digits: int = 4) -> str:
     return figure_text(value, digits, missing="n/a")
 
 
-def _rows(trend: Mapping[str, Any]) -> list[list[str]]:
+def trend_rows(trend: Mapping[str, Any]) -> list[list[str]]:
     out = []
     for n in trend["nights"]:
         ci = n["ci95"]
@@ -154,7 +161,10 @@ def trend_markdown(trend: Mapping[str, Any] | None, *, chart: bool = True) -> li
     if not trend or not trend["nights"]:
         return []
     lines = [f"## Nights by {trend['column']}", "", "| " + " | ".join(_HEAD) + " |"]
-    lines += ["|" + " --- |" * len(_HEAD), *("| " + " | ".join(r) + " |" for r in _rows(trend))]
+    lines += [
+        "|" + " --- |" * len(_HEAD),
+        *("| " + " | ".join(r) + " |" for r in trend_rows(trend)),
+    ]
     lines += [
         "",
         f"Moved: the night's mean is outside the previous night's 95% CI ({trend['ci']}). "
@@ -168,7 +178,7 @@ def trend_text(trend: Mapping[str, Any] | None) -> str:
     """The same table for the terminal (`ctxprec summary`)."""
     if not trend or not trend["nights"]:
         return ""
-    rows = [_HEAD, *_rows(trend)]
+    rows = [_HEAD, *trend_rows(trend)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return f"  nights by {trend['column']}:\n" + "\n".join("    " + line for line in lines)

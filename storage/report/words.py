@@ -1,0 +1,67 @@
+"""How the reports' figures read in words: wall times, rates, and the rows of the "Judge and
+cost" table, shared by summary.md and summary.html.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from storage.core.figures import figure_text
+
+__all__ = ["judge_rows", "rate", "seconds"]
+
+
+def seconds(value: Any) -> str:
+    """Wall time for people: 0.13 s, 4.2 s, 57 s, 12 min 5 s, 2 h 3 min."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if v < 1:
+        return f"{v:.2f} s"
+    if v < 10:
+        return f"{v:.1f} s"
+    if v < 120:
+        return f"{v:.0f} s"
+    if v < 7200:
+        return f"{int(v // 60)} min {int(v % 60)} s"
+    return f"{int(v // 3600)} h {int(v % 3600 // 60)} min"
+
+
+def rate(value: Any) -> str:
+    """A rate for people: three significant figures at most (90.9712 -> 91, 0.1234 -> 0.123)."""
+    if value is None:
+        return "—"
+    v = float(value)
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{float(f'{v:.3g}'):,g}"
+
+
+def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
+    """The rows of the "Judge and cost" table (summary.md and summary.html)."""
+    j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
+    labels = {
+        "calls": "judge calls (unique items)",
+        "requests": "HTTP requests",
+        "rate_limited": "429 responses",
+        "reasks": "re-asks",
+        "row_fallbacks": "rows judged per item after a wrong row reply",
+        "adapted": "requests adapted for the run",
+    }
+    rows = [
+        [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
+    ]
+    return [
+        *rows,
+        [
+            "tokens in / out, this run",
+            f"{figure_text(t['this_run_input'])} / {figure_text(t['this_run_output'])}",
+        ],
+        ["tokens in / out, all rows", f"{figure_text(t['input'])} / {figure_text(t['output'])}"],
+        ["estimated cost USD, this run", cost.get("this_run")],
+        ["estimated cost USD, all rows", cost.get("all_rows")],
+        ["wall time", seconds(s["wall_s"])],
+        ["rows/s", rate(tp["rows_per_s"])],
+        ["judge calls/s", rate(tp["calls_per_s"])],
+    ]

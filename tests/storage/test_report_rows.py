@@ -1,0 +1,142 @@
+"""The rows summary.html opens, without a browser: the lowest-scored rows and a fixed sample
+read lazily from the part files, what each relevant item added to AP, texts from the output or
+from the input as the run read it, markup escaped, and a page that stays small for a large
+output."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.cli.main import main
+from storage.core.metric import average_precision, map_score, round_half_up
+from storage.report.rows import item_gains, report_rows
+from storage.report.summary import build_summary, write_summary
+from storage.schema import output_schema
+from tests.fakes.folders import commit
+from tests.fakes.runs import score
+
+
+@given(st.lists(st.booleans(), max_size=12))
+def test_what_each_item_added_sums_to_the_score(verdicts: list[bool]) -> None:
+    gains = item_gains(verdicts)
+    assert [g is not None for g in gains] == verdicts
+    total = sum(g for g in gains if g is not None)
+    assert abs(total - average_precision(verdicts)) < 1e-12
+    assert map_score(verdicts) == round_half_up(total)
+
+
+def test_an_unjudged_item_adds_nothing_known() -> None:
+    assert item_gains([True, None, True]) == [None, None, None]
+    assert item_gains([False, True, False, True]) == [None, 0.25, None, 0.25]
+
+
+def _write(outdir: Path, n: int, reasons: int = 40, seed: int = 7) -> list[Path]:
+    """`n` scored rows (a few failed) in parts of 100,000 rows, as a run writes them."""
+    rng = random.Random(seed)
+    schema = output_schema()
+    parts, start = [], 0
+    while start < n:
+        size = min(100_000, n - start)
+        verdicts = [[rng.random() < 0.3 for _ in range(10)] for _ in range(size)]
+        failed = [(start + i) % 997 == 5 for i in range(size)]
+        table = {
+            "id": [f"row{start + i:07d}" for i in range(size)],
+            "score": [None if f else map_score(v) for v, f in zip(verdicts, failed, strict=True)],
+            "status": ["failed" if f else "ok" for f in failed],
+            "error": ["http_500: boom" if f else None for f in failed],
+            "reason": ["r"] * size,
+            "verdicts": verdicts,
+            "verdict_reasons": [["x" * reasons] * 10] * size,
+            "context_count": [10] * size,
+        }
+        cols = {f.name: table.get(f.name) for f in schema}
+        for f in schema:
+            if cols[f.name] is None:
+                default = {"judge_model": "m", "prompt_version": "v", "scored_at": 0}
+                fill = default.get(f.name, 0 if pa.types.is_integer(f.type) else None)
+                cols[f.name] = [fill] * size
+        path = outdir / f"part-{len(parts):05d}.parquet"
+        pq.write_table(pa.table(cols, schema=schema), path)
+        parts.append(path)
+        start += size
+    commit(outdir, *parts)
+    return parts
+
+
+def test_the_worst_rows_are_the_lowest_and_the_sample_is_fixed(tmp_path: Path) -> None:
+    parts = _write(tmp_path, 3000)
+    got = report_rows(parts)
+    table = pq.read_table(parts[0]).to_pylist()
+    ok = sorted((r["score"], r["id"]) for r in table if r["status"] == "ok")
+    assert [r["id"] for r in got["worst"]] == [i for _, i in ok[:50]]
+    assert len(got["sample"]) == 50
+    assert {r["id"] for r in got["sample"]}.isdisjoint(r["id"] for r in got["worst"])
+    assert [r["id"] for r in report_rows(parts)["sample"]] == [r["id"] for r in got["sample"]]
+    assert {r["status"] for r in got["failed"]} == {"failed"}
+    assert len(got["failed"]) == 4
+    row = got["worst"][0]
+    assert [i["verdict"] for i in row["items"]] == table[int(row["id"][3:])]["verdicts"]
+    assert row["texts"] is False  # the output holds no item texts and there is no input here
+
+
+def test_a_million_row_output_gives_a_page_of_a_few_mb(tmp_path: Path) -> None:
+    _write(tmp_path, 1_000_000, reasons=120)
+    summary = build_summary(tmp_path, {})
+    write_summary(tmp_path, summary, charts=False)
+    page = (tmp_path / "summary.html").read_bytes()
+    assert len(page) < 3_000_000
+    assert page.count(b'<details class="row"') == 50 + 20 + 50
+
+
+def _hostile_input(path: Path) -> Path:
+    table = pa.table(
+        {
+            "id": ["a", "b"],
+            "query": ["<script>alert(1)</script> capital of France?", "Who wrote Hamlet?"],
+            "contexts": [
+                ["Paris is the capital of France.", '<img src=x onerror="alert(2)">'],
+                ['" onload="alert(3)', "Shakespeare wrote Hamlet."],
+            ],
+            "expected_output": ["Paris", "Shakespeare"],
+        }
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def test_texts_come_from_the_input_as_the_run_read_it(tmp_path: Path) -> None:
+    src = _hostile_input(tmp_path / "in.parquet")
+    assert score(src, "-o", tmp_path / "out") == 0
+    page = (tmp_path / "out" / "summary.html").read_text(encoding="utf-8")
+    assert "Shakespeare wrote Hamlet." in page
+    assert "&lt;img src=x onerror=&quot;alert(2)&quot;&gt;" in page
+    assert "&quot; onload=&quot;alert(3)" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page.lower()
+    assert "<img" not in page.lower()
+    stat = src.stat()
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # the input moved on
+    assert main(["summary", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "summary.html").read_text(encoding="utf-8")
+    assert "Shakespeare wrote Hamlet." not in page
+    assert "Item texts are not in the output" in page
+
+
+def test_texts_kept_with_passthrough_need_no_input(tmp_path: Path) -> None:
+    src = _hostile_input(tmp_path / "in.parquet")
+    args = ["-o", tmp_path / "out", "--passthrough", "contexts,query"]
+    assert score(src, *args) == 0
+    src.unlink()
+    assert main(["summary", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "summary.html").read_text(encoding="utf-8")
+    assert "Shakespeare wrote Hamlet." in page
+    s = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert f'data-figure="mean">{s["score"]["mean"]:g}<' in page
