@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.analysis.agreement import agreement_figures, mcnemar
 from pipeline.analysis.paired import TIE_EPS, paired_figures
 from storage import layout
+from storage.core.agreement import agreement_figures, mcnemar
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
 from storage.core.figures import round_figure
