@@ -214,7 +214,11 @@ def test_estimate_counts_the_audit_calls(
         plain = json.loads(capsys.readouterr().out)
         assert est["audit_calls"] == calls
         assert est["calls"] == plain["calls"]
-        assert est["input_tokens"] > plain["input_tokens"]
+        assert est["input_tokens"] == plain["input_tokens"]  # the first judge's, apart
+        assert est["audit"]["calls"] == calls
+        assert est["audit"]["input_tokens"] > 0
+        assert main([*args[:-1], *map(str, audit_flags(strong, 0.3))]) == 0
+        assert f"audit judge openai/strong: {rows:,} rows sampled" in capsys.readouterr().out
     assert small.stats.total == strong.stats.total == 0
 
 
