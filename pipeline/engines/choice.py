@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.batchapi.run import check_batch_provider, score_batch
-from pipeline.config import Config
+from pipeline.config import AUDIT_OPTIONS, Config, with_audit
 from pipeline.engines.dask import score_dask
 from pipeline.engines.local import score_local
 from pipeline.run.driver import RunOptions, RunResult
@@ -68,7 +68,9 @@ def score(
     """Synchronous batch entry point (`pipeline.score`; `ctxprec score` runs the same through
     `choose`). `options` (or its fields as keywords: overwrite=, incremental=, progress=,
     wait_lock=) say how the run treats OUTDIR; `config.judge.batch_api` sends the calls through
-    the provider's batch API. User-facing errors raised inside the task group come out as
-    themselves, not wrapped in an ExceptionGroup."""
-    cfg = config or Config()
+    the provider's batch API; audit_model=, audit_fraction=, audit_seed=, audit_base_url= set
+    the audit judge (the [judge] settings of the same names). User-facing errors raised inside
+    the task group come out as themselves, not wrapped in an ExceptionGroup."""
+    audit = {k: kw.pop(k) for k in AUDIT_OPTIONS if k in kw}
+    cfg = with_audit(config or Config(), **audit)
     return choose(cfg)(input, outdir, cfg, dataclasses.replace(options or RunOptions(), **kw))

@@ -6,10 +6,12 @@ agreement and costs. Against real fake judges on 127.0.0.1: one for each judge."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import polars as pl
 import pytest
 
@@ -232,3 +234,46 @@ def test_the_audit_settings_come_from_the_config_file_and_the_environment(tmp_pa
     assert (cfg.judge.audit_model, cfg.judge.audit_fraction) == ("openai/o3", 0.2)
     cfg = load_config(path, {"judge.audit_fraction": 0.3}, env=env)
     assert cfg.judge.audit_fraction == 0.3
+
+
+def test_run_score_takes_the_audit_options(tmp_path: Path) -> None:
+    """The Python API: run_score(..., audit_model=, audit_fraction=) with the offline judges."""
+    from pipeline import Config, run_score
+    from storage.core.errors import ConfigError
+    from storage.objpath import out_path
+    from tests.fakes.inputs import SAMPLE
+
+    cfg = Config(run=dataclasses.replace(Config().run, cache_dir=tmp_path / "memo"))
+    out = out_path(tmp_path / "out")
+    kw = {"audit_model": "offline/lenient", "audit_fraction": 0.5, "progress": "off"}
+    result = anyio.run(lambda: run_score(str(SAMPLE), out, cfg, **kw))
+    ids = pl.read_parquet(SAMPLE)["id"].to_list()
+    want = sum(1 for i in ids if audited(i, 0.5, 0))
+    assert result.summary["estimate"]["reference"] == "audit:offline/lenient"
+    assert result.summary["audit"]["rows"] == want
+    with pytest.raises(ConfigError, match="audit_fraction"):
+        anyio.run(lambda: run_score(str(SAMPLE), out, cfg, audit_fraction=2))
+
+
+def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
+    """run_evals: data items may carry `labels` (one per context item); the result's
+    `estimates` holds each scorer's corrected mean, as summary.json's `estimate`."""
+    from pipeline import create_context_precision_scorer, run_evals
+
+    scorer = create_context_precision_scorer("offline", {"context": []})
+    data = [{"input": f"who wrote book {i}?", "ground_truth": f"author {i}",
+             **({"labels": [False, True]} if i % 2 else {})} for i in range(30)]  # fmt: skip
+
+    async def target(query: str) -> dict:
+        i = query.split()[-1].rstrip("?")
+        return {"output": "", "context": [f"author {i} wrote book {i}", "nothing here"]}
+
+    result = anyio.run(lambda: run_evals(data=data, scorers=[scorer], target=target))
+    est = result.estimates[scorer.id]
+    assert est is not None
+    assert est["reference"] == "labels"
+    assert (est["n_reference"], est["n_rows"]) == (15, 30)
+    assert result.scores[scorer.id] == pytest.approx(1.0)  # the judge: the first item relevant
+    assert est["mean"] == pytest.approx(0.5)  # the labels: the second one, MAP 0.5
+    without = anyio.run(lambda: run_evals(data=data[:1], scorers=[scorer], target=target))
+    assert without.estimates[scorer.id] is None
