@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.analysis.compare import compare, drop_gate, sides_from_args
+from pipeline.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
 from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
 from pipeline.batchapi.run import check_batch_provider
@@ -318,7 +318,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     report = compare(a, b, opts)
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
-        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message,
+                          "figure": gate_figure(report)[0]}  # fmt: skip
         if args.margin is not None:
             report["gate"]["margin"] = args.margin
     if args.output is not None:
