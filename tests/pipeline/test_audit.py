@@ -277,3 +277,15 @@ def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
     assert est["mean"] == pytest.approx(0.5)  # the labels: the second one, MAP 0.5
     without = anyio.run(lambda: run_evals(data=data[:1], scorers=[scorer], target=target))
     assert without.estimates[scorer.id] is None
+
+
+@pytest.mark.parametrize("flag", [["--engine", "dask"], ["--batch-api"]])
+def test_the_audit_judge_is_refused_where_it_does_not_run_yet(
+    tmp_path: Path, flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dask and the batch API do not audit yet: refused before anything is read or paid for."""
+    src = labelled_log(tmp_path / "log.parquet", rows=5)
+    args = ["--model", "openai/gpt-4o-mini", "--audit-model", "openai/gpt-4.1", *flag]
+    assert score(src, "-o", tmp_path / "out", *args) == 2
+    assert "--audit-model runs on the local engine" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
