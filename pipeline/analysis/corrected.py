@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
 
 from storage.core.ppi import MIN_REFERENCE, cluster_se, ppi_fit, row_influence, t_quantile
@@ -27,9 +28,12 @@ __all__ = ["REFERENCE_COLUMNS", "corrected_delta", "difference_of_estimates"]
 REFERENCE_COLUMNS = {"label_score": "labels", "audit_score": "audit"}
 
 
+Values = Sequence[float] | npt.NDArray[np.float64]
+
+
 def difference_of_estimates(
-    judge_a: Sequence[float], ref_a: Sequence[float], judge_b: Sequence[float],
-    ref_b: Sequence[float], clusters: Sequence[Any] | None = None,
+    judge_a: Values, ref_a: Values, judge_b: Values, ref_b: Values,
+    clusters: Sequence[Any] | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """B's estimate minus A's over the same N paired rows (reference NaN where a row has none),
     with its 95 % CI; None without a reference row on a side."""

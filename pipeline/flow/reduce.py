@@ -288,5 +288,5 @@ def _audit_scores(rows: Sequence[Sequence[bool | None] | None], scale: float) ->
         if labels is None or any(x is None for x in labels):
             out.append(None)
         else:
-            out.append(map_score(labels, scale))
+            out.append(map_score([bool(x) for x in labels], scale))
     return out
