@@ -27,7 +27,7 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.analysis.agreement import cohen_kappa  # noqa: E402
+from storage.core.agreement import cohen_kappa  # noqa: E402
 from tests.fakes.inputs import HOTPOT, HOTPOT_MAP  # noqa: E402
 from tests.fakes.runs import fake_stats, judge_process  # noqa: E402
 

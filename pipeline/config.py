@@ -37,6 +37,7 @@ from storage.core.settings import (
 
 __all__ = [
     "API_OPTIONS",
+    "AUDIT_OPTIONS",
     "DEFAULTS",
     "ENV_VARS",
     "FLAGS",
@@ -46,6 +47,7 @@ __all__ = [
     "load_config",
     "parse_duration",
     "where",
+    "with_audit",
 ]
 
 API_OPTIONS = "options"  # the origin of settings given to the Python API as options=
@@ -359,3 +361,25 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
             "no context given: map a list<string> column with --map context=COLUMN "
             'or set [columns] extractor = "module:function"'
         )
+
+
+AUDIT_OPTIONS = ("audit_model", "audit_fraction", "audit_seed", "audit_base_url")
+
+
+def with_audit(cfg: Config, **given: Any) -> Config:
+    """`cfg` with the audit judge's [judge] settings given to the Python API (`run_score(...,
+    audit_model="openai/gpt-4.1", audit_fraction=0.05)`), checked as the CLI checks its flags."""
+    if not given:
+        return cfg
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        if name not in AUDIT_OPTIONS:
+            raise ConfigError(
+                f"unknown option {name!r}; the audit options: {', '.join(AUDIT_OPTIONS)}"
+            )
+        key = f"judge.{name}"
+        values[name] = _coerce(key, value, API_OPTIONS)
+        rule = next(s.rule for s in settings() if s.key == key)
+        if rule is not None and not rule[0](values[name]):
+            raise ConfigError(f"{where(key, API_OPTIONS)} must be {rule[1]}, got {value!r}")
+    return dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, **values))

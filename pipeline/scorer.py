@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 
 from connectors.judges import ItemRequest, Judge, JudgeSettings, JudgeStats, Verdict, create_judge
 from connectors.judges.prompts import (
@@ -28,6 +29,7 @@ from pipeline.limits.limiter import RateGate
 from pipeline.limits.pool import each
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
+from storage.core.ppi import estimate_block, ppi_fit
 from storage.core.settings import LimitsSettings
 from storage.memo import Memo, judge_prefix, memo_key
 
@@ -58,7 +60,7 @@ RUN_KEYS = ("input", "output", "groundTruth", "ground_truth", "runId", "requestC
             "runtimeContext", "additionalContext", "tracingContext")  # fmt: skip
 # what runEvals' data items hold
 EVAL_KEYS = ("input", "groundTruth", "ground_truth", "requestContext", "runtimeContext",
-             "tracingContext")  # fmt: skip
+             "tracingContext", "labels")  # fmt: skip
 _SHAPES = (
     "a string, a message {'role': ..., 'content': ...}, a list of messages, or Mastra's agent "
     "input {'inputMessages': [...]}"
@@ -323,6 +325,9 @@ class EvalItem:
     input: Any
     output: Any = None
     ground_truth: Any = None
+    # human labels of the context items, in order (a data item's "labels"): the reference of
+    # the corrected estimate; None on items without labels
+    labels: list[bool] | None = None
     scorer_results: dict[str, ScoreResult] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
@@ -335,6 +340,9 @@ class EvalItem:
 class EvalResult:
     scores: dict[str, float | None]
     items: list[EvalItem]
+    # per scorer, the corrected estimate of its mean against the items' labels (prediction-
+    # powered, as summary.json's `estimate`); None for a scorer without a labelled item
+    estimates: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[EvalItem]:
@@ -409,7 +417,12 @@ async def run_evals(
     are evaluated at once (default: [limits] concurrency, as the CLI's calls in flight).
     """
     items = [
-        EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth", d.get("groundTruth")))
+        EvalItem(
+            i,
+            d.get("input"),
+            ground_truth=d.get("ground_truth", d.get("groundTruth")),
+            labels=_labels_of(d),
+        )
         for i, d in enumerate(map(_eval_data, data))
     ]
 
@@ -422,4 +435,42 @@ async def run_evals(
     for scorer in scorers:
         vals = [i.scorer_results[scorer.id].score for i in items if scorer.id in i.scorer_results]
         scores[scorer.id] = sum(vals) / len(vals) if vals else None
-    return EvalResult(scores, items)
+    estimates = {s.id: _labels_estimate(items, s) for s in scorers}
+    return EvalResult(scores, items, estimates)
+
+
+def _labels_of(d: Mapping[str, Any]) -> list[bool] | None:
+    labels = d.get("labels")
+    if labels is None:
+        return None
+    if not isinstance(labels, Sequence) or not all(isinstance(x, bool) for x in labels):
+        raise TypeError(
+            f"run_evals: 'labels' is a list of bools, one per context item; got {labels!r}"
+        )
+    return list(labels)
+
+
+def _labels_estimate(
+    items: Sequence[EvalItem], scorer: ContextPrecisionScorer
+) -> dict[str, Any] | None:
+    """The scorer's mean corrected against the labels of the items that carry them (same
+    metric and scale), over every item it scored; labels whose count is not the item's
+    verdict count are left out (and said in `item.errors`)."""
+    judge, reference = [], []
+    for item in items:
+        result = item.scorer_results.get(scorer.id)
+        if result is None:
+            continue
+        judge.append(result.score)
+        labels = item.labels
+        if labels is not None and len(labels) != len(result.verdicts):
+            item.errors["labels"] = (
+                f"{len(labels)} labels for {len(result.verdicts)} context items: left out of "
+                "the corrected estimate"
+            )
+            labels = None
+        reference.append(float("nan") if labels is None else map_score(labels, scorer.scale))
+    if not any(r == r for r in reference):  # no labelled item (NaN != NaN)
+        return None
+    bounds = (0.0, scorer.scale if scorer.scale > 0 else 1.0)
+    return estimate_block(ppi_fit(np.asarray(judge), np.asarray(reference)), "labels", bounds)

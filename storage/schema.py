@@ -35,16 +35,25 @@ def _label_fields(labels: bool) -> list[pa.Field]:
     return [pa.field("label_verdicts", pa.list_(pa.bool_())), pa.field("label_score", pa.float64())]
 
 
+def _audit_fields(audit: bool) -> list[pa.Field]:
+    if not audit:
+        return []
+    return [pa.field("audit_verdicts", pa.list_(pa.bool_())), pa.field("audit_score", pa.float64())]
+
+
 def output_schema(
     id_type: pa.DataType = _STRING,
     passthrough: Sequence[pa.Field] = (),
     ks: Sequence[int] = DEFAULT_KS,
     labels: bool = False,
+    audit: bool = False,
 ) -> pa.Schema:
     """id, passthrough columns, then the fixed scored columns in a fixed order.
 
     With `labels` (a human-label column was mapped) two columns follow `verdicts`:
-    `label_verdicts` (the labels as given) and `label_score` (the MAP of the labels).
+    `label_verdicts` (the labels as given) and `label_score` (the MAP of the labels). With
+    `audit` (`--audit-model`) two more follow them: `audit_verdicts` (the audit judge's
+    verdicts, null on rows outside the audit sample) and `audit_score` (their MAP).
     """
     fields = [
         pa.field("id", id_type, nullable=False),
@@ -56,6 +65,7 @@ def output_schema(
         pa.field("verdicts", pa.list_(pa.bool_())),
         pa.field("verdict_reasons", pa.list_(pa.string())),
         *_label_fields(labels),
+        *_audit_fields(audit),
         pa.field("relevant_count", pa.int64()),
         pa.field("context_count", pa.int64(), nullable=False),
         *rank_columns(ks),

@@ -7,6 +7,7 @@ which wins over the registry. A judge's module is imported only when a judge of 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # an annotation only: retry imports aiohttp, which `--help` m
 
 __all__ = [
     "JudgeFactory",
+    "audit_settings",
     "create_judge",
     "provider_names",
     "register_provider",
@@ -104,3 +106,24 @@ def create_judge(
         name, settings, gate, stats, spec=spec, retry_clock=retry_clock, key_source=key_source
     )
     return judge
+
+
+def audit_settings(settings: JudgeSettings) -> JudgeSettings | None:
+    """The audit judge's settings (`[judge] audit_model`, issue 34), None without one: the same
+    settings but the model, resolved through the same catalog. Its base URL is
+    `audit_base_url`, else `base_url` when both models have the same provider (one local
+    server or proxy serving both), else the provider's own; likewise the key's variable."""
+    if not settings.audit_model:
+        return None
+    same = (
+        resolve_model(settings.audit_model, settings.providers)[0]
+        == resolve_model(settings.model, settings.providers)[0]
+    )
+    inherit = same and settings.audit_base_url is None
+    return dataclasses.replace(
+        settings,
+        model=settings.audit_model,
+        base_url=settings.audit_base_url or (settings.base_url if inherit else None),
+        api_key_env=settings.api_key_env if inherit else None,
+        audit_model=None,
+    )

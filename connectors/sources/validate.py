@@ -268,7 +268,7 @@ def check_names(names: Iterable[str], mapped: Mapping[str, str | None], what: st
 
     A passthrough named like a normalized column is fine when it *is* that mapped column.
     """
-    taken = set(output_schema(labels=True).names)
+    taken = set(output_schema(labels=True, audit=True).names)
     for name in names:
         if name in taken or _RANK_COLUMN.fullmatch(name):
             raise InputError(

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.analysis.agreement import agreement_figures, mcnemar
+from pipeline.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
 from pipeline.analysis.evidence import side_evidence
 from pipeline.analysis.paired import TIE_EPS, paired_figures
 from storage import layout
+from storage.core.agreement import agreement_figures, mcnemar
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.errors import UserError
 from storage.core.figures import round_figure
@@ -32,6 +33,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "drop_gate",
+    "gate_figure",
     "local_output",
     "parse_filter",
     "sides_from_args",
@@ -39,7 +41,7 @@ __all__ = [
 
 _SCORED = (STATUS_OK, STATUS_EMPTY)
 _ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version",
-             "input_tokens", "output_tokens")  # fmt: skip
+             "input_tokens", "output_tokens", *REFERENCE_COLUMNS)  # fmt: skip
 _RANK_PREFIXES = ("reciprocal_rank", "precision_at_", "hit_at_")
 _JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
 _URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
@@ -101,6 +103,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     clustering, pairs = _clusters(pairs, candidates, opts)
     metrics = {m: _metric(pairs, m, opts) for m in _metric_names(pairs)}
     agreement = judge_agreement(a, b, fa, fb, judge, metrics["score"], opts)
+    audit_models = {s.name.lower(): _audit_model(s) for s in (a, b)}
     return {
         "a": _side_info(a, fa),
         "b": _side_info(b, fb),
@@ -111,6 +114,8 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
         "left_out": left_out,
         "judge_config": judge,
         "judge_agreement": agreement,
+        # both sides carry labels or an audit judge: the difference of the corrected estimates
+        "corrected": corrected_delta(pairs, audit_models, _CLUSTER),
         "metrics": {k: v for k, v in metrics.items() if k != "score"},
         "by_group": _by_group(pairs, opts) if opts.group_by else None,
         "changed_most": _changed_most(pairs, opts),
@@ -501,25 +506,45 @@ def judge_agreement(
     }
 
 
+def _audit_model(side: Side) -> str | None:
+    """The audit judge a side's run used (run.json), if any."""
+    return (_state_json(layout.run_info(side.path)).get("audit") or {}).get("model")
+
+
+def gate_figure(report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What `--fail-drop` gates on, in words, and its figures: the difference of the corrected
+    estimates when both sides carry them with an interval, else the judge's paired scores."""
+    corrected = report.get("corrected")
+    if corrected and corrected.get("ci95") is not None:
+        return f"the corrected estimate (reference: {corrected['reference']})", corrected
+    return "the judge's scores", report
+
+
 def drop_gate(report: dict[str, Any], fail_drop: float, margin: float | None = None) -> str | None:
     """The failure message when B is worse than A by more than `fail_drop` and the CI's upper
     bound is below zero, or (with `margin`) when B is not shown to be within `margin` of A (the
     lower end of the CI below −margin); None when the gate passes. A drop of exactly
-    `fail_drop` passes."""
-    delta, (_, hi) = report["mean_delta"], report["ci95"]
+    `fail_drop` passes. The figure gated on is `gate_figure`'s (the message names it)."""
+    which, fig = gate_figure(report)
+    delta, (lo, hi) = fig["mean_delta"], fig["ci95"]
     if delta < -fail_drop - TIE_EPS and hi < 0:
         return (
-            f"--fail-drop {fail_drop:g} failed: B's mean score is {_num(-delta)} below A's "
-            f"({_num(report['mean_a'])} -> {_num(report['mean_b'])}, 95% CI of the change "
-            f"[{_num(report['ci95'][0])}, {_num(hi)}]), {_num(-delta - fail_drop)} more than "
-            "allowed"
+            f"--fail-drop {fail_drop:g} failed on {which}: B's mean is {_num(-delta)} below A's "
+            f"({_num(fig['mean_a'])} -> {_num(fig['mean_b'])}, 95% CI of the change "
+            f"[{_num(lo)}, {_num(hi)}]), {_num(-delta - fail_drop)} more than allowed"
         )
-    test = report.get("non_inferiority")
-    if margin is None or test is None or test["non_inferior"]:
+    if margin is None:
+        return None
+    if fig is report:
+        test = report.get("non_inferiority")
+        shown = test is None or test["non_inferior"]
+    else:
+        shown = lo > -margin + TIE_EPS
+    if shown:
         return None
     return (
-        f"--fail-drop {fail_drop:g} --margin {margin:g} failed: B is not shown to be within "
-        f"{margin:g} of A: the 95% CI of the change [{_num(report['ci95'][0])}, {_num(hi)}] "
+        f"--fail-drop {fail_drop:g} --margin {margin:g} failed on {which}: B is not shown to be "
+        f"within {margin:g} of A: the 95% CI of the change [{_num(lo)}, {_num(hi)}] "
         f"reaches below -{margin:g} (mean change {_num(delta)}; more pairs narrow the CI)"
     )
 

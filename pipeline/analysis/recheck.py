@@ -26,7 +26,6 @@ from connectors.judges.base import estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
 from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo
-from pipeline.analysis.agreement import agreement_figures
 from pipeline.config import Config
 from pipeline.flow.dispatch import add_counts
 from pipeline.flow.extractor import load_extractor
@@ -34,6 +33,7 @@ from pipeline.flow.planning import BatchPlanner
 from pipeline.flow.rows import RowPlan
 from pipeline.limits.limiter import RateGate
 from pipeline.limits.pool import each
+from storage.core.agreement import agreement_figures
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
 from storage.memo import judge_prefix

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from connectors.sources import input_texts
-from pipeline.analysis.compare import compare, drop_gate, sides_from_args
+from pipeline.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
 from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
 from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
 from pipeline.batchapi.run import check_batch_provider
@@ -37,6 +37,7 @@ from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
 from storage.ownership import check_claimable
+from storage.report.audit import audit_lines
 from storage.report.charts import CHARTS_INSTALL, charts_available
 from storage.report.compare import check_compare_target, render_text, write_compare
 from storage.report.estimate import estimate_sentence
@@ -167,12 +168,22 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"ctxprec: {counted(rows.get('total', 0), 'row')} -> {outdir}  (ok {rows.get('ok', 0):,}, "
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
-        *([f"  estimate: {said}"] if (said := estimate_sentence(summary.get("estimate"))) else []),
+        *_estimate_lines(summary),
         *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
         f"  summary: {layout.summary_md(outdir)}",
     ]
     lines += failure_lines(summary.get("failures") or {})
     return "\n".join(lines)
+
+
+def _estimate_lines(summary: dict[str, Any]) -> list[str]:
+    """Each corrected estimate in words (labels, then the audit judge), then the audit judge's
+    agreement with the first and both judges' costs."""
+    estimates = summary.get("estimates") or (
+        [summary["estimate"]] if summary.get("estimate") else []
+    )
+    lines = [f"  estimate: {said}" for e in estimates if (said := estimate_sentence(e))]
+    return lines + [f"  {line}" for line in audit_lines(summary.get("audit"))]
 
 
 def failure_lines(failures: dict[str, int]) -> list[str]:
@@ -308,7 +319,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     report = compare(a, b, opts)
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
-        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message}
+        report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message,
+                          "figure": gate_figure(report)[0]}  # fmt: skip
         if args.margin is not None:
             report["gate"]["margin"] = args.margin
     if args.output is not None:

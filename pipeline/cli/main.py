@@ -100,6 +100,9 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
     _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
+    a = p.add_argument_group("audit judge (a stronger judge on a sample of rows)")
+    for key in ("audit_model", "audit_fraction", "audit_seed", "audit_base_url"):
+        _add_setting(a, f"judge.{key}")
 
 
 def _add_data_flags(p: argparse.ArgumentParser, *, output: bool = False) -> None:

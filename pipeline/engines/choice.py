@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.batchapi.run import check_batch_provider, score_batch
-from pipeline.config import Config
+from pipeline.config import AUDIT_OPTIONS, Config, with_audit
 from pipeline.engines.dask import score_dask
 from pipeline.engines.local import score_local
 from pipeline.run.driver import RunOptions, RunResult
@@ -51,6 +51,12 @@ def choose(cfg: Config, engine: Engine = Engine()) -> Runner:
     if cfg.run.recheck > 0 and (dask or cfg.judge.batch_api):  # issue 22
         drop = "--engine dask" if dask else "--batch-api"
         raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
+    if cfg.judge.audit_model and (dask or cfg.judge.batch_api):  # issue 34: not there yet
+        drop = "--engine dask" if dask else "--batch-api"
+        raise UserError(
+            f"--audit-model runs on the local engine with online calls for now; drop {drop} "
+            "(or score without the audit judge)"
+        )
     if cfg.judge.batch_api:
         return functools.partial(score_batch, batch=engine.batch)
     if dask:
@@ -68,7 +74,9 @@ def score(
     """Synchronous batch entry point (`pipeline.score`; `ctxprec score` runs the same through
     `choose`). `options` (or its fields as keywords: overwrite=, incremental=, progress=,
     wait_lock=) say how the run treats OUTDIR; `config.judge.batch_api` sends the calls through
-    the provider's batch API. User-facing errors raised inside the task group come out as
-    themselves, not wrapped in an ExceptionGroup."""
-    cfg = config or Config()
+    the provider's batch API; audit_model=, audit_fraction=, audit_seed=, audit_base_url= set
+    the audit judge (the [judge] settings of the same names). User-facing errors raised inside
+    the task group come out as themselves, not wrapped in an ExceptionGroup."""
+    audit = {k: kw.pop(k) for k in AUDIT_OPTIONS if k in kw}
+    cfg = with_audit(config or Config(), **audit)
     return choose(cfg)(input, outdir, cfg, dataclasses.replace(options or RunOptions(), **kw))

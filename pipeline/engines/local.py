@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.analysis.recheck import recheck_run
-from pipeline.config import Config
+from pipeline.config import AUDIT_OPTIONS, Config, with_audit
 from pipeline.flow.dispatch import RunCounters
 from pipeline.run.driver import RunOptions, RunResult, local_run, run_blocking
 from pipeline.run.stage import run_stage, shared_memo
@@ -34,7 +34,10 @@ async def run_score(
     input: str, outdir: OutPath, cfg: Config, options: RunOptions | None = None, **kw: Any
 ) -> RunResult:
     """The local engine: prepare, one stage over the whole input, finish; in this process,
-    which holds the output folder's lock throughout. `options` as for `score`."""
+    which holds the output folder's lock throughout. `options` as for `score`; the audit judge
+    may be given here too (audit_model=, audit_fraction=, audit_seed=, audit_base_url=: the
+    [judge] settings of the same names)."""
+    cfg = with_audit(cfg, **{k: kw.pop(k) for k in AUDIT_OPTIONS if k in kw})
     options = dataclasses.replace(options or RunOptions(), **kw)
     async with local_run(input, outdir, cfg, options) as run:
         plan = run.plan

@@ -35,6 +35,7 @@ class TableSpec:
     per_row: bool
     has_labels: bool
     verdict_only: bool = False  # the judge gave no per-item reasons (`[judge] verdict_only`)
+    has_audit: bool = False  # --audit-model: the audit_verdicts and audit_score columns
 
 
 class _Flat:
@@ -261,6 +262,11 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
             data[name] = frame.get_column("labels").to_arrow()
         elif name == "label_score":
             data[name] = _label_scores(frame, spec.scale)
+        elif name == "audit_verdicts":
+            audit = pl.Series(values=job.audit or [None] * len(plans), dtype=pl.List(pl.Boolean))
+            data[name] = audit.to_arrow(compat_level=pl.CompatLevel.oldest())
+        elif name == "audit_score":
+            data[name] = _audit_scores(job.audit or [None] * len(plans), spec.scale)
     arrays = [
         _arrow(data[f.name], f.type)
         if not isinstance(data[f.name], pa.Array | pa.ChunkedArray)
@@ -271,10 +277,16 @@ def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
 
 
 def _label_scores(frame: pl.DataFrame, scale: float) -> list[float | None]:
+    return _audit_scores(frame.get_column("labels").to_list(), scale)
+
+
+def _audit_scores(rows: Sequence[Sequence[bool | None] | None], scale: float) -> list[float | None]:
+    """The MAP of each row's reference verdicts (labels, the audit judge's): null where a row
+    has none or one of its items has no verdict."""
     out: list[float | None] = []
-    for labels in frame.get_column("labels").to_list():
+    for labels in rows:
         if labels is None or any(x is None for x in labels):
             out.append(None)
         else:
-            out.append(map_score(labels, scale))
+            out.append(map_score([bool(x) for x in labels], scale))
     return out

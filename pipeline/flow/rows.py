@@ -47,6 +47,8 @@ class BatchJob:
     key: str
     frame: pl.DataFrame
     rows: list[RowPlan]
+    # --audit-model: per row, the audit judge's verdicts (None: not in the audit sample)
+    audit: list[list[bool | None] | None] | None = None
 
 
 def _check_items(items: Any, max_chars: int) -> str | None:

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 import anyio
 import polars as pl
 
-from connectors.judges import JudgeStats, create_judge
+from connectors.judges import JudgeStats, audit_settings, create_judge
 from connectors.judges.prompts import prompt_version_for
 from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
 from pipeline.config import Config
-from pipeline.flow.dispatch import RunCounters
+from pipeline.flow.dispatch import RunCounters, add_counts
 from pipeline.flow.extractor import load_extractor
 from pipeline.flow.reduce import TableSpec
 from pipeline.limits.limiter import GateStats
@@ -49,6 +49,7 @@ from storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
+    "AuditCounts",
     "LocalRun",
     "RunOptions",
     "RunPlan",
@@ -109,6 +110,7 @@ class RunPlan:
     run_tag: str = ""
     lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
     retry_clock: RetryClock | None = None  # RunOptions.retry_clock, for every judge of the run
+    audit_identity: dict[str, object] | None = None  # --audit-model: the audit judge's identity
 
 
 @dataclass
@@ -120,6 +122,22 @@ class StageResult:
     gate: GateStats
     extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
     recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
+    audit: AuditCounts | None = None  # --audit-model: what the audit judge did
+
+
+@dataclass
+class AuditCounts:
+    """What the audit judge did in a run (its calls are not the first judge's: each judge's
+    calls, tokens and cost are reported side by side)."""
+
+    counters: RunCounters
+    stats: JudgeStats
+    rows: int = 0  # rows of this run in the audit sample
+
+    def add(self, other: AuditCounts) -> None:
+        add_counts(self.counters, other.counters)
+        add_counts(self.stats, other.stats)
+        self.rows += other.rows
 
 
 async def prepare_run(
@@ -138,7 +156,8 @@ async def prepare_run(
     judge = create_judge(cfg.judge, retry_clock=options.retry_clock)
     identity = judge.identity()
     await judge.aclose()
-    config_part = _config_identity(cfg, identity)
+    audit_identity = await _audit_identity(cfg, options)
+    config_part = _config_identity(cfg, identity, audit_identity)
     describe = {**config_part, **_input_identity(input, info, cfg)}
     runlog = RunLog(outdir, fingerprint_of(describe), describe, fingerprint_of(config_part))
     spec = _table_spec(info, cfg, judge.model)
@@ -155,7 +174,15 @@ async def prepare_run(
         options.wait_lock
     )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
     run = RunPlan(
-        input, cfg, info, runlog, spec, identity, lock=lock, retry_clock=options.retry_clock
+        input,
+        cfg,
+        info,
+        runlog,
+        spec,
+        identity,
+        lock=lock,
+        retry_clock=options.retry_clock,
+        audit_identity=audit_identity,
     )
     try:
         await _open(run, overwrite=options.overwrite, incremental=options.incremental)
@@ -232,10 +259,25 @@ def _inspect(input: str, cfg: Config) -> SourceInfo:
     return info
 
 
-def _config_identity(cfg: Config, identity: dict[str, object]) -> dict[str, Any]:
+async def _audit_identity(cfg: Config, options: RunOptions) -> dict[str, object] | None:
+    """The audit judge's identity (its memo keys), checked like the first judge's: a missing key
+    or an unknown model fails here, before any call."""
+    settings = audit_settings(cfg.judge)
+    if settings is None:
+        return None
+    judge = create_judge(settings, retry_clock=options.retry_clock)
+    identity = judge.identity()
+    await judge.aclose()
+    return identity
+
+
+def _config_identity(
+    cfg: Config, identity: dict[str, object], audit: dict[str, object] | None = None
+) -> dict[str, Any]:
     """Everything that changes a row's scored output (not which rows there are)."""
     c = cfg.column_map
-    return {
+    audited = {"judge": audit, "fraction": cfg.judge.audit_fraction, "seed": cfg.judge.audit_seed}
+    return ({"audit": audited} if audit is not None else {}) | {
         "columns": [c.id, c.query, c.expected, c.context, c.labels, list(c.passthrough)]
         + ([[list(r) for r in c.renames]] if c.renames else []),
         "extractor": cfg.columns.extractor,
@@ -260,10 +302,13 @@ def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]
 
 def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
     labels = cfg.column_map.labels is not None
-    schema = output_schema(info.id_type, info.passthrough_fields, cfg.scoring.ks, labels=labels)
+    audit = bool(cfg.judge.audit_model)
+    schema = output_schema(
+        info.id_type, info.passthrough_fields, cfg.scoring.ks, labels=labels, audit=audit
+    )
     return TableSpec(
         schema, model, cfg.scoring.scale, cfg.scoring.ks, cfg.judge.mode == "row", labels,
-        cfg.judge.verdict_only,
+        cfg.judge.verdict_only, audit,
     )  # fmt: skip
 
 
@@ -303,42 +348,71 @@ def _run_info(
     c, stats = result.counters, result.stats
     model = run.spec.judge_model
     price = run.cfg.price_for(model)
-    return {
-        "started_at": started_at.isoformat(),
-        "finished_at": datetime.now(UTC).isoformat(),
-        "wall_s": wall,
-        "input": run.input,
-        "judge_model": model,
-        "prompt_version": " / ".join(
-            prompt_version_for(e, run.spec.per_row, run.spec.verdict_only)
-            for e in ("expected", None)
-        ),
-        "incremental": bool(run.run_tag),
-        "rows_this_run": c.rows_done - c.rows_skipped,
-        "rows_skipped": c.rows_skipped,
+    return (
+        {
+            "started_at": started_at.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "wall_s": wall,
+            "input": run.input,
+            "judge_model": model,
+            "prompt_version": " / ".join(
+                prompt_version_for(e, run.spec.per_row, run.spec.verdict_only)
+                for e in ("expected", None)
+            ),
+            "incremental": bool(run.run_tag),
+            "rows_this_run": c.rows_done - c.rows_skipped,
+            "rows_skipped": c.rows_skipped,
+            "items_this_run": c.items,
+            "judge_calls": c.judge_calls,
+            "calls_failed": c.calls_failed,
+            "memo_hits": c.memo_hits,
+            "dedup_hits": c.dedup_hits,
+            "reason_calls": c.reason_calls,
+            "judge": stats.as_dict(),
+            "gate": result.gate.as_dict(),
+            "price": None
+            if price is None
+            else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok}
+            | (
+                {}
+                if price.cached_input_per_mtok is None
+                else {"cached_input_per_mtok": price.cached_input_per_mtok}
+            ),
+            "concurrency": run.cfg.limits.concurrency,
+            "rpm": run.cfg.limits.rpm,
+            "tpm": run.cfg.limits.tpm,
+            "engine": {**engine, **result.extra},
+            "notices": run_notices(run.input, run.info, run.cfg),
+            "group_by": run.cfg.output.group_by,
+        }
+        | ({"recheck": result.recheck} if result.recheck is not None else {})
+        | _audit_info(run, result)
+    )
+
+
+def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:
+    """run.json's `audit`: the audit judge's model, sample and what it did this run."""
+    j = run.cfg.judge
+    if not j.audit_model:
+        return {}
+    counts = result.audit or AuditCounts(RunCounters(), JudgeStats())
+    c, stats = counts.counters, counts.stats
+    price = run.cfg.price_for(j.audit_model)
+    return {"audit": {
+        "model": j.audit_model,
+        "fraction": j.audit_fraction,
+        "seed": j.audit_seed,
+        "rows_this_run": counts.rows,
         "items_this_run": c.items,
         "judge_calls": c.judge_calls,
         "calls_failed": c.calls_failed,
         "memo_hits": c.memo_hits,
         "dedup_hits": c.dedup_hits,
-        "reason_calls": c.reason_calls,
         "judge": stats.as_dict(),
-        "gate": result.gate.as_dict(),
-        "price": None
-        if price is None
-        else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok}
-        | (
-            {}
-            if price.cached_input_per_mtok is None
-            else {"cached_input_per_mtok": price.cached_input_per_mtok}
-        ),
-        "concurrency": run.cfg.limits.concurrency,
-        "rpm": run.cfg.limits.rpm,
-        "tpm": run.cfg.limits.tpm,
-        "engine": {**engine, **result.extra},
-        "notices": run_notices(run.input, run.info, run.cfg),
-        "group_by": run.cfg.output.group_by,
-    } | ({"recheck": result.recheck} if result.recheck is not None else {})
+        "price": None if price is None else {
+            "input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok
+        },
+    }}  # fmt: skip
 
 
 def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

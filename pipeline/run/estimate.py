@@ -5,20 +5,23 @@ like a real run, counts unique calls left after the memo and in-run duplicates, 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from connectors.judges import JudgeStats, create_judge, estimate_tokens
+from connectors.judges import JudgeStats, audit_settings, create_judge, estimate_tokens
 from connectors.judges.base import tokens_for_chars
 from connectors.judges.catalog import prices_taken
 from connectors.judges.prompts import item_prompt_chars, row_messages, typical_reply
 from connectors.sources import SourceInfo, inspect_input
 from pipeline.analysis.recheck import recheck_cost
 from pipeline.config import Config
-from pipeline.flow.planning import BatchPlanner, open_memo
+from pipeline.flow.audit import audited_rows
+from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.rows import RowPlan, attach_keys
 from storage.core.constants import STATUS_OK
-from storage.memo import judge_prefix
+from storage.memo import Memo, judge_prefix
 from storage.report.summary import seconds
 
 __all__ = [
@@ -82,23 +85,15 @@ def estimate(
     memo = open_memo(cfg)
     planner = BatchPlanner(cfg, prefix, per_row=per_row, memo=memo, skip_ids=skip_ids)
     seen: set[int] = set()
-    f: dict[str, Any] = dict(
-        rows=0,
-        rows_already_scored=0,
-        rows_to_judge=0,
-        items=0,
-        memo_hits=0,
-        duplicates=0,
-        calls=0,
-        input_tokens=0,
-        memo_output_tokens=0,
-        recheck_calls=0,
-        items_sent=0,  # items the calls (and re-asks) carry: what replies are counted by
-        schema_output_tokens=0,  # their replies' tokens as the reply schema gives them
-    )
+    # items_sent: items the calls (and re-asks) carry, what replies are counted by;
+    # schema_output_tokens: their replies' tokens as the reply schema gives them
+    f = _fresh_figures()
     rechecked: set[str] = set()  # --recheck: items already counted
+    audit = _AuditCount.of(cfg, memo)
     try:
         for planned in planner.planned(info):
+            if audit is not None:  # --audit-model: the sampled rows, by the audit judge
+                audit.count(planned, per_row, cfg.judge.verdict_only)
             f["rows_already_scored"] += planned.dropped
             f["rows"] += len(planned.rows)
             for plan in planned.rows:
@@ -127,7 +122,67 @@ def estimate(
     finally:
         if memo is not None:
             memo.close()
-    return _price(f, cfg, judge.model, latency_s)
+    figures = _price(f, cfg, judge.model, latency_s)
+    if audit is not None:
+        figures |= audit.figures(cfg, latency_s, figures["cost_usd"])
+    return figures
+
+
+def _fresh_figures() -> dict[str, Any]:
+    return dict.fromkeys(
+        ("rows", "rows_already_scored", "rows_to_judge", "items", "memo_hits", "duplicates",
+         "calls", "input_tokens", "memo_output_tokens", "recheck_calls", "items_sent",
+         "schema_output_tokens"), 0,
+    )  # fmt: skip
+
+
+@dataclass
+class _AuditCount:
+    """The audit judge's calls (`--audit-model`): every item of the sampled rows that its memo
+    entries do not hold, priced at the audit model's price."""
+
+    model: str
+    prefix: bytes
+    fraction: float
+    seed: int
+    memo: Memo | None
+    f: dict[str, Any] = field(default_factory=_fresh_figures)
+    seen: set[int] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, cfg: Config, memo: Memo | None) -> _AuditCount | None:
+        settings = audit_settings(cfg.judge)
+        if settings is None:
+            return None
+        judge = create_judge(settings, stats=JudgeStats(), key_source=_no_key_needed)
+        j = cfg.judge
+        return cls(settings.model, judge_prefix(judge.identity()), j.audit_fraction, j.audit_seed,
+                   memo)  # fmt: skip
+
+    def count(self, planned: PlannedBatch, per_row: bool, verdict_only: bool) -> None:
+        ids = planned.frame.get_column("id").to_list() if planned.rows else []
+        picked = [
+            planned.rows[i] for i in audited_rows(ids, planned.rows, self.fraction, self.seed)
+        ]
+        plans = [RowPlan(p.query, p.expected, list(p.items), p.status) for p in picked]
+        keys = attach_keys(plans, self.prefix, per_row, verdict_only)
+        found = self.memo.get_many(keys) if self.memo is not None and keys else {}
+        self.f["rows"] += len(plans)
+        for plan in plans:
+            if plan.status == STATUS_OK:
+                _count_row(plan.query or "", plan.expected, plan.items, plan.keys, found,
+                           self.seen, (per_row, verdict_only), self.f)  # fmt: skip
+
+    def figures(self, cfg: Config, latency_s: float | None, cost: float | None) -> dict[str, Any]:
+        """`audit_calls` and the `audit` block beside the first judge's figures; `total_cost_usd`
+        is both judges' (None unless both prices are known)."""
+        a = _price(self.f, cfg, self.model, latency_s)
+        keep = ("judge_model", "rows", "rows_to_judge", "context_items", "memo_hits",
+                "in_run_duplicates", "calls", "input_tokens", "output_tokens", "cost_usd",
+                "price_known", "price_source")  # fmt: skip
+        block = {k: a[k] for k in keep} | {"fraction": self.fraction, "seed": self.seed}
+        total = None if cost is None or a["cost_usd"] is None else round(cost + a["cost_usd"], 6)
+        return {"audit_calls": a["calls"], "audit": block, "total_cost_usd": total}
 
 
 def _count_row(
@@ -272,9 +327,23 @@ def render_estimate(e: dict[str, Any]) -> str:
             f"({e['output_tokens_per_call']:.0f}/call)",
             f"  cost {cost}",
             *_per_1k_line(e),
+            *_audit_line(e),
             _wall_line(e),
         ]
     )
+
+
+def _audit_line(e: dict[str, Any]) -> list[str]:
+    a = e.get("audit")
+    if not a:
+        return []
+    cost = "no price known" if a["cost_usd"] is None else f"${a['cost_usd']:,.4f}"
+    total = "" if e.get("total_cost_usd") is None else f"; both judges ${e['total_cost_usd']:,.4f}"
+    return [
+        f"  audit judge {a['judge_model']}: {a['rows']:,} rows sampled ({a['fraction']:g}, seed "
+        f"{a['seed']}), {a['calls']:,} calls (memo hits {a['memo_hits']:,}), tokens in "
+        f"~{a['input_tokens']:,}, out ~{a['output_tokens']:,}, cost {cost}{total}"
+    ]
 
 
 def _wall_line(e: dict[str, Any]) -> str:

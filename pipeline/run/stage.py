@@ -16,10 +16,11 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from connectors.judges import Gate, Judge, JudgeStats, create_judge
+from connectors.judges import Gate, Judge, JudgeStats, audit_settings, create_judge
 from connectors.judges.base import SyncDecider
 from connectors.sources import SourceBatch
 from pipeline.config import Config
+from pipeline.flow.audit import AuditSide, AuditVerdicts
 from pipeline.flow.dispatch import Dispatcher, RunCounters
 from pipeline.flow.extractor import Extractor, load_extractor
 from pipeline.flow.fanout import resolve_items
@@ -28,7 +29,7 @@ from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
 from pipeline.flow.reduce import scored_table
 from pipeline.flow.rows import BatchJob
 from pipeline.limits.limiter import GateStats, RateGate
-from pipeline.run.driver import RunPlan, StageResult
+from pipeline.run.driver import AuditCounts, RunPlan, StageResult
 from pipeline.run.partition import partition_tables
 from pipeline.run.progress import Progress
 from storage.commit import commit_part, committed
@@ -57,6 +58,7 @@ class _Stage:
     counters: RunCounters
     skip: frozenset[str]
     planner: BatchPlanner
+    audit: AuditSide | None = None  # --audit-model: the second judge on a sample of rows
 
 
 async def run_stage(
@@ -69,6 +71,7 @@ async def run_stage(
     counters: RunCounters | None = None,
     progress: str = "off",
     judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
+    audit_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
     plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
@@ -88,11 +91,15 @@ async def run_stage(
         )
     counters = counters or RunCounters()
     extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
+    audit_judge = _audit_judge(plan, audit_factory)
     try:
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
         memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
-        journal = await anyio.to_thread.run_sync(_open_journal, memo, judge)
+        paid = judge  # the journal is for a paid judge's verdicts: the audit judge's too
+        if audit_judge is not None and isinstance(judge, SyncDecider):
+            paid = audit_judge.judge
+        journal = await anyio.to_thread.run_sync(_open_journal, memo, paid)
         dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
@@ -105,6 +112,8 @@ async def run_stage(
             extractor=extractor,
         )
         stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped, planner)
+        if audit_judge is not None:
+            stage.audit = _audit_side(plan, audit_judge, memo, journal)
         finished = False
         try:
             await _execute(stage, files, stats, progress)
@@ -117,7 +126,63 @@ async def run_stage(
     finally:
         with anyio.CancelScope(shield=True):
             await judge.aclose()
-    return StageResult(counters, stats, gate.stats())
+            if audit_judge is not None:
+                await audit_judge.judge.aclose()
+    result = StageResult(counters, stats, gate.stats())
+    if audit_judge is not None:
+        result.audit = AuditCounts(audit_judge.counters, audit_judge.stats, audit_judge.rows)
+    return result
+
+
+@dataclass
+class _AuditJudge:
+    """The audit judge of a stage, with what it did (kept after the stage has ended)."""
+
+    judge: Judge
+    stats: JudgeStats
+    counters: RunCounters
+    rows: int = 0
+
+
+def _audit_judge(
+    plan: RunPlan, factory: Callable[[Gate, JudgeStats], Judge] | None
+) -> _AuditJudge | None:
+    """The audit judge (`--audit-model`), behind a gate of its own (it may be another
+    provider's, with its own limits): None without one."""
+    settings = audit_settings(plan.cfg.judge)
+    if settings is None or plan.audit_identity is None:
+        return None
+    lim = plan.cfg.limits
+    gate = RateGate(lim.concurrency, lim.rpm, lim.tpm, adaptive=lim.adaptive)
+    stats = JudgeStats()
+    if factory is not None:
+        judge = factory(gate, stats)
+    else:
+        judge = create_judge(settings, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+    if judge.identity() != plan.audit_identity:
+        raise ConfigError(
+            f"the audit judge here is {judge.identity()}, the driver's {plan.audit_identity}: "
+            "give every machine of the run the same judge settings and environment"
+        )
+    return _AuditJudge(judge, stats, RunCounters())
+
+
+def _audit_side(
+    plan: RunPlan, audit: _AuditJudge, memo: MemoStore | None, journal: Journal | None
+) -> AuditSide:
+    cfg = plan.cfg
+    assert plan.audit_identity is not None
+    dispatcher = Dispatcher(audit.judge, memo, audit.counters, cfg.limits.concurrency, journal)
+    return AuditSide(
+        dispatcher,
+        judge_prefix(plan.audit_identity),
+        cfg.judge.audit_fraction,
+        cfg.judge.audit_seed,
+        plan.spec.per_row,
+        cfg.judge.verdict_only,
+        memo,
+        on_rows=audit,
+    )
 
 
 async def _done_by_earlier_attempt(
@@ -162,19 +227,23 @@ async def _execute(
     run: _Stage, files: Collection[int] | None, stats: JudgeStats, progress_mode: str
 ) -> None:
     progress = Progress(run.plan.info.total_rows, run.counters, stats, mode=progress_mode)
+    dispatchers = [run.dispatcher] + ([run.audit.dispatcher] if run.audit else [])
     try:
         async with anyio.create_task_group() as tg:
-            run.dispatcher.start(tg)  # workers and memo writer end once their streams close
+            for d in dispatchers:  # workers and memo writer end once their streams close
+                d.start(tg)
             async with anyio.create_task_group() as ticker:
                 ticker.start_soon(progress.run)
                 try:
                     await _feed(run, files)
                 finally:
-                    await run.dispatcher.close()
-                    await run.dispatcher.finish_memo()
+                    for d in dispatchers:
+                        await d.close()
+                        await d.finish_memo()
                     ticker.cancel_scope.cancel()
     finally:  # every task has ended: a verdict that finished during shutdown is kept
-        await run.dispatcher.write_late()
+        for d in dispatchers:
+            await d.write_late()
 
 
 # Batches planned at once: while one planning thread waits on its memo read (SQLite runs
@@ -240,6 +309,21 @@ def _batches_in_flight(cfg: Config) -> int:
     return max(_PLANNERS + 2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
+async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedBatch) -> list[AuditVerdicts]:
+    """Resolve the batch with the first judge and its audit sample with the audit judge."""
+    plans = planned.rows
+    picked = side.plan(planned.frame.get_column("id").to_list(), plans)
+    out: list[AuditVerdicts] = []
+
+    async def audit() -> None:
+        out.extend(await side.resolve(len(plans), picked))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(audit)
+        await resolve_items(plans, planned.found, run.dispatcher, run.plan.spec.per_row)
+    return out
+
+
 async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:
     try:
         await _process(run, planned)
@@ -255,8 +339,12 @@ async def _process(run: _Stage, planned: PlannedBatch) -> None:
         run.counters.rows_skipped += planned.dropped
     if run.planner.skip_ids is not None and frame.is_empty():
         return
-    await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
-    table = scored_table(BatchJob(batch.key, frame, plans), plan.spec)
+    audit = None
+    if run.audit is None:
+        await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
+    else:  # the audit judge's sample of the batch, side by side with the first judge
+        audit = await _with_audit(run, run.audit, planned)
+    table = scored_table(BatchJob(batch.key, frame, plans, audit), plan.spec)
     if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)

@@ -162,7 +162,7 @@ def estimate_block(
     if fit.se is None:
         block["note"] = (
             f"{fit.n_reference} reference rows: fewer than {MIN_REFERENCE}, so no interval "
-            "(label more rows)"
+            + ("(label more rows)" if reference == "labels" else "(audit more rows)")
         )
     return block
 

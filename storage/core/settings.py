@@ -157,6 +157,33 @@ class JudgeSettings:
         env="CTXPREC_VERDICT_ONLY",
         flag="--verdict-only",
     )
+    # a stronger judge on a sample (issue 34): its verdicts are the reference of a corrected
+    # estimate of the mean score (docs/estimates.md)
+    audit_model: str | None = setting(
+        None,
+        "a second, stronger judge (provider/model) that also judges a seeded sample of whole "
+        "rows: the summary then estimates what it would say of every row",
+        env="CTXPREC_AUDIT_MODEL",
+        flag="--audit-model",
+        unset="no audit judge",
+        metavar="MODEL",
+    )
+    audit_fraction: float = setting(
+        0.05,
+        "share of the rows the audit judge also judges (a hash of the row id and --audit-seed)",
+        env="CTXPREC_AUDIT_FRACTION",
+        flag="--audit-fraction",
+        rule=(lambda v: 0 <= v <= 1, "between 0 and 1"),
+        metavar="F",
+    )
+    audit_seed: int = setting(0, "seed of the audit sample", flag="--audit-seed")
+    audit_base_url: str | None = setting(
+        None,
+        "the audit judge's base URL",
+        env="CTXPREC_AUDIT_BASE_URL",
+        flag="--audit-base-url",
+        unset="--base-url when the audit model has --model's provider, else the provider's",
+    )
     batch_api: bool = setting(
         False,
         "send the judge's calls through the provider's batch API (half price, up to 24 h)",

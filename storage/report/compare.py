@@ -131,13 +131,31 @@ def render_text(report: Mapping[str, Any]) -> str:
             f"delta {_signed(m['mean_delta'])}  95% CI {_ci(m)}"
         )
     lines.append(f"  test: {report['test']}")
+    lines += [f"  {line}" for line in corrected_lines(report)]
     lines += _honesty_lines(report, "  ")
     if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
         lines += _agreement_text(agree)
     lines += _judge_warning(report["judge_config"])
     if gate := _gate_message(report):
         lines.append(f"  GATE FAILED: {gate}")
+    elif (g := report.get("gate")) and g.get("figure"):
+        lines.append(f"  gate --fail-drop {g['fail_drop']:g} passed, on {g['figure']}")
     return "\n".join(lines)
+
+
+def corrected_lines(report: Mapping[str, Any]) -> list[str]:
+    """The difference of the corrected estimates in words (both sides carry a reference)."""
+    c = report.get("corrected")
+    if not c:
+        return []
+    ref = c["reference"]
+    said = "human labels" if ref == "labels" else f"the audit judge {ref.removeprefix('audit:')}"
+    line = (
+        f"corrected (reference: {said}; {fmt(c['n_reference_a'])} / {fmt(c['n_reference_b'])} "
+        f"reference rows): A {fmt(c['mean_a'])}  B {fmt(c['mean_b'])}  delta "
+        f"{_signed(c['mean_delta'])}  95% CI {_ci(c) if c.get('ci95') else 'n/a'}"
+    )
+    return [line] + ([f"note: {c['note']}"] if c.get("note") else [])
 
 
 def _judge_warning(judge: Mapping[str, Any]) -> list[str]:
@@ -175,6 +193,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if agree and agree["judges_differ"]:  # judge against judge: what the reader came for
         lines += _agreement_md(agree)
     lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
+    if said := corrected_lines(report):
+        lines += [f"**Corrected estimates** (prediction-powered): {said[0]}", "",
+                  *([said[1], ""] if len(said) > 1 else [])]  # fmt: skip
     lines += [
         f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
         f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",

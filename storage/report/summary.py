@@ -22,6 +22,7 @@ from storage.core.metric import map_stage, rank_column_names
 from storage.core.settings import DEFAULT_KS
 from storage.objpath import OutPath, local_copies, out_path
 from storage.ownership import part_files
+from storage.report.audit import audit_lines, audit_summary
 from storage.report.charts import (
     CHART_FILES,
     CHARTS_INSTALL,
@@ -30,7 +31,7 @@ from storage.report.charts import (
     planned_charts,
     render_charts,
 )
-from storage.report.estimate import corrected_estimate, estimate_sentence
+from storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
 from storage.report.html import render_html
 from storage.report.rows import TextLookup, report_rows, text_columns
 from storage.report.trend import night_trend, trend_chart, trend_markdown
@@ -111,8 +112,10 @@ def _build(
         "failures": _failures(lf),
         "by_group": _by_group(lf, cols, group_by) if group_by else None,
         "labels": _labels(lf, scale) if "label_verdicts" in cols else None,
-        # prediction-powered: what the labels say of every row, from the labelled few
-        "estimate": corrected_estimate(lf, cols, scale, group_by),
+        # prediction-powered: what the labels (or the audit judge) say of every row, from the
+        # labelled (audited) few; `estimate` is the labels' when there are, `estimates` all
+        **_estimates(lf, cols, scale, group_by, run),
+        "audit": audit_summary(lf, cols, run),  # --audit-model: agreement, each judge's cost
     }
     summary |= _judge(run, tokens, _prompt_versions(lf, cols))
     summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
@@ -121,6 +124,20 @@ def _build(
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
     return summary
+
+
+def _estimates(
+    lf: pl.LazyFrame, cols: set[str], scale: float, group_by: str | None, run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`estimate` (the headline: against the labels when the output has labelled rows, else
+    against the audit judge) and `estimates` (every corrected estimate: labels, then audit)."""
+    found = [corrected_estimate(lf, cols, scale, group_by)]
+    if "audit_score" in cols:
+        model = (run.get("audit") or {}).get("model") or "judge"
+        reference = audit_reference(model)
+        found.append(corrected_estimate(lf, cols, scale, group_by, "audit_score", reference))
+    estimates = [e for e in found if e is not None]
+    return {"estimate": estimates[0] if estimates else None, "estimates": estimates}
 
 
 def _scan(parts: list[Path]) -> pl.LazyFrame:
@@ -533,7 +550,10 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         lines += [f"> **{counted(bad, 'row')} failed on their input ({INPUT_CAUSE}) — a re-run "]
         lines[-1] += "cannot fix them: fix those input rows.**"
         lines += [""]
-    lines += _md_estimate(s.get("estimate"))
+    for estimate in s.get("estimates") or ([s["estimate"]] if s.get("estimate") else []):
+        lines += _md_estimate(estimate)
+    if said := audit_lines(s.get("audit")):
+        lines += [f"**Audit judge**: {said[0].removeprefix('audit: ')}; {said[1]}.", ""]
     return lines
 
 
@@ -542,7 +562,9 @@ def _md_estimate(estimate: Mapping[str, Any] | None) -> list[str]:
     sentence = estimate_sentence(estimate)
     if estimate is None or sentence is None:
         return []
-    lines = [f"**Corrected estimate** (prediction-powered, reference: human labels): {sentence}.",
+    ref = str(estimate.get("reference", "labels"))
+    said = "human labels" if ref == "labels" else f"the audit judge {ref.removeprefix('audit:')}"
+    lines = [f"**Corrected estimate** (prediction-powered, reference: {said}): {sentence}.",
              ""]  # fmt: skip
     groups = (estimate.get("by_group") or {}).get("groups") or {}
     if groups:
@@ -551,8 +573,9 @@ def _md_estimate(estimate: Mapping[str, Any] | None) -> list[str]:
              figure_text(g["mean"]), _ci_text(g.get("ci95"))]
             for name, g in groups.items()
         ]  # fmt: skip
-        head = ["group", "labelled rows", "rows", "judge mean", "corrected", "95 % CI"]
-        lines += _md_table("Corrected estimate by group", head, rows)
+        which = "labelled rows" if ref == "labels" else "audited rows"
+        head = ["group", which, "rows", "judge mean", "corrected", "95 % CI"]
+        lines += _md_table(f"Corrected estimate by group ({said})", head, rows)
     return lines
 
 

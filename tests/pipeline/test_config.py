@@ -175,7 +175,7 @@ def test_a_wrong_type_is_refused_naming_the_key(
 def test_env_vars_come_from_the_fields() -> None:
     assert {s.env: s.key for s in settings() if s.env} == ENV_VARS
     assert ENV_VARS["CTXPREC_CONCURRENCY"] == "limits.concurrency"
-    assert len(ENV_VARS) == 15
+    assert len(ENV_VARS) == 18
     env = {"CTXPREC_MODEL": "openai/x", "CTXPREC_BATCH_ROWS": "7", "CTXPREC_CACHE_DIR": "~/m"}
     cfg = load_config(None, {}, env=env)
     assert (cfg.judge.model, cfg.run.batch_rows) == ("openai/x", 7)

@@ -41,7 +41,7 @@ def _expand(ks: tuple[int, ...]) -> list[tuple[str, str]]:
 
 def test_readme_documents_every_column_in_order_with_its_type() -> None:
     ks = (1, 3, 5)
-    schema = output_schema(pa.string(), [], ks, labels=True)
+    schema = output_schema(pa.string(), [], ks, labels=True, audit=True)
     documented = _expand(ks)
     # precision/hit/ndcg are documented once per metric, written per k: compare as sets there
     assert [n for n, _ in documented if "_at_" not in n] == [
