@@ -80,6 +80,8 @@ def _read_record(outdir: OutPath, path: OutPath, key: str, suffix: str) -> dict[
         raise statefile.damaged(path, "its key is not its file name", _record_fix(key))
     if suffix == COMMITTED and raw["failed"] > raw["rows"]:
         raise statefile.damaged(path, "more failed rows than rows", _record_fix(key))
+    if suffix == COMMITTED and raw["rows"] and not raw["files"]:
+        raise statefile.damaged(path, f"{raw['rows']} rows in no file", _record_fix(key))
     for entry in raw["files"]:
         if not layout.is_part_file(entry, key):
             raise _not_ours(path, entry)
