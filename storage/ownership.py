@@ -223,6 +223,7 @@ def check_claimable(outdir: OutPath) -> None:
         raise OutputError(f"output {outdir} is a file, not a folder; pass a folder path")
     if not outdir.is_dir():
         return
+    confine.check_inside(outdir, layout.state_dir(outdir))  # a link there: named first
     found = []
     for rel in _walk(outdir) if not has_manifest(outdir) else ():
         found.append(rel)
