@@ -52,8 +52,13 @@ def commit_part(
     A file already at a target path that no record of this part names is never replaced.
     Blocking I/O: call it from a thread."""
     files = sorted(tables)
-    if not all(layout.is_part_file(rel, key) for rel in files):
-        raise ValueError(f"part {key}: {files} are not part files of its key")  # a bug
+    odd = [rel for rel in files if not layout.is_part_file(rel, key)]
+    if odd:  # e.g. a --partition-by column whose name holds `/` or `=`
+        raise OutputError(
+            f"cannot write {outdir / odd[0]}: not a part file name ctxprec can read back "
+            "(col=value folders, part-KEY.parquet); partition by a column whose name holds "
+            "no `/` and does not start with `=`"
+        )
     _refuse_foreign_targets(outdir, key, files)
     pending = layout.pending_record(outdir, key)
     atomic_write_text(
