@@ -19,14 +19,58 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from storage import layout
+from storage import confine, layout, statefile
 from storage.atomic import atomic_write_text
 
 __all__ = ["BatchStore", "ChunkWriter"]
 
 # a chunk's request lines and id map, as `new_name` (and `_open`'s "x" suffixes) names them
-_CHUNK_FILE = re.compile(r"(?P<stem>c\d{8}T\d{6}-\d{5}-r\d+-\d{4}x*)\.(?:jsonl|ids)")
+_CHUNK_STEM = re.compile(r"c\d{8}T\d{6}-\d{5,}-r\d+-\d{4}x*")
+_CHUNK_FILE = re.compile(rf"(?P<stem>{_CHUNK_STEM.pattern})\.(?:jsonl|ids)")
+_IDS_LINE = re.compile(r"[^\t\n]+\t[0-9A-Za-z:_-]+(?: [0-9A-Za-z:_-]+)*")
 _LIVE = ("written", "intent", "uploaded", "created")
+_STAGES = (*_LIVE, "collected")
+
+_CHUNK = {
+    "name": "str", "round": "int", "lines": "int", "bytes": "int", "stage": "str",
+    "written_at": "?num", "not_before": "?num", "file_id": "?str", "batch_id": "?str",
+    "status": "?str", "answered": "?int", "error": "?str", "gen": "?int", "parent": "?str",
+    "created_at": "?num", "intent_at": "?num", "ended_at": "?num", "results": "?int",
+    "retried": "?int",
+}  # fmt: skip
+BATCH_STATE = statefile.Spec(
+    {
+        "version": "int",
+        "chunks": {"*": _CHUNK},
+        "failed": {"*": ["str"]},
+        "finished": "bool",
+        "gen": "int",
+        "tokens": {"input": "int", "output": "int"},
+        "model": "?str",
+        "settings": statefile.opt({"*": "any"}),
+    },
+    required=("chunks",),
+    cap=statefile.BATCH_STATE_CAP,
+)
+
+
+def _chunk_ok(name: str, chunk: dict[str, Any]) -> bool:
+    """A chunk entry with what the batch run reads from it (`BATCH_STATE` has its types)."""
+    needed = ("name", "round", "lines", "stage", "not_before")
+    return (
+        _CHUNK_STEM.fullmatch(name) is not None
+        and all(chunk.get(k) is not None for k in needed)
+        and chunk["name"] == name
+        and chunk["stage"] in _STAGES
+        and (chunk["stage"] in ("written", "collected") or chunk.get("intent_at") is not None)
+    )
+
+
+def _fix(outdir: Path) -> str:
+    return (
+        f"remove {layout.batches_dir(outdir)} to start the provider batches over (batches "
+        "already sent are then not collected: `ctxprec batches OUTDIR --cancel` first)"
+    )
 
 
 class BatchStore:
@@ -41,15 +85,22 @@ class BatchStore:
 
     @classmethod
     def load(cls, outdir: Path) -> BatchStore:
+        """The state of `outdir`'s batches, checked (a damaged one is a StateDamagedError)."""
         store = cls(outdir)
-        if store.path.is_file():
-            store.data = json.loads(store.path.read_text(encoding="utf-8"))
+        data = statefile.read_json(outdir, store.path, BATCH_STATE, _fix(outdir))
+        if data is not None:
+            for name, chunk in data["chunks"].items():
+                if not _chunk_ok(name, chunk):
+                    why = f"chunk {name[:80]!r} is not one ctxprec writes"
+                    raise statefile.damaged(store.path, why, _fix(outdir))
+            store.data = data
         return store
 
     def exists(self) -> bool:
         return self.path.is_file()
 
     def save(self) -> None:
+        confine.check_inside(self.outdir, self.path)
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, json.dumps(self.data, indent=1, sort_keys=True))
 
@@ -98,14 +149,19 @@ class BatchStore:
         return layout.batch_file(self.outdir, name, ".ids")
 
     def read_ids(self, name: str) -> dict[str, list[str]]:
+        """custom_id -> memo keys of chunk `name`, checked line by line."""
         out: dict[str, list[str]] = {}
         path = self.ids_path(name)
-        if not path.is_file():
-            return out
-        for raw in path.read_text(encoding="utf-8").splitlines():
+        data = statefile.read_bytes(self.outdir, path, statefile.IDS_CAP, _fix(self.outdir))
+        try:
+            text = (data or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise statefile.damaged(path, "not UTF-8 text", _fix(self.outdir)) from None
+        for n, raw in enumerate(text.splitlines(), 1):
             custom_id, _, keys = raw.partition("\t")
-            if keys:
-                out[custom_id] = keys.split(" ")
+            if not _IDS_LINE.fullmatch(raw):
+                raise statefile.damaged(path, f"line {n} is not an id map", _fix(self.outdir))
+            out[custom_id] = keys.split(" ")
         return out
 
     def live_keys(self) -> set[str]:
@@ -121,16 +177,23 @@ class BatchStore:
         path = self.lines_path(name)
         if not path.is_file():
             return out
+        confine.check_inside(self.outdir, path)
         with path.open("rb") as fh:
-            for raw in fh:
-                line = json.loads(raw)
-                if line.get("custom_id") in wanted:
+            for n, raw in enumerate(fh, 1):
+                try:
+                    line = json.loads(raw)
+                except (ValueError, RecursionError):
+                    line = None
+                if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+                    why = f"line {n} is not a request line"
+                    raise statefile.damaged(path, why, _fix(self.outdir)) from None
+                if line["custom_id"] in wanted:
                     out[line["custom_id"]] = line
         return out
 
     def drop_files(self, name: str) -> None:
         """A collected chunk's request lines are no longer needed (its id map stays)."""
-        self.lines_path(name).unlink(missing_ok=True)
+        confine.unlink(self.outdir, self.lines_path(name))
 
     def remove_orphans(self) -> None:
         """Chunk files that no state entry names (a run killed while writing them)."""
@@ -142,7 +205,7 @@ class BatchStore:
             if chunk is None or not path.is_file():
                 continue  # state.json, or not a file ctxprec names: left alone
             if chunk["stem"] not in known:
-                path.unlink(missing_ok=True)
+                confine.unlink(self.outdir, path)
 
 
 class ChunkWriter:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import layout, ownership
+from storage import confine, layout, ownership
 from storage.atomic import atomic_write, atomic_write_text
 from storage.core.errors import OutputError
 from storage.layout import COMMITTED, PENDING
@@ -40,7 +40,7 @@ class PartRecord:
 def committed(outdir: OutPath, prefix: str = "") -> dict[str, PartRecord]:
     """The commit records of OUTDIR (of the parts whose key starts with `prefix`); blocking I/O."""
     return {
-        key: PartRecord(key, tuple(raw["files"]), int(raw["rows"]), int(raw["failed"]))
+        key: PartRecord(key, tuple(raw["files"]), raw["rows"], raw["failed"])
         for key, raw in ownership.records(outdir, prefix).items()
     }
 
@@ -52,20 +52,33 @@ def commit_part(
     A file already at a target path that no record of this part names is never replaced.
     Blocking I/O: call it from a thread."""
     files = sorted(tables)
+    odd = [rel for rel in files if not layout.is_part_file(rel, key)]
+    if odd:  # e.g. a --partition-by column whose name holds `/` or `=`
+        raise OutputError(
+            f"cannot write {outdir / odd[0]}: not a part file name ctxprec can read back "
+            "(col=value folders, part-KEY.parquet); partition by a column whose name holds "
+            "no `/` and does not start with `=`"
+        )
     _refuse_foreign_targets(outdir, key, files)
     pending = layout.pending_record(outdir, key)
-    atomic_write_text(pending, json.dumps({"key": key, "files": files}))
+    atomic_write_text(
+        confine.check_inside(outdir, pending), json.dumps({"key": key, "files": files})
+    )
     for rel, table in tables.items():
-        atomic_write(outdir / rel, partial(_write_parquet, table))
+        # checked again right before each write: a folder swapped for a link meanwhile
+        atomic_write(confine.check_inside(outdir, outdir / rel), partial(_write_parquet, table))
     record = PartRecord(key, tuple(files), rows, failed)
     body = {"key": key, "files": files, "rows": rows, "failed": failed}
-    atomic_write_text(layout.commit_record(outdir, key), json.dumps(body))
-    pending.unlink(missing_ok=True)
+    target = confine.check_inside(outdir, layout.commit_record(outdir, key))
+    atomic_write_text(target, json.dumps(body))
+    confine.unlink(outdir, pending)
     return record
 
 
 def _refuse_foreign_targets(outdir: OutPath, key: str, files: list[str]) -> None:
-    taken = [rel for rel in files if (outdir / rel).exists()]
+    for rel in files:
+        confine.check_inside(outdir, outdir / rel)
+    taken = [rel for rel in files if (outdir / rel).exists() or (outdir / rel).is_symlink()]
     if not taken:
         return
     named: set[str] = set()

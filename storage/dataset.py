@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.atomic import atomic_write
+from storage.confine import check_inside
 from storage.objpath import ObjPath, OutPath, readable
 from storage.ownership import part_files
 
@@ -56,7 +57,7 @@ def drop_ids(outdir: OutPath, ids: Collection[object]) -> int:
         if not n:
             continue
         kept = table.filter(pc.invert(hit))
-        atomic_write(path, partial(_write_parquet, kept))
+        atomic_write(check_inside(outdir, path), partial(_write_parquet, kept))
         dropped += int(n)
     return dropped
 

@@ -60,12 +60,15 @@ __all__ = [
     "in_state_dir",
     "incremental_tag",
     "is_incremental_key",
+    "is_part_file",
+    "is_part_key",
     "journal_dir",
     "key_shards",
     "lock",
     "manifest",
     "memo_db",
     "owned_state",
+    "part_name",
     "parts_dir",
     "pending_record",
     "run_info",
@@ -77,6 +80,7 @@ __all__ = [
     "shuffle_requests",
     "shuffle_root",
     "sink_record",
+    "sink_records",
     "state_dir",
     "success",
     "summary_html",
@@ -84,6 +88,7 @@ __all__ = [
     "summary_md",
     "verdict_dir",
     "verdict_file",
+    "verdicts_root",
 ]
 
 P = TypeVar("P", Path, "ObjPath", "OutPath")  # a local folder keeps its type, as does a prefix
@@ -183,6 +188,11 @@ def owned_state(outdir: P) -> list[P]:
     return found
 
 
+def sink_records(outdir: P) -> list[P]:
+    """The sinks' records (what each sink has loaded)."""
+    return sorted((outdir / STATE_DIR).glob(f"{_SINK_PREFIX}*.json"), key=str)
+
+
 def lock(outdir: P) -> P:
     return outdir / STATE_DIR / _LOCK
 
@@ -197,6 +207,36 @@ def commit_record(outdir: P, key: str) -> P:
 
 def pending_record(outdir: P, key: str) -> P:
     return outdir / STATE_DIR / _PARTS / f"{key}{PENDING}"
+
+
+# a part's files: `part-KEY.parquet`, in Hive `col=value/` folders when partitioned
+_PART_PREFIX = "part-"
+_PART_SUFFIX = ".parquet"
+_PART_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
+_HIVE_FOLDER = re.compile(r"[^/=\x00]+=[^/\x00]*")
+_MAX_HIVE_DEPTH = 32
+
+
+def part_name(key: str) -> str:
+    """The stem of part KEY's files (`partition_tables` adds `.parquet` and the folders)."""
+    return f"{_PART_PREFIX}{key}"
+
+
+def is_part_key(key: str) -> bool:
+    """A key ctxprec gives a part (records are named by it): no folder, no `..`."""
+    return _PART_KEY.fullmatch(key) is not None and ".." not in key
+
+
+def is_part_file(rel: str, key: str) -> bool:
+    """Whether `rel` (relative to OUTDIR) is a file ctxprec writes for part `key`:
+    `part-KEY.parquet`, in zero or more `col=value` folders."""
+    *folders, name = rel.split("/")
+    return (
+        is_part_key(key)
+        and name == f"{part_name(key)}{_PART_SUFFIX}"
+        and len(folders) <= _MAX_HIVE_DEPTH
+        and all(_HIVE_FOLDER.fullmatch(f) for f in folders)
+    )
 
 
 # an --incremental run commits its parts as `r<UTC time>-<batch key>`; a plain run as `<batch key>`
@@ -215,6 +255,11 @@ def is_incremental_key(key: str) -> bool:
 
 
 # -- verdicts --------------------------------------------------------------------------------
+def verdicts_root(outdir: P) -> P:
+    """The folder of every verdict folder."""
+    return outdir / STATE_DIR / _VERDICTS
+
+
 def verdict_dir(outdir: P, digest: str) -> P:
     """The verdicts judged for one input file (`digest` names the file)."""
     return outdir / STATE_DIR / _VERDICTS / digest

@@ -7,22 +7,25 @@ never read as data, replaced or deleted. Report, dataset, run log and summary al
 from __future__ import annotations
 
 import contextlib
-import json
+import os
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from storage import layout
+from storage import confine, layout, statefile
 from storage.atomic import TMP_PREFIX, is_temp
-from storage.core.errors import OutputError
+from storage.core.errors import OutputError, StateDamagedError
 from storage.layout import COMMITTED, PENDING
 from storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = [
     "check_claimable",
+    "drop_incomplete",
     "foreign_files",
     "has_manifest",
+    "incomplete_parts",
     "local_outdir",
+    "missing_rows_line",
     "part_files",
     "read_manifest",
     "recorded_files",
@@ -40,54 +43,99 @@ def local_outdir(outdir: str | OutPath) -> OutPath:
 
 
 def has_manifest(outdir: OutPath) -> bool:
-    return layout.manifest(outdir).is_file()
+    return confine.is_regular(layout.manifest(outdir))
+
+
+_STATE_FIX = "remove it to start over, or use --overwrite"
 
 
 def read_manifest(outdir: OutPath) -> dict[str, Any] | None:
     """The manifest, None when there is none; a damaged one is an OutputError."""
     path = layout.manifest(outdir)
-    if not path.is_file():
-        return None
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise OutputError(
-            f"{path} is unreadable; the folder is damaged: use a new one or --overwrite"
-        ) from None
+    data: dict[str, Any] | None = statefile.read_json(outdir, path, statefile.MANIFEST, _STATE_FIX)
     return data
 
 
-def records(
-    outdir: OutPath, prefix: str = "", suffix: str = COMMITTED
-) -> dict[str, dict[str, Any]]:
-    """Commit records (or pending records) by part key; a torn record is no record."""
-    found: dict[str, dict[str, Any]] = {}
+def _record_fix(key: str) -> str:
+    return (
+        f"remove it and the files part-{key}.parquet it named (their rows are then scored "
+        "again), or use --overwrite"
+    )
+
+
+def _not_ours(path: OutPath, entry: object) -> OutputError:
+    return OutputError(
+        f"{path} names {str(entry)[:200]!r}, which is not a file ctxprec writes there "
+        "(part-KEY.parquet, in col=value folders, for the record's own KEY); nothing was "
+        "changed: someone else wrote this record; remove it and check the folder"
+    )
+
+
+def _read_record(outdir: OutPath, path: OutPath, key: str, suffix: str) -> dict[str, Any]:
+    """One record, checked: its schema, its key (its file name), and every file it names is
+    one of part KEY's and lies in OUTDIR through no link. Raises OutputError."""
+    spec = statefile.COMMIT_RECORD if suffix == COMMITTED else statefile.RECORD
+    raw: dict[str, Any] = statefile.read_json(outdir, path, spec, _record_fix(key))
+    if raw["key"] != key:
+        raise statefile.damaged(path, "its key is not its file name", _record_fix(key))
+    if suffix == COMMITTED and raw["failed"] > raw["rows"]:
+        raise statefile.damaged(path, "more failed rows than rows", _record_fix(key))
+    if suffix == COMMITTED and raw["rows"] and not raw["files"]:
+        raise statefile.damaged(path, f"{raw['rows']} rows in no file", _record_fix(key))
+    for entry in raw["files"]:
+        if not layout.is_part_file(entry, key):
+            raise _not_ours(path, entry)
+        try:
+            confine.check_inside(outdir, outdir / entry)
+        except OutputError as exc:
+            raise OutputError(f"{path} names a file behind a link: {exc}") from None
+    return raw
+
+
+def _record_paths(outdir: OutPath, prefix: str, suffix: str) -> Iterator[tuple[str, OutPath]]:
+    """(key, path) of each record file of ctxprec's naming in the parts folder."""
     folder = layout.parts_dir(outdir)
+    confine.check_inside(outdir, folder)
     if not folder.is_dir():
-        return found
+        return
     children: list[OutPath] = list(folder.iterdir())
     for path in sorted(children, key=str):
         name = path.name
         if not (name.startswith(prefix) and name.endswith(suffix)) or is_temp(name):
             continue
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(raw, dict) and "key" in raw and isinstance(raw.get("files"), list):
-            found[str(raw["key"])] = raw
+        key = name.removesuffix(suffix)
+        if layout.is_part_key(key):
+            yield key, path
+
+
+def records(
+    outdir: OutPath, prefix: str = "", suffix: str = COMMITTED
+) -> dict[str, dict[str, Any]]:
+    """Commit records (or pending records) by part key, each checked (`_read_record`): a
+    damaged one, or one naming a file that is not ctxprec's, is an OutputError naming it."""
+    return {
+        key: _read_record(outdir, path, key, suffix)
+        for key, path in _record_paths(outdir, prefix, suffix)
+    }
+
+
+def _damaged_records(outdir: OutPath) -> list[tuple[str, OutPath]]:
+    """--overwrite: the records too damaged to read (not JSON, wrong types); a record that
+    reads but names a file that is not ctxprec's is still an OutputError."""
+    found = []
+    for suffix in (COMMITTED, PENDING):
+        for key, path in _record_paths(outdir, "", suffix):
+            try:
+                _read_record(outdir, path, key, suffix)
+            except StateDamagedError:
+                found.append((key, path))
     return found
 
 
 def named_files(record: dict[str, Any]) -> list[str]:
-    """The files one record names, as paths relative to OUTDIR. An entry that is absolute or
-    climbs out of OUTDIR (`..`) was not written by ctxprec and is never taken as ours."""
-    out = []
-    for entry in record["files"]:
-        rel = PurePosixPath(str(entry))
-        if not rel.is_absolute() and ".." not in rel.parts and rel.parts:
-            out.append(rel.as_posix())
-    return out
+    """The files one (checked) record names, as paths relative to OUTDIR."""
+    key = str(record.get("key"))
+    return [str(e) for e in record.get("files", []) if layout.is_part_file(str(e), key)]
 
 
 def recorded_files(outdir: OutPath, suffix: str = COMMITTED) -> set[str]:
@@ -100,6 +148,39 @@ def part_files(outdir: OutPath) -> list[OutPath]:
     Parquet files anyone else put into the folder are not part of it."""
     found = (outdir / rel for rel in recorded_files(outdir))
     return sorted(p for p in found if p.is_file())
+
+
+def incomplete_parts(outdir: OutPath) -> dict[str, list[str]]:
+    """Committed parts some of whose files are gone: key -> the missing files."""
+    found: dict[str, list[str]] = {}
+    for key, raw in records(outdir).items():
+        missing = [rel for rel in named_files(raw) if not confine.is_regular(outdir / rel)]
+        if missing:
+            found[key] = missing
+    return found
+
+
+def missing_rows_line(outdir: OutPath, incomplete: dict[str, list[str]]) -> str:
+    """What the incomplete parts lost, in one line: files, the first of them, rows."""
+    done = records(outdir)
+    rows = sum(int(done[key]["rows"]) for key in incomplete if key in done)
+    files = [rel for missing in incomplete.values() for rel in missing]
+    return (
+        f"{len(files)} part file(s) that commit records in {layout.parts_dir(outdir)} name are "
+        f"missing (first: {outdir / files[0]}), with {rows} row(s)"
+    )
+
+
+def drop_incomplete(outdir: OutPath) -> dict[str, list[str]]:
+    """Commit records (and their remaining files) of parts whose files are gone, so that a
+    run scores their rows again; returns what was missing."""
+    incomplete = incomplete_parts(outdir)
+    done = records(outdir)
+    for key in incomplete:
+        for rel in named_files(done[key]):
+            confine.unlink(outdir, outdir / rel)
+        confine.unlink(outdir, layout.commit_record(outdir, key))
+    return incomplete
 
 
 def _fixed(outdir: OutPath) -> set[str]:
@@ -119,11 +200,14 @@ def _walk(outdir: OutPath) -> Iterator[str]:
         return
     if not outdir.is_dir():
         return
-    for path in sorted(outdir.rglob("*")):
-        rel = path.relative_to(outdir)
-        if layout.in_state_dir(rel) or path.is_dir():
-            continue
-        yield rel.as_posix()
+    found: list[str] = []
+    for folder, dirs, names in os.walk(outdir):  # links are listed, never followed
+        here = Path(folder).relative_to(outdir)
+        if here == Path(".") and layout.STATE_DIR in dirs:
+            dirs.remove(layout.STATE_DIR)
+        found.extend((here / name).as_posix() for name in names)
+        found.extend((here / d).as_posix() for d in dirs if (Path(folder) / d).is_symlink())
+    yield from sorted(found)
 
 
 def foreign_files(outdir: OutPath) -> list[str]:
@@ -137,10 +221,11 @@ def check_claimable(outdir: OutPath) -> None:
     (e.g. a saved estimate) or holds ctxprec's manifest; anything else is refused."""
     if outdir.exists() and not outdir.is_dir():
         raise OutputError(f"output {outdir} is a file, not a folder; pass a folder path")
-    if not outdir.is_dir() or has_manifest(outdir):
+    if not outdir.is_dir():
         return
+    confine.check_inside(outdir, layout.state_dir(outdir))  # a link there: named first
     found = []
-    for rel in _walk(outdir):
+    for rel in _walk(outdir) if not has_manifest(outdir) else ():
         found.append(rel)
         if len(found) == 3:
             break
@@ -149,6 +234,7 @@ def check_claimable(outdir: OutPath) -> None:
             f"output folder {outdir} holds files ctxprec did not write ({', '.join(found)}"
             f"{', ...' if len(found) == 3 else ''}); choose a new or empty folder"
         )
+    confine.check_tree(outdir)  # no link where ctxprec reads or writes its own files
 
 
 def warn_foreign(outdir: OutPath) -> str | None:
@@ -172,33 +258,51 @@ def remove_torn(outdir: OutPath) -> None:
     for key, raw in pending.items():
         for rel in named_files(raw):
             if rel not in committed:
-                _unlink(outdir / rel)
-        _unlink(layout.pending_record(outdir, key))
-    if outdir.is_dir():
-        for tmp in outdir.rglob(f"{TMP_PREFIX}*"):
-            if tmp.is_file() and is_temp(tmp.name):
-                _unlink(tmp)
+                confine.unlink(outdir, outdir / rel)
+        confine.unlink(outdir, layout.pending_record(outdir, key))
+    for tmp in _temp_files(outdir):
+        confine.unlink(outdir, tmp)
+
+
+def _temp_files(outdir: OutPath) -> list[OutPath]:
+    """ctxprec's temp files below `outdir`, found through no link."""
+    if isinstance(outdir, ObjPath):
+        return [p for p in outdir.rglob(f"{TMP_PREFIX}*") if is_temp(p.name)]
+    found: list[OutPath] = []
+    for folder, _, names in os.walk(outdir):  # never into a linked folder
+        found.extend(Path(folder) / n for n in names if is_temp(n))
+    return found
 
 
 def remove_owned(outdir: OutPath) -> None:
     """--overwrite: remove exactly the files ctxprec's records name (parts, summary, charts,
-    `_SUCCESS`, commit records, run state), and the folders that removing them left empty."""
+    `_SUCCESS`, commit records, run state), and the folders that removing them left empty.
+    Records too damaged to read go with the files of their key (part-KEY.parquet); every
+    record and path is checked before the first file is removed."""
+    confine.check_tree(outdir)
+    damaged = _damaged_records(outdir)
     parts = recorded_files(outdir) | recorded_files(outdir, PENDING)
+    lost_keys = {key for key, _ in damaged}
+    if lost_keys:
+        parts |= {rel for rel in _walk(outdir) if _part_key_of(rel) in lost_keys}
     for rel in sorted(parts | _fixed(outdir)):
-        _unlink(outdir / rel)
+        confine.unlink(outdir, outdir / rel)
         _prune(outdir, (outdir / rel).parent)
-    parts_dir = layout.parts_dir(outdir)
-    for path in parts_dir.glob("*") if parts_dir.is_dir() else []:
-        if path.name.endswith((COMMITTED, PENDING)):
-            _unlink(path)
+    for _, path in damaged:
+        confine.unlink(outdir, path)
+    for suffix in (COMMITTED, PENDING):
+        for _, path in _record_paths(outdir, "", suffix):
+            confine.unlink(outdir, path)
     for path in layout.owned_state(outdir):
-        _unlink(path)
+        confine.unlink(outdir, path)
     remove_torn(outdir)
 
 
-def _unlink(path: OutPath) -> None:
-    if path.is_file() or path.is_symlink():
-        path.unlink(missing_ok=True)
+def _part_key_of(rel: str) -> str | None:
+    """The key of the part file `rel` would be, if it is of ctxprec's naming."""
+    name = rel.rsplit("/", 1)[-1]
+    key = name.removeprefix(layout.part_name("")).removesuffix(".parquet")
+    return key if layout.is_part_file(rel, key) else None
 
 
 def _prune(outdir: OutPath, folder: OutPath) -> None:
@@ -206,6 +310,8 @@ def _prune(outdir: OutPath, folder: OutPath) -> None:
     if isinstance(outdir, ObjPath) or isinstance(folder, ObjPath):
         return  # an object store has no folders to leave behind
     while folder != outdir and outdir in folder.parents:
+        if folder.is_symlink():
+            return
         with contextlib.suppress(OSError):
             folder.rmdir()  # fails (and stops) when the folder still holds anything
         if folder.exists():

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from storage import layout, ownership
+from storage import confine, layout, ownership, statefile
 from storage.atomic import atomic_write_text
-from storage.core.errors import OutputError
+from storage.batches import BatchStore
+from storage.core.errors import OutputError, StateDamagedError
 from storage.core.redact import without_url_secrets
+from storage.layout import COMMITTED, PENDING
 from storage.lock import command_line
 from storage.mismatch import describe_differences
 from storage.objpath import OutPath
+from storage.ownership import has_manifest
 
 __all__ = ["RunLog", "fingerprint_of", "history_entry"]
 
@@ -26,6 +31,9 @@ _HISTORY_KEYS = (
     "started_at", "finished_at", "wall_s", "incremental", "rows_this_run", "rows_skipped",
     "judge_calls", "memo_hits", "reason_calls", "price",
 )  # fmt: skip
+
+
+_FIX = "remove it to start over, or use --overwrite"
 
 
 def history_entry(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,6 +74,7 @@ class RunLog:
         """Create or resume; refuse a folder that holds something else."""
         ownership.check_claimable(self.outdir)
         manifest = None if overwrite else ownership.read_manifest(self.outdir)
+        self.check_state(overwrite=overwrite)  # all read and checked before anything changes
         if overwrite:
             ownership.remove_owned(self.outdir)
         elif incremental and self._other_config(manifest):
@@ -103,6 +112,28 @@ class RunLog:
         except OSError as exc:
             raise OutputError(f"cannot write into {self.outdir}: {exc.strerror}") from exc
         self._write_manifest("running")
+
+    def check_state(self, *, overwrite: bool) -> None:
+        """Every state file a run reads back, read and checked (a damaged one is an OutputError
+        naming it): --overwrite replaces the run's own, so only what it keeps is read then."""
+        outdir = self.outdir
+        if overwrite:
+            place = confine.dangerous_outdir(outdir)
+            if place is not None and has_manifest(outdir):
+                raise OutputError(
+                    f"output folder {outdir} is {place}; --overwrite never replaces it, "
+                    "whatever files it holds: pass a folder of its own below it"
+                )
+        else:
+            for suffix in (COMMITTED, PENDING):
+                ownership.records(outdir, suffix=suffix)
+            self.load_json(layout.run_info(outdir), statefile.RUN_INFO)
+            for path in layout.sink_records(outdir):
+                self.load_json(path, statefile.SINK_RECORD)
+        if isinstance(outdir, Path):  # batch runs write local folders only
+            BatchStore.load(outdir)  # the batch state stays through --overwrite
+        if not overwrite and self.load_estimate() is None:
+            confine.unlink(outdir, layout.estimate(outdir))  # damaged: a cache, made again
 
     def _other_config(self, manifest: dict[str, Any] | None) -> bool:
         return manifest is not None and manifest.get("config_fingerprint") != (
@@ -143,17 +174,25 @@ class RunLog:
         """Save one of the state files `storage.layout` names (e.g. `layout.run_info(outdir)`)."""
         atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
-    def load_json(self, path: OutPath) -> dict[str, Any] | None:
-        if not path.is_file():
-            return None
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    def load_json(self, path: OutPath, spec: statefile.Spec) -> dict[str, Any] | None:
+        """One state file of this folder, checked against `spec` (None when there is none)."""
+        data: dict[str, Any] | None = statefile.read_json(self.outdir, path, spec, _FIX)
         return data
+
+    def load_estimate(self) -> dict[str, Any] | None:
+        """The saved estimate; a damaged one is only a lost cache: a note, and None."""
+        try:
+            return self.load_json(layout.estimate(self.outdir), statefile.ESTIMATE)
+        except StateDamagedError as exc:
+            print(f"ctxprec: note: {str(exc).split('; nothing was changed')[0]}; ignored "
+                  "(it is only a saved estimate)", file=sys.stderr)  # fmt: skip
+            return None
 
     def history(self, run: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The runs that wrote this output, oldest first, this one (`run`) last: the previous
         run.json's history (a run.json from before histories counts as one run) plus this run.
         --overwrite removes run.json, so a replaced output starts a new history."""
-        before = self.load_json(layout.run_info(self.outdir))
+        before = self.load_json(layout.run_info(self.outdir), statefile.RUN_INFO)
         past: list[dict[str, Any]] = []
         if before is not None:
             past = list(before.get("history") or [history_entry(before)])

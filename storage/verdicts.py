@@ -18,12 +18,14 @@ import pyarrow.ipc as ipc
 
 from storage import layout
 from storage.atomic import atomic_write
+from storage.confine import is_regular
 from storage.memo import MemoEntry, MemoStore
 from storage.objpath import OutPath, readable
 
 __all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 
 FLUSH_S = 1.0  # a killed worker loses at most this much of its newest verdicts
+FILE_CAP = 256 << 20  # a verdict file is a second of verdicts; a larger one is not ours
 _SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -74,13 +76,21 @@ class VerdictStore:
 
     @staticmethod
     def read_file(path: OutPath) -> list[tuple[str, MemoEntry]]:
-        """The verdicts of one file; none if it cannot be read (they are judged again)."""
+        """The verdicts of one file; none if it is not a regular file (a link is not
+        followed), is larger than FILE_CAP, cannot be read or is not of the verdicts'
+        schema: those verdicts are judged again, never made up."""
+        if not is_regular(path) or path.stat().st_size > FILE_CAP:
+            return []
         try:
             with ipc.open_file(readable(path)) as reader:
+                if not reader.schema.equals(_SCHEMA):
+                    return []
                 table = reader.read_all()
-        except (OSError, pa.ArrowInvalid):
-            return []  # unreadable: those verdicts are judged again, never made up
+        except (OSError, pa.ArrowException):
+            return []
         columns = [table.column(name).to_pylist() for name in _SCHEMA.names]
+        if any(v is None for i in (0, 1, 3, 4) for v in columns[i]):
+            return []  # a verdict without its key, its answer or its tokens
         return [
             (key, (rel, reason, tokens_in, tokens_out))
             for key, rel, reason, tokens_in, tokens_out in zip(*columns, strict=True)

@@ -20,12 +20,12 @@ from pipeline.analysis.paired import TIE_EPS, paired_figures
 from storage import layout
 from storage.core.agreement import agreement_figures, mcnemar
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.errors import UserError
+from storage.core.errors import OutputError, UserError
 from storage.core.figures import round_figure
 from storage.core.options import CompareOptions
 from storage.fs import is_uri
 from storage.objpath import ObjPath, OutPath, local_copies, out_path
-from storage.ownership import part_files
+from storage.ownership import part_files, read_manifest
 
 __all__ = [
     "CompareOptions",
@@ -374,13 +374,13 @@ def _side_info(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
 
 def _manifest_judge(path: OutPath) -> dict[str, Any] | None:
     """The judge configuration the output's manifest records (None for a foreign folder)."""
-    manifest = layout.manifest(path)
-    if not manifest.is_file():
-        return None
     try:
-        describe = json.loads(manifest.read_text(encoding="utf-8")).get("describe", {})
-    except (OSError, ValueError):
+        manifest = read_manifest(path)
+    except OutputError:
         return None
+    if manifest is None:
+        return None
+    describe = manifest.get("describe", {})
     return {k: describe.get(k) for k in _JUDGE_KEYS}
 
 

@@ -78,7 +78,7 @@ async def run_batch_score(
 
 async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress: str) -> RunResult:
     plan = run.plan
-    est = plan.runlog.load_json(layout.estimate(plan.runlog.outdir))
+    est = plan.runlog.load_estimate()
     if est is not None and "batch_api" not in est:  # estimate vs actual, both at batch prices
         plan.runlog.save_json(layout.estimate(plan.runlog.outdir), batch_estimate(est, cfg))
     collector = BatchCollector(plan, options, progress)

@@ -23,6 +23,7 @@ from connectors.judges.batch.client import BatchClient, RemoteBatch
 from connectors.judges.registry import resolve_model
 from connectors.judges.retry import RetryClock
 from storage.batches import BatchStore
+from storage.confine import check_tree
 from storage.core.errors import ConfigError
 from storage.core.printable import printable
 from storage.core.settings import JudgeSettings
@@ -46,6 +47,7 @@ def list_batches(
             f"{outdir} is in an object store, where no provider batches are kept: --batch-api "
             "runs write to local folders only"
         )
+    check_tree(outdir)  # the state is updated where no link leads
     store = BatchStore.load(outdir)
     if not store.exists():
         raise ConfigError(

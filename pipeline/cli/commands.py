@@ -27,7 +27,7 @@ from pipeline.config import load_config, parse_duration
 from pipeline.engines.choice import Engine, choose
 from pipeline.run.driver import RunOptions
 from pipeline.run.estimate import estimate, render_estimate
-from storage import layout
+from storage import confine, layout, statefile
 from storage.atomic import atomic_write_text
 from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from storage.core.errors import UserError
@@ -36,7 +36,7 @@ from storage.core.options import BatchOptions, CompareOptions
 from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
-from storage.ownership import check_claimable
+from storage.ownership import check_claimable, incomplete_parts, missing_rows_line, read_manifest
 from storage.report.audit import audit_lines
 from storage.report.charts import CHARTS_INSTALL, charts_available
 from storage.report.compare import check_compare_target, render_text, write_compare
@@ -254,8 +254,15 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     problem = unfinished(args.outdir)
     if problem:
         raise UserError(problem)
-    run = json.loads(layout.run_info(args.outdir).read_text(encoding="utf-8"))
-    manifest = json.loads(layout.manifest(args.outdir).read_text(encoding="utf-8"))
+    confine.check_tree(args.outdir)  # the summary is written where no link leads
+    fix = "run the `ctxprec score` command again with --overwrite to write it anew"
+    run = statefile.read_json(args.outdir, layout.run_info(args.outdir), statefile.RUN_INFO, fix)
+    manifest = read_manifest(args.outdir) or {}
+    if incomplete := incomplete_parts(args.outdir):
+        raise UserError(
+            f"{missing_rows_line(args.outdir, incomplete)}: a summary now would leave them out; "
+            "run the same `ctxprec score` command again (without --overwrite) to score them again"
+        )
     describe = manifest.get("describe", {})
     group_by = args.group_by or run.get("group_by")
     summary = build_summary(

@@ -41,7 +41,14 @@ from storage.core.errors import ConfigError, UserError, first_meaningful
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
 from storage.objpath import OutPath
-from storage.ownership import check_claimable, local_outdir, warn_foreign
+from storage.ownership import (
+    check_claimable,
+    drop_incomplete,
+    incomplete_parts,
+    local_outdir,
+    missing_rows_line,
+    warn_foreign,
+)
 from storage.report.charts import CHARTS_INSTALL, charts_available, preload
 from storage.report.summary import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
@@ -208,13 +215,14 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         print(warning, file=sys.stderr)
     if cfg.output.charts:
         preload()  # matplotlib loads while the judge works, not after it
+    await anyio.to_thread.run_sync(_drop_incomplete, outdir)
     if incremental:
         run.run_tag = layout.incremental_tag(datetime.now(UTC))
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
     elif (
         run.info.total_rows <= AUTO_ESTIMATE_ROWS
         and not run.spec.judge_model.startswith("offline")
-        and runlog.load_json(layout.estimate(outdir)) is None
+        and runlog.load_estimate() is None
     ):
         # a small input for a paid judge: price it first, so the summary can show estimate vs
         # actual (the offline judge costs nothing: no pass over the input for it)
@@ -225,6 +233,15 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         else:
             runlog.save_json(layout.estimate(outdir), est)
     await anyio.to_thread.run_sync(_plan_resume, run)
+
+
+def _drop_incomplete(outdir: OutPath) -> None:
+    """Parts whose files are gone are scored again (their records go first)."""
+    incomplete = incomplete_parts(outdir)
+    if incomplete:
+        line = missing_rows_line(outdir, incomplete)
+        drop_incomplete(outdir)
+        print(f"ctxprec: note: {line}; they are scored again", file=sys.stderr)
 
 
 def _plan_resume(plan: RunPlan) -> None:
@@ -422,14 +439,14 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
     run.runlog.remove_stale()
     if not committed(outdir) and not run.cfg.output.partition_by:
         # an input with no rows still gives a readable (empty) dataset in the documented schema
-        empty = {"part-empty.parquet": run.spec.schema.empty_table()}
+        empty = {f"{layout.part_name('empty')}.parquet": run.spec.schema.empty_table()}
         commit_part(outdir, "empty", empty, rows=0, failed=0)
     loaded, errors = publish(
         run.cfg.output.sinks, run.runlog, run.spec.schema, run.cfg.output.partition_by
     )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
-    estimate = run.runlog.load_json(layout.estimate(outdir))
+    estimate = run.runlog.load_estimate()
     if estimate is not None:
         run_info["estimate"] = estimate
     run_info["history"] = run.runlog.history(run_info)  # every run of this output, this one last

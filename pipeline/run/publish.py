@@ -17,6 +17,7 @@ from storage.commit import committed
 from storage.core.errors import UserError
 from storage.objpath import OutPath
 from storage.runlog import RunLog
+from storage.statefile import SINK_RECORD
 
 __all__ = ["check_sinks", "publish"]
 
@@ -43,7 +44,10 @@ def publish(
     # file loaded while it had some is loaded again later (ids already loaded are skipped)
     files = {f: r.failed for r in committed(runlog.outdir).values() for f in r.files}
     for sink in (parse_sink(spec) for spec in specs):
-        state = runlog.load_json(_state_path(runlog, sink)) or {"sink": sink.name, "loaded": {}}
+        state = runlog.load_json(_state_path(runlog, sink), SINK_RECORD) or {
+            "sink": sink.name,
+            "loaded": {},
+        }
         loaded: dict[str, int] = state["loaded"]
         pending = sorted(f for f in files if loaded.get(f, 1) > 0)
         try:

@@ -32,6 +32,7 @@ from pipeline.limits.limiter import GateStats, RateGate
 from pipeline.run.driver import AuditCounts, RunPlan, StageResult
 from pipeline.run.partition import partition_tables
 from pipeline.run.progress import Progress
+from storage import layout
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError
@@ -349,7 +350,7 @@ async def _process(run: _Stage, planned: PlannedBatch) -> None:
         table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)
     key = f"{plan.run_tag}{batch.key}"
-    tables = partition_tables(table, plan.cfg.output.partition_by, f"part-{key}")
+    tables = partition_tables(table, plan.cfg.output.partition_by, layout.part_name(key))
     await anyio.to_thread.run_sync(
         lambda: commit_part(plan.runlog.outdir, key, tables, rows=table.num_rows, failed=failed)
     )

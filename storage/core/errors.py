@@ -3,6 +3,7 @@
     CtxprecError                      the root: everything ctxprec raises on purpose
     ├── UserError                     a problem the user can fix (one line, no traceback, exit 2)
     │   ├── ConfigError, InputError, OutputError
+    │   │                                 └── StateDamagedError  a state file in OUTDIR is damaged
     │   ├── JudgeRefusedRunError      the judge refused the whole run (exit 4)
     │   └── BatchesPendingError       provider batches still running (exit 6)
     └── JudgeError                    one failed judge call: a row status, never NaN (exit 1)
@@ -28,6 +29,7 @@ __all__ = [
     "JudgeRetryableError",
     "OutputError",
     "ScoreFailedError",
+    "StateDamagedError",
     "UserError",
     "first_meaningful",
 ]
@@ -63,6 +65,11 @@ class JudgeRefusedRunError(UserError):
 
 class OutputError(UserError):
     """The output folder cannot be used (holds another run, not writable)."""
+
+
+class StateDamagedError(OutputError):
+    """One of ctxprec's state files in OUTDIR is damaged (not JSON, wrong types, too large):
+    the message names it and the way out; nothing was changed."""
 
 
 class BatchesPendingError(UserError):

@@ -5,7 +5,6 @@ of the night before. Part of the summary (JSON, Markdown, charts/trend.png, term
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,11 +12,11 @@ from typing import Any
 
 import polars as pl
 
-from storage import layout
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from storage.core.errors import OutputError
 from storage.core.figures import figure_text, percent_text
 from storage.objpath import OutPath, local_copies, out_path
-from storage.ownership import part_files
+from storage.ownership import part_files, read_manifest
 from storage.report.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
 
 __all__ = [
@@ -35,8 +34,8 @@ _DATE_NAMES = ("dt", "date", "day", "ds", "night")
 
 def _partition_by(outdir: OutPath) -> list[str]:
     try:
-        manifest = json.loads(layout.manifest(outdir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_manifest(outdir) or {}
+    except OutputError:
         return []
     return [str(c) for c in manifest.get("describe", {}).get("partition_by") or []]
 

@@ -686,8 +686,9 @@ def test_output_folder_with_a_damaged_manifest(
     capsys.readouterr()
     assert score(source, "-o", out, *HTTP) == 2
     err = capsys.readouterr().err
-    assert f"{manifest} is unreadable; the folder is damaged" in err
+    assert f"{manifest} is damaged (not JSON); nothing was changed" in err
     assert "--overwrite" in err
+    assert (out / "_SUCCESS").is_file()  # a finished output still reads as finished
     no_traceback(err)
     assert fake.stats.total == calls
     assert read(out).height == 3  # the scored rows are still there

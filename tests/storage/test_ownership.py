@@ -10,7 +10,13 @@ import pytest
 from storage import ownership
 from storage.core.errors import OutputError
 from storage.objpath import ObjPath
-from tests.fakes.folders import FOREIGN_LAYOUTS, USER_FILES_INSIDE, assert_untouched, plant
+from tests.fakes.folders import (
+    FOREIGN_LAYOUTS,
+    USER_FILES_INSIDE,
+    assert_untouched,
+    checksums,
+    plant,
+)
 
 
 def ctxprec_folder(out: Path) -> None:
@@ -93,21 +99,26 @@ def test_local_paths_pass() -> None:
     assert ownership.local_outdir(Path("file:///data/out")) == Path("/data/out")
 
 
-def test_a_record_naming_a_path_outside_outdir_touches_nothing_there(tmp_path: Path) -> None:
-    """A hand-edited or corrupt record cannot make ctxprec delete or claim a file outside OUTDIR
-    (or an absolute path): such entries are not ctxprec's."""
+@pytest.mark.parametrize("suffix", [".pending", ".json"])
+@pytest.mark.parametrize("entry", ["../victim.parquet", "ABS", "notes.csv", "part-other.parquet"])
+def test_a_record_naming_a_file_that_is_not_its_part_is_refused_and_touches_nothing(
+    entry: str, suffix: str, tmp_path: Path
+) -> None:
+    """A hand-edited or planted record cannot make ctxprec delete or claim a file outside
+    OUTDIR, an absolute path or a file not of its part's name: the record is refused, naming
+    it, before anything is removed."""
     out = tmp_path / "out"
     ctxprec_folder(out)
     victim = plant(tmp_path, {"victim.parquet": b"user"})
-    absolute = tmp_path / "abs.parquet"
-    absolute.write_bytes(b"user")
-    bad = {"key": "d", "files": ["../victim.parquet", str(absolute)]}
-    (out / "_ctxprec" / "parts" / "d.pending").write_text(json.dumps(bad))
-    (out / "_ctxprec" / "parts" / "e.json").write_text(
-        json.dumps({**bad, "key": "e", "rows": 1, "failed": 0})
+    inside = checksums(out)
+    absolute = tmp_path / "victim.parquet"
+    bad = {"key": "d", "files": [str(absolute) if entry == "ABS" else entry]}
+    (out / "_ctxprec" / "parts" / f"d{suffix}").write_text(
+        json.dumps({**bad, "rows": 1, "failed": 0})
     )
-    assert ownership.named_files(bad) == []
-    ownership.remove_torn(out)
-    ownership.remove_owned(out)
+    steps = [ownership.remove_torn, ownership.remove_owned, ownership.foreign_files]
+    for step in steps + ([ownership.part_files] if suffix == ".json" else []):
+        with pytest.raises(OutputError, match=r"parts/d\.(pending|json) names .*not a file"):
+            step(out)
     assert_untouched(tmp_path, victim)
-    assert absolute.read_bytes() == b"user"
+    assert_untouched(out, inside)

@@ -147,8 +147,8 @@ def test_bands_follow_the_seed(outdir: Path) -> None:
 def test_band_edges_on_another_scale(tmp_path: Path) -> None:
     rows = [(str(i), "ok", x, None, [True], "s") for i, x in enumerate([9.0, 7.0, 4.0, 0.1, 0.0])]
     rows.append(("z", "ok", 8.99, None, [True], "s"))
-    write_part(tmp_path / "p.parquet", rows)
-    commit(tmp_path, tmp_path / "p.parquet")
+    write_part(tmp_path / "part-p.parquet", rows)
+    commit(tmp_path, tmp_path / "part-p.parquet")
     s = build_summary(tmp_path, {}, scale=10)
     assert {b["band"]: b["rows"] for b in s["bands"]} == {
         "excellent": 1,
@@ -239,8 +239,8 @@ def test_label_agreement_from_parquet(tmp_path: Path) -> None:
         ("r4", "ok", 1.0, None, [True], "s"),
     ]
     labels = [[True, True, False], [False, True], [True, False], None]
-    write_part(tmp_path / "p.parquet", rows, labels=labels)
-    commit(tmp_path, tmp_path / "p.parquet")
+    write_part(tmp_path / "part-p.parquet", rows, labels=labels)
+    commit(tmp_path, tmp_path / "part-p.parquet")
     got = build_summary(tmp_path, {})["labels"]
     # pairs (judge, label): r1 TT FT TF, r2 FF FT, r3 TT (null item skipped), r4 unlabelled
     assert got == {
@@ -335,11 +335,11 @@ def test_empty_outdir(tmp_path: Path) -> None:
 
 
 def test_hive_layout_and_state_folder(tmp_path: Path) -> None:
-    write_part(tmp_path / "dt=2026-01-01" / "part.parquet", ROWS[:4])
-    write_part(tmp_path / "dt=2026-01-02" / "part.parquet", ROWS[4:])
+    write_part(tmp_path / "dt=2026-01-01" / "part-a.parquet", ROWS[:4])
+    write_part(tmp_path / "dt=2026-01-02" / "part-a.parquet", ROWS[4:])
     write_part(tmp_path / "_ctxprec" / "stray.parquet", ROWS)  # state, never data
     write_part(tmp_path / "dt=2026-01-03" / "mine.parquet", ROWS)  # a user's file, not data
-    commit(tmp_path, *(tmp_path / f"dt=2026-01-0{d}" / "part.parquet" for d in (1, 2)))
+    commit(tmp_path, *(tmp_path / f"dt=2026-01-0{d}" / "part-a.parquet" for d in (1, 2)))
     s = build_summary(tmp_path, RUN, group_by="dt")
     assert s["rows"]["total"] == 8
     assert s["parts"] == 2

@@ -1,0 +1,242 @@
+"""Every kind of state file ctxprec reads back from OUTDIR (`storage.layout`), damaged in every
+way we can think of, then the real CLI run again on the folder: each case ends in exit 2 with a
+one-line message and the folder unchanged (`_SUCCESS` kept), or in a safe recovery (the run
+finishes with every row); never exit 3, never a file changed outside OUTDIR."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli.main import main
+from storage.batches import BatchStore
+from storage.core.errors import UserError
+from storage.verdicts import VerdictStore, verdict_dir
+from tests.fakes.folders import checksums
+from tests.fakes.inputs import write_input
+from tests.fakes.runs import score
+
+ROWS = 6
+RUN = ["--batch-rows", "2"]  # three parts
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A finished output of an offline run, with a planted pending record, sink record and
+    batch state of the shapes ctxprec writes (copied for each case)."""
+    root = tmp_path_factory.mktemp("fuzz")
+    source, out = write_input(root / "in.parquet", range(ROWS)), root / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CTXPREC_CACHE_DIR", str(root / "memo"))
+        assert score(source, "-o", out, *RUN) == 0
+        assert main(["estimate", str(source), "-o", str(out)]) == 0
+    store = VerdictStore(verdict_dir(out, str(source)))
+    store.append([("v1-x", (True, "a reason", 10, 2))])
+    store.flush()
+    state = out / "_ctxprec"
+    key = "00000-00009"
+    (state / "parts" / f"{key}.pending").write_text(
+        json.dumps({"key": key, "files": [f"part-{key}.parquet"]})
+    )
+    (state / "sink-0123456789abcdef.json").write_text(
+        json.dumps({"sink": "duckdb:x.db", "loaded": {"part-00000-00000.parquet": 0}})
+    )
+    chunk = "c20260101T000000-00001-r0-0001"
+    batches = state / "batches"
+    batches.mkdir()
+    (batches / "state.json").write_text(json.dumps(_batch_state(chunk)))
+    (batches / f"{chunk}.ids").write_text("k0\tabc123 def456\nk1\t0a1b\n")
+    return source, out
+
+
+def _batch_state(chunk: str) -> dict[str, object]:
+    entry = {
+        "name": chunk, "round": 0, "lines": 2, "bytes": 100, "stage": "collected",
+        "written_at": 1.0, "not_before": 0.0, "file_id": "f", "batch_id": "b", "status":
+        "completed", "answered": 2, "error": None, "gen": 0, "parent": None,
+    }  # fmt: skip
+    return {"version": 1, "chunks": {chunk: entry}, "failed": {}, "finished": True, "gen": 0}
+
+
+def _files(out: Path) -> dict[str, Path]:
+    """One state file of each kind in the template."""
+    state = out / "_ctxprec"
+    verdicts = sorted((state / "verdicts").rglob("*.arrow"))
+    assert verdicts, "the offline run keeps its verdicts in OUTDIR"
+    found = {
+        "manifest": state / "manifest.json",
+        "run": state / "run.json",
+        "estimate": state / "estimate.json",
+        "commit": sorted((state / "parts").glob("*.json"))[0],
+        "pending": sorted((state / "parts").glob("*.pending"))[0],
+        "sink": state / "sink-0123456789abcdef.json",
+        "batch_state": state / "batches" / "state.json",
+        "ids": sorted((state / "batches").glob("*.ids"))[0],
+        "verdicts": verdicts[0],
+    }
+    return found
+
+
+def _json_fields(path: Path) -> list[str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return sorted(data) if isinstance(data, dict) else []
+
+
+def _set(field: str, value: object) -> Callable[[Path], None]:
+    def mutate(path: Path) -> None:
+        data = json.loads(path.read_text())
+        data[field] = value
+        path.write_text(json.dumps(data))
+
+    return mutate
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _random(path: Path) -> None:
+    path.write_bytes(random.Random(path.name).randbytes(300))
+
+
+MUTATIONS: dict[str, Callable[[Path], None]] = {
+    "truncated": _truncate,
+    "empty": lambda p: p.write_bytes(b""),
+    "list": lambda p: p.write_text("[]"),
+    "null": lambda p: p.write_text("null"),
+    "random": _random,
+    "deep": lambda p: p.write_text("[" * 100_000),
+}
+
+# each kind of state file, and the commands that read it back
+READERS = {
+    "manifest": ["same", "--overwrite", "--incremental", "summary"],
+    "run": ["same", "--overwrite", "summary"],
+    "estimate": ["same", "--overwrite"],
+    "commit": ["same", "--overwrite", "--incremental", "summary"],
+    "pending": ["same", "--overwrite", "--incremental"],
+    "sink": ["same", "--overwrite"],
+    "batch_state": ["same", "--overwrite", "batches"],
+    "ids": ["read_ids", "batches"],  # read by a --batch-api run only: its reader, in-process
+    "verdicts": ["same", "--overwrite"],
+}
+
+# top-level fields of each JSON kind, each set to null and to a string
+FIELDS = {
+    "manifest": ["fingerprint", "config_fingerprint", "status", "incremental", "command",
+                 "describe"],
+    "run": ["wall_s", "rows_this_run", "judge", "price", "engine", "notices", "history",
+            "estimate", "sinks", "incremental", "judge_calls", "input"],
+    "estimate": ["calls", "input_tokens", "cost_usd", "wall_s", "judge_model"],
+    "commit": ["key", "files", "rows", "failed"],
+    "pending": ["key", "files"],
+    "sink": ["loaded"],
+    "batch_state": ["chunks", "failed", "finished", "gen", "version"],
+}  # fmt: skip
+
+
+def _cases() -> Iterator[object]:
+    for kind, commands in READERS.items():
+        for name in [*MUTATIONS, "symlink"]:
+            yield pytest.param(kind, name, commands, id=f"{kind}-{name}")
+        few = [c for c in commands if c in ("same", "summary")]
+        for field in FIELDS.get(kind, []):
+            for label in ("null", "abc"):
+                yield pytest.param(kind, f"{field}={label}", few, id=f"{kind}-{field}={label}")
+
+
+def _mutation(name: str, outside: Path) -> Callable[[Path], None]:
+    if name == "symlink":
+
+        def link(path: Path) -> None:
+            path.unlink()
+            path.symlink_to(outside / "secret.txt")
+
+        return link
+    if "=" in name:
+        field, label = name.split("=")
+        return _set(field, {"null": None, "abc": "abc", "list": []}[label])
+    return MUTATIONS[name]
+
+
+def _run(command: str, source: Path, out: Path) -> int:
+    if command == "read_ids":
+        store = BatchStore.load(out)
+        try:
+            store.read_ids(next(iter(store.chunks)))
+        except UserError as exc:
+            print(f"ctxprec: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        return 0
+    if command == "summary":
+        return main(["summary", str(out)])
+    if command == "batches":
+        return main(["batches", str(out)])
+    extra = [] if command == "same" else [command]
+    return score(source, "-o", out, *RUN, *extra)
+
+
+def _tree_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(str(path.relative_to(folder)).encode())
+        if path.is_file() and not path.is_symlink():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _rows(out: Path) -> int:
+    return int(json.loads((out / "summary.json").read_text())["rows"]["total"])
+
+
+@pytest.mark.parametrize(("kind", "damage", "commands"), list(_cases()))
+def test_damaged_state_is_refused_in_one_line_or_recovered(
+    kind: str,
+    damage: str,
+    commands: list[str],
+    template: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    source, original = template
+    outside = tmp_path / "outside"  # a sentinel folder: a link points into it
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not ctxprec's\n")
+    sentinel = _tree_hash(outside)
+    for command in commands:
+        out = tmp_path / f"out-{command.strip('-')}"
+        shutil.copytree(original, out, symlinks=True)
+        target = _files(out)[kind]
+        if damage.partition("=")[0] not in _json_fields(target) and "=" in damage:
+            pytest.skip(f"{kind} has no field {damage}")
+        _mutation(damage, outside)(target)
+        before = checksums(out)
+        capsys.readouterr()
+        code = _run(command, source, out)
+        err = capsys.readouterr().err
+        where = f"{kind} {damage}, {command}: exit {code}\n{err}"
+        assert code in (0, 2), where
+        assert "Traceback" not in err, where
+        assert "internal error" not in err, where
+        assert _tree_hash(outside) == sentinel, where
+        if code == 2:
+            errors = [line for line in err.splitlines() if line.startswith("ctxprec: error:")]
+            assert len(errors) == 1, where
+            after = checksums(out)
+            after.pop("_ctxprec/lock", None)
+            assert after == before, where  # nothing changed: `_SUCCESS` is still there
+        elif command not in ("summary", "batches", "read_ids"):
+            assert (out / "_SUCCESS").is_file(), where
+            assert _rows(out) == ROWS, where  # recovered: every row is there
+        shutil.rmtree(out)
