@@ -57,6 +57,8 @@ def report_rows(
         return {"worst": [], "failed": [], "sample": []}
     chosen, files = _choose(_scan(parts, "_file"), worst, sample)
     ids = [i for group in chosen.values() for i in group]
+    if not ids:  # parts with no row in them (an empty input)
+        return {"worst": [], "failed": [], "sample": []}
     lf = _scan([p for p in parts if str(p) in files])  # only the files holding a chosen row
     cols = set(lf.collect_schema().names())
     wide = _wide(lf, cols, ids, group_by, names or {})
