@@ -77,6 +77,7 @@ __all__ = [
     "sink_record",
     "state_dir",
     "success",
+    "summary_html",
     "summary_json",
     "summary_md",
     "verdict_dir",
@@ -101,6 +102,7 @@ _BATCHES = "batches"
 _SUCCESS = "_SUCCESS"
 _SUMMARY_JSON = "summary.json"
 _SUMMARY_MD = "summary.md"
+_SUMMARY_HTML = "summary.html"
 CHARTS = "charts"
 # the manifest relative to OUTDIR, for a listing that knows folders by their string names
 MANIFEST_KEY = f"{STATE_DIR}/{_MANIFEST}"
@@ -122,6 +124,10 @@ def summary_json(outdir: P) -> P:
 
 def summary_md(outdir: P) -> P:
     return outdir / _SUMMARY_MD
+
+
+def summary_html(outdir: P) -> P:
+    return outdir / _SUMMARY_HTML
 
 
 def charts_dir(outdir: P) -> P:
