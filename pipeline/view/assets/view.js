@@ -209,12 +209,14 @@ function renderHead(out, compare) {
   const cols = compare
     ? ["id", "query", "score A", "score B", "B − A", "status A", "status B"]
     : ["id", out && out.query_column ? "query" : null, ...(out ? Object.keys(out.groups) : []), "score", "band", "status", "relevant", "items"];
+  const narrow = new Set(["items", "band", "relevant", "status A", "status B", ...(out ? Object.keys(out.groups) : [])]);
   const tr = el("tr", null);
   for (const c of cols) {
     if (c === null) continue;
     const th = el("th", null, c);
     th.scope = "col";
-    if (c === "items") th.className = "hide-narrow";
+    if (narrow.has(c)) th.className = "hide-narrow";
+    if (c.startsWith("score") || c === "B − A" || c === "relevant") th.classList.add("num");
     tr.append(th);
   }
   $("rows").tHead.replaceChildren(tr);
@@ -235,13 +237,13 @@ function rowLine(out, row) {
   tr.dataset.id = String(row.id);
   tr.append(cell(String(row.id), "id"));
   if (out.query_column) tr.append(cell(row.query === null ? "" : row.query, "query"));
-  for (const column of Object.keys(out.groups)) tr.append(cell(row[column] === null || row[column] === undefined ? "" : String(row[column])));
-  tr.append(cell(num(row.score), "num score"));
-  tr.append(cell(row.band ? chip(row.band, "band-" + row.band) : ""));
+  for (const column of Object.keys(out.groups)) tr.append(cell(row[column] === null || row[column] === undefined ? "" : String(row[column]), "hide-narrow"));
+  tr.append(cell(num(row.score), "num score" + (row.band ? " band-" + row.band : "")));
+  tr.append(cell(row.band ? chip(row.band, "band-" + row.band) : "", "hide-narrow"));
   const status = el("td", null, chip(row.status, "st-" + row.status));
   if (row.error) status.title = row.error;
   tr.append(status);
-  tr.append(cell(row.relevant_count === null ? "" : num(row.relevant_count) + " / " + num(row.context_count), "num"));
+  tr.append(cell(row.relevant_count === null ? "" : num(row.relevant_count) + " / " + num(row.context_count), "num hide-narrow"));
   tr.append(cell(Array.isArray(row.verdicts) ? strip(row.verdicts) : "", "hide-narrow"));
   const open = () => openRow(S.view, row.id);
   tr.addEventListener("click", open);
@@ -258,8 +260,8 @@ function pairLine(row) {
   tr.append(cell(num(row.score_a), "num"));
   tr.append(cell(num(row.score_b), "num"));
   tr.append(cell(signed(row.delta), "num " + (row.delta > 0 ? "up" : row.delta < 0 ? "down" : "")));
-  tr.append(cell(chip(row.status_a, "st-" + row.status_a)));
-  tr.append(cell(chip(row.status_b, "st-" + row.status_b)));
+  tr.append(cell(chip(row.status_a, "st-" + row.status_a), "hide-narrow"));
+  tr.append(cell(chip(row.status_b, "st-" + row.status_b), "hide-narrow"));
   const open = () => openPair(row.id);
   tr.addEventListener("click", open);
   tr.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } });
