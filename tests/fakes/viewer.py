@@ -21,7 +21,6 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.cli.main import main
 from tests.fakes.inputs import REPO, SAMPLE
 
 __all__ = [
@@ -37,7 +36,7 @@ __all__ = [
 HOSTILE = [
     "<script>window.__pwned = 1</script>",
     '" onload="window.__pwned = 1" x="',
-    "<img src=x onerror=\"window.__pwned = 1\">",
+    '<img src=x onerror="window.__pwned = 1">',
     "</td></tr><svg onload=window.__pwned=1>",
 ]
 
@@ -67,8 +66,17 @@ def make_outputs(root: Path) -> tuple[Path, Path]:
         frame.write_parquet(src)
         out = root / f"out-{name}"
         flags = ["--passthrough", "retriever,query,contexts", "--group-by", "retriever"]
-        code = main(["score", str(src), "-o", str(out), "--progress", "off", *flags])
-        assert code == 0
+        args = ["score", str(src), "-o", str(out), "--progress", "off", *flags]
+        # a process of its own: a test may hold a running event loop (Playwright's) here
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli.main", *args],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
         outs.append(out)
     return outs[0], outs[1]
 

@@ -20,8 +20,8 @@ import pytest
 
 from storage.core.metric import average_precision, round_half_up
 from tests.fakes.inputs import REPO
-from tests.test_readme import documented_commands
 from tests.fakes.viewer import HOSTILE, Viewer, get, make_outputs, tree_digest, viewer
+from tests.test_readme import documented_commands
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,8 @@ def test_info_carries_summary_json_figures(server: Viewer, outputs: tuple[Path, 
         s = summary(out)
         assert shown["rows"] == s["rows"]["total"] == 16
         assert shown["summary"]["score"]["mean"] == s["score"]["mean"]
-        assert shown["query_column"] == "query" and shown["texts"] is True
+        assert shown["query_column"] == "query"
+        assert shown["texts"] is True
         assert {g["value"] for g in shown["groups"]["retriever"]} >= {"bm25", "dense"}
     assert info["compare"]["pairs"] == 16
 
@@ -81,11 +82,14 @@ def test_filters_by_status_band_and_group(server: Viewer) -> None:
     empty = api(server, "/api/rows", status="empty_context")["rows"]
     assert [r["status"] for r in empty] == ["empty_context"]
     none = api(server, "/api/rows", band="none")["rows"]
-    assert none and all(r["score"] == 0 for r in none)
+    assert none
+    assert all(r["score"] == 0 for r in none)
     excellent = api(server, "/api/rows", band="excellent", size=200)["rows"]
-    assert excellent and all(r["score"] >= 0.9 for r in excellent)
+    assert excellent
+    assert all(r["score"] >= 0.9 for r in excellent)
     dense = api(server, "/api/rows", group_by="retriever", group="dense")
-    assert dense["total"] == 6 and {r["retriever"] for r in dense["rows"]} == {"dense"}
+    assert dense["total"] == 6
+    assert {r["retriever"] for r in dense["rows"]} == {"dense"}
     both = api(server, "/api/rows", group_by="retriever", group="dense", band="none")
     assert 0 < both["total"] < dense["total"]
 
@@ -93,7 +97,9 @@ def test_filters_by_status_band_and_group(server: Viewer) -> None:
 def test_sorts_by_score_both_ways_and_by_id(server: Viewer) -> None:
     up = [r["score"] for r in api(server, "/api/rows", sort="score", size=200)["rows"]]
     down = [r["score"] for r in api(server, "/api/rows", sort="-score", size=200)["rows"]]
-    assert up == sorted(up) and down == sorted(down, reverse=True) and len(up) == 16
+    assert up == sorted(up)
+    assert down == sorted(down, reverse=True)
+    assert len(up) == 16
     ids = [r["id"] for r in api(server, "/api/rows", sort="id", size=200)["rows"]]
     assert ids == sorted(ids)
     # a sorted page is the matching slice of the whole sorted table
@@ -103,13 +109,16 @@ def test_sorts_by_score_both_ways_and_by_id(server: Viewer) -> None:
 
 def test_a_row_opens_to_its_ranked_items(server: Viewer) -> None:
     row = api(server, "/api/row/q001")
-    assert row["id"] == "q001" and len(row["items"]) == 4
+    assert row["id"] == "q001"
+    assert len(row["items"]) == 4
     verdicts = [i["verdict"] for i in row["items"]]
     gains = [i["gain"] or 0 for i in row["items"]]
     assert math.isclose(sum(gains), average_precision(verdicts))
     assert round_half_up(sum(gains)) == row["score"]
     assert all(i["text"] for i in row["items"])  # --passthrough contexts: the texts too
-    hostile = api(server, "/api/row/" + quote(api(server, "/api/rows", q="Hostile 0")["rows"][0]["id"]))
+    hostile = api(
+        server, "/api/row/" + quote(api(server, "/api/rows", q="Hostile 0")["rows"][0]["id"])
+    )
     assert hostile["items"][1]["text"] == HOSTILE[0]  # as it is: escaping is the page's job
     b = api(server, "/api/row/q001", side="b")
     assert [i["verdict"] for i in b["items"]] == verdicts[::-1]
@@ -123,7 +132,8 @@ def test_two_outputs_pair_on_id(server: Viewer) -> None:
     for r in page["rows"]:
         assert math.isclose(r["delta"], round(r["score_b"] - r["score_a"], 4))
     changed = api(server, "/api/compare", changed="1", size=200)
-    assert 0 < changed["total"] < 16 and all(r["delta"] != 0 for r in changed["rows"])
+    assert 0 < changed["total"] < 16
+    assert all(r["delta"] != 0 for r in changed["rows"])
     moved = changed["rows"][0]["id"]
     pair = api(server, "/api/pair/" + quote(moved))
     assert pair["a"]["id"] == pair["b"]["id"] == moved
@@ -157,7 +167,8 @@ BAD_QUERIES = [
 def test_bad_parameters_are_400_json(server: Viewer, path: str) -> None:
     status, headers, body = get(server.url.rstrip("/") + path)
     assert status == 400, body
-    assert body["status"] == 400 and body["error"]
+    assert body["status"] == 400
+    assert body["error"]
     assert headers["X-Content-Type-Options"] == "nosniff"
 
 
@@ -202,14 +213,17 @@ TRAVERSALS = [
 def test_no_url_reaches_a_file(server: Viewer, path: str, outputs: tuple[Path, Path]) -> None:
     status, body = raw_get(server, path)
     assert status in (400, 404), (path, status)
-    assert b"root:" not in body and b"PAR1" not in body
-    assert b"fingerprint" not in body and b'"score":' not in body
+    assert b"root:" not in body
+    assert b"PAR1" not in body
+    assert b"fingerprint" not in body
+    assert b'"score":' not in body
     assert (outputs[0] / "_ctxprec" / "manifest.json").read_bytes() not in body
 
 
 def test_fixed_routes_only_get(server: Viewer) -> None:
     status, body = raw_get(server, "/")
-    assert status == 200 and b"<title>ctxprec view</title>" in body
+    assert status == 200
+    assert b"<title>ctxprec view</title>" in body
     assert raw_get(server, "/", "POST")[0] == 405
     assert raw_get(server, "/api/rows", "DELETE")[0] == 405
 
@@ -221,7 +235,8 @@ def test_security_headers_and_host_check(server: Viewer) -> None:
         assert "default-src 'none'" in headers["Content-Security-Policy"]
         assert "script-src 'self'" in headers["Content-Security-Policy"]
     status, _, body = get(server.url + "api/info", {"Host": "attacker.example:80"})
-    assert status == 421 and "Host" in body["error"]  # a DNS-rebinding page gets nothing
+    assert status == 421
+    assert "Host" in body["error"]
 
 
 def test_summary_html_is_served_from_the_output_when_present(tmp_path: Path) -> None:
@@ -235,7 +250,8 @@ def test_summary_html_is_served_from_the_output_when_present(tmp_path: Path) -> 
         page.write_text("<!doctype html><title>report</title><p>the report</p>")
     with viewer(a) as running:
         status, headers, body = get(running.url + "summary.html")
-        assert status == 200 and body == page.read_text()
+        assert status == 200
+        assert body == page.read_text()
         assert "script-src" not in headers["Content-Security-Policy"]  # no script at all
         assert get(running.url + "b/summary.html")[0] == 404  # one output: no B
 
@@ -249,7 +265,8 @@ def test_ctrl_c_exits_130_and_nothing_is_written(tmp_path: Path) -> None:
         api(running, "/api/compare", sort="change")
         code, err = running.stop()
     assert code == 130, err
-    assert "stopped" in err and "Traceback" not in err
+    assert "stopped" in err
+    assert "Traceback" not in err
     assert [tree_digest(a), tree_digest(b)] == before
 
 
@@ -262,7 +279,8 @@ def test_not_an_output_is_exit_2(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2
-    assert "holds no ctxprec output" in done.stderr and "Traceback" not in done.stderr
+    assert "holds no ctxprec output" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_the_documented_view_commands_run(tmp_path: Path) -> None:

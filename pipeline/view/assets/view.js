@@ -156,7 +156,8 @@ function setup() {
     for (const [column, values] of Object.entries(out.groups)) {
       for (const v of values) {
         S.groups.push([column, v.value]);
-        groupItems.push([String(S.groups.length - 1), column + " = " + (v.value === null ? "(null)" : v.value) + " (" + num(v.rows) + ")"]);
+        const shown = v.value === null ? "(null)" : v.value.length > 60 ? v.value.slice(0, 59) + "…" : v.value;
+        groupItems.push([String(S.groups.length - 1), column + " = " + shown + " (" + num(v.rows) + ")"]);
       }
     }
   }
