@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import polars as pl
 import pyarrow.dataset as ds
@@ -41,6 +41,7 @@ _LIST_TEXT = 300  # characters of a query or an error in the list
 _ITEM_TEXT = 4000  # characters of an item text or a reason in an opened row
 _EPS = 1e-9  # as summary.py: absorbs float noise in score / scale
 _ITEM_COLUMNS = ("verdicts", "verdict_reasons", "label_verdicts")
+_ROW = "__ctxprec_row"  # a row's position in the scan, for sorts
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class RowFilter:
     band: str | None = None
     group_by: str | None = None
     group: str | None = None
+
+
+# Polars' streaming engine: joins, sorts and group-bys in bounded chunks
+_STREAMING: Final = "streaming"
+
+
+def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    got: pl.DataFrame = lf.collect(engine=_STREAMING)
+    return got
 
 
 def band_expr(scale: float) -> pl.Expr:
@@ -184,7 +194,7 @@ class RowTable:
                 .len()
                 .sort(["len", "value"], descending=[True, False], nulls_last=True)
                 .head(MAX_GROUP_VALUES)
-                .collect()
+                .collect(engine=_STREAMING)
             )
             out[column] = [{"value": v, "rows": int(n)} for v, n in got.iter_rows()]
         return out
@@ -214,7 +224,7 @@ class RowTable:
         return self.count(RowFilter())
 
     def count(self, f: RowFilter) -> int:
-        got = self._where(self.scan(), f).select(pl.len()).collect()
+        got = self._where(self.scan(), f).select(pl.len()).collect(engine=_STREAMING)
         return int(got.item())
 
     def _list_columns(self) -> list[pl.Expr]:
@@ -233,32 +243,40 @@ class RowTable:
         return cols
 
     def page(self, f: RowFilter, sort: str, number: int, size: int) -> dict[str, Any]:
-        """Rows `size * (number - 1)` on of the filtered, sorted table, and how many match."""
+        """Rows `size * (number - 1)` on of the filtered, sorted table, and how many match.
+        A sort orders slim keys only (a row number and the score, or the id), then reads the
+        page's rows: it never carries the reasons and verdicts of every row."""
         total = self.count(f)
         offset = size * (number - 1)
-        lf = self._where(self.scan(), f)
-        if sort:
-            # sort the slim keys only, then read the page's rows by id: a sort never carries
-            # reasons and verdicts of every row
-            keys = lf.select("id", "score")
-            by, desc = (
-                (["id"], [False]) if sort == "id" else (["score", "id"], [sort == "-score", False])
-            )
-            ids = keys.sort(by, descending=desc, nulls_last=True).slice(offset, size)
-            order = ids.collect().get_column("id")
-            got = self._by_ids(lf, order)
+        if sort == "id":
+            keys = self._where(self.scan(), f).select("id").sort("id").slice(offset, size)
+            ids = _collect(keys).get_column("id")
+            got = self._picked(pl.col("id"), ids)
+        elif sort:
+            keys = self._where(self._numbered(), f).select(_ROW, "score")
+            by = keys.sort(["score", _ROW], descending=[sort == "-score", False], nulls_last=True)
+            got = self._picked(pl.col(_ROW), _collect(by.slice(offset, size)).get_column(_ROW))
         else:
-            got = lf.select(self._list_columns()).slice(offset, size).collect()
+            got = _collect(
+                self._where(self.scan(), f).select(self._list_columns()).slice(offset, size)
+            )
         rows = [self._list_row(r) for r in got.iter_rows(named=True)]
         return {"total": total, "page": number, "size": size, "rows": rows}
 
-    def _by_ids(self, lf: pl.LazyFrame, ids: pl.Series) -> pl.DataFrame:
-        """The list columns of the rows with these ids, in the order given."""
-        if ids.is_empty():
-            return lf.select(self._list_columns()).head(0).collect()
-        wanted = pl.DataFrame({"id": ids, "_at": range(len(ids))})
-        got = lf.filter(pl.col("id").is_in(ids.implode())).select(self._list_columns()).collect()
-        return got.join(wanted, on="id").sort("_at").drop("_at")
+    def _numbered(self) -> pl.LazyFrame:
+        """The scan with each row's position in it (a stable tie-break, cheaper than the id)."""
+        return self.scan().with_row_index(_ROW)
+
+    def _picked(self, key: pl.Expr, wanted: pl.Series) -> pl.DataFrame:
+        """The list columns of the rows whose `key` (id or row number) is in `wanted`, in the
+        order given."""
+        name = wanted.name
+        lf = self._numbered() if name == _ROW else self.scan()
+        order = pl.DataFrame({name: wanted, "_at": range(len(wanted))})
+        cols = [*self._list_columns(), *([key] if name == _ROW else [])]
+        got = _collect(lf.filter(key.is_in(wanted.implode())).select(cols))
+        picked = got.join(order, on=name).sort("_at").drop("_at")
+        return picked.drop(_ROW) if name == _ROW else picked
 
     def _list_row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         out = {k: _plain(v) for k, v in row.items() if k != "verdicts"}
@@ -274,7 +292,9 @@ class RowTable:
         """One row by its id (given as text: an integer id column is matched as text), with
         its ranked items; None when no row has that id."""
         lf = self.scan().filter(pl.col("id").cast(pl.String) == row_id)
-        got = lf.with_columns(band_expr(self.scale).alias("band")).head(1).collect()
+        got = (
+            lf.with_columns(band_expr(self.scale).alias("band")).head(1).collect(engine=_STREAMING)
+        )
         if got.is_empty():
             return None
         return self._detail(got.row(0, named=True))
