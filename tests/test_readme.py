@@ -110,6 +110,7 @@ def _ctxprec_segments(line: str) -> list[str]:
 # Pages, or `## ` sections of a page, whose commands need a server of their own or a script's
 # variables; each has a test that runs every ctxprec command there as written.
 JUDGES = "tests/test_readme_judges.py (strict provider stand-ins, a real llama.cpp server)"
+VIEW = "tests/pipeline/test_view.py (started on a free port, queried, stopped by Ctrl-C)"
 RUN_ELSEWHERE = {
     ("docs/judges.md", ""): f"{JUDGES} and tests/connectors/test_registry_providers.py",
     ("docs/nightly.md", "## Nightly quality gate"): "tests/test_readme_gate.py (the script)",
@@ -128,6 +129,8 @@ def _sections(text: str) -> list[tuple[str, str]]:
 
 def elsewhere(page: str, heading: str, command: str) -> str | None:
     """Which test runs this command instead of this file, if another one does."""
+    if command.startswith("ctxprec view"):  # a server: it runs until Ctrl-C
+        return VIEW
     if OBJECT_STORE.search(command):
         return "tests/connectors/test_object_store.py (the loopback S3 server)"
     found = (why for (p, h), why in RUN_ELSEWHERE.items() if p == page and heading.startswith(h))
@@ -337,5 +340,5 @@ def test_extraction_follows_the_markers() -> None:
 
 
 def test_the_tests_that_run_other_sections_exist() -> None:
-    for why in RUN_ELSEWHERE.values():
+    for why in [*RUN_ELSEWHERE.values(), VIEW]:
         assert (REPO / why.split()[0]).is_file(), why

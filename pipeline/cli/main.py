@@ -1,5 +1,5 @@
-"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `batches`, `cache`,
-`providers` and `config`. Exit codes:
+"""The `ctxprec` command: `score`, `estimate`, `summary`, `compare`, `view`, `batches`, `cache`,
+`providers`, `config` and `sample`. Exit codes:
 0 all rows scored; 1 some rows failed (output still written); 2 usage/config/input/output-folder
 errors before any judge call (a folder ctxprec did not write, one another run is writing, an
 object-store URL, a sink without its extra) or a write that failed mid-run (full disk, read-only
@@ -68,6 +68,7 @@ COMMANDS: dict[str, str] = {
     "providers": "pipeline.cli.providers:run_providers_command",
     "config": "pipeline.cli.config:run_config_command",
     "sample": "pipeline.cli.sample:run_sample_command",
+    "view": "pipeline.cli.view:run_view_command",
 }
 
 SETTINGS = {s.key: s for s in settings()}
@@ -265,6 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     for key in ("model", "base_url", "api_key_env", "timeout_s"):
         _add_setting(bj, f"judge.{key}")
     add_providers_command(sub)  # `ctxprec providers` (pipeline/cli/providers.py)
+    _add_view_parser(sub)
     show_defaults(parser)
     for action in es._actions:  # accepted only to be refused with a reason (see below)
         if action.dest in _NOT_FOR_ESTIMATE:
@@ -280,6 +282,49 @@ class OutdirArg(str):
 
 def _outdir(text: str) -> Any:
     return OutdirArg(text)
+
+
+VIEW_PORT = 8765
+VIEW_EPILOG = """examples:
+  ctxprec view out/night                 http://127.0.0.1:8765/ until Ctrl-C
+  ctxprec view out/night out/cheap       both outputs, and their rows paired by id
+  ctxprec view s3://bucket/scores --port 0     any free port (the URL is printed)"""
+
+
+def _add_view_parser(sub: Any) -> None:
+    vw = sub.add_parser(
+        "view",
+        help="serve an output's report and every row on a local web page (read only)",
+        epilog=VIEW_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    vw.add_argument(
+        "outdir", type=_outdir, metavar="OUTDIR", help="an output folder or URI written by `score`"
+    )
+    vw.add_argument(
+        "outdir_b",
+        nargs="?",
+        type=_outdir,
+        metavar="OUTDIR_B",
+        help="a second output: its rows too, and the two paired by id (scores, B - A, items)",
+    )
+    vw.add_argument(
+        "--port",
+        type=_port,
+        default=VIEW_PORT,
+        help="TCP port (0: any free one; the URL printed says which)",
+    )
+    vw.add_argument(
+        "--host",
+        help="address to listen on (default: 127.0.0.1, this machine only); another address "
+        "serves the outputs to anyone who can reach it, with a warning",
+    )
+
+
+def _port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return int(text)
 
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
