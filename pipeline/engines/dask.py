@@ -20,13 +20,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from connectors.judges import JudgeStats
+from connectors.judges import JudgeStats, audit_settings
 from pipeline.config import Config
 from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
 from pipeline.flow.dispatch import RunCounters, add_counts
 from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
 from pipeline.limits.limiter import GateStats, RateGate
 from pipeline.run.driver import (
+    AuditCounts,
     RunOptions,
     RunPlan,
     RunResult,
@@ -133,7 +134,10 @@ def _run_on_cluster(
     with _client(scheduler, workers) as client:
         n_workers = len(client.scheduler_info().get("workers", {}))
         if run_id is not None:
-            install_coordinator(client, run_id, cfg.limits.rpm, cfg.limits.tpm, cfg.limits.adaptive)
+            lim = cfg.limits
+            install_coordinator(client, run_id, lim.rpm, lim.tpm, lim.adaptive)
+            if plan.audit_identity is not None:  # the audit judge's calls: a limit of their own
+                install_coordinator(client, _audit_run(run_id), lim.rpm, lim.tpm, lim.adaptive)
         shards = shard_count(plan.info.total_rows, SHARD_ROWS, 2 * max(n_workers, 1))
         try:
             if keyed(plan):
@@ -142,6 +146,8 @@ def _run_on_cluster(
                 results, errors = _run_tasks(client, plan, tasks, run_id, progress)
         finally:
             central = remove_coordinator(client, run_id) if run_id else None
+            if run_id and plan.audit_identity is not None:
+                remove_coordinator(client, _audit_run(run_id))
     if errors:  # other tasks' parts are committed: the same command resumes with the rest
         raise errors[0]
     result = _merge(plan, results, central)
@@ -149,6 +155,11 @@ def _run_on_cluster(
     if keyed(plan):
         engine["shards"] = shards
     return finish_run(plan, result, started_at, time.monotonic() - started, engine)
+
+
+def _audit_run(run_id: str) -> str:
+    """The id of the audit judge's coordinator in a rate-limited run."""
+    return f"{run_id}-audit"
 
 
 def _require_distributed() -> None:
@@ -176,6 +187,11 @@ def _portable(plan: RunPlan) -> RunPlan:
     base = plan.identity.get("base_url")
     if isinstance(base, str) and not cfg.judge.base_url:
         cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, base_url=base))
+    audit = audit_settings(cfg.judge)  # --audit-model: its base URL as the driver resolved it
+    audit_base = (plan.audit_identity or {}).get("base_url")
+    if audit is not None and audit.base_url is None and isinstance(audit_base, str):
+        judge = dataclasses.replace(cfg.judge, audit_base_url=audit_base)
+        cfg = dataclasses.replace(cfg, judge=judge)
     # a retry clock stays in this process: each worker's judges wait on real time
     return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg, retry_clock=None)
 
@@ -299,7 +315,10 @@ def _merge(
     stats = JudgeStats()
     gate = GateStats()
     extra: dict[str, Any] = {}
+    audit = AuditCounts(RunCounters(), JudgeStats()) if plan.audit_identity else None
     for result in results:
+        if audit is not None and result.audit is not None:
+            audit.add(result.audit)
         add_counts(counters, result.counters)
         add_counts(stats, result.stats)
         gate = _sum_gate(gate, result.gate)
@@ -310,7 +329,7 @@ def _merge(
         own = GateStats(**central["gate"])
         gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
         extra.update(leases=central["leases"], permits=central["permits"])
-    return StageResult(counters, stats, gate, extra)
+    return StageResult(counters, stats, gate, extra, audit=audit)
 
 
 def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
@@ -372,15 +391,24 @@ async def _task_main(
 ) -> StageResult:
     stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
     hooks = ReduceHooks(plan, scratch, index) if scratch is not None else None
-    if hooks is not None:
+    shared = partial(_shared_memo, plan, task.file) if plan.cfg.run.memo else lambda: None
+    if hooks is not None:  # the audit judge's verdicts are not in the answers: its own memo
         stage = partial(stage, open_memo=hooks.open_memo, judge_factory=hooks.judge_factory)
+        if plan.audit_identity is not None:
+            stage = partial(stage, open_audit_memo=shared)
     elif plan.cfg.run.memo:
-        stage = partial(stage, open_memo=partial(_shared_memo, plan, task.file))
+        stage = partial(stage, open_memo=shared)
     if run_id is None:
         result = await stage()
     else:
-        gate = LeasedGate(scheduler_lease(run_id), plan.cfg.limits.concurrency)
-        async with gate.running():
+        concurrency = plan.cfg.limits.concurrency
+        gate = LeasedGate(scheduler_lease(run_id), concurrency)
+        async with contextlib.AsyncExitStack() as gates:
+            await gates.enter_async_context(gate.running())
+            if plan.audit_identity is not None:
+                audit = LeasedGate(scheduler_lease(_audit_run(run_id)), concurrency)
+                await gates.enter_async_context(audit.running())
+                stage = partial(stage, audit_gate=audit)
             result = await stage(gate=gate)
     return hooks.settle(result) if hooks is not None else result
 

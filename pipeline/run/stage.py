@@ -73,9 +73,14 @@ async def run_stage(
     progress: str = "off",
     judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
     audit_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
+    audit_gate: MeteredGate | None = None,
+    open_audit_memo: Callable[[], MemoStore | None] | None = None,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
-    plan skips and those an earlier attempt of this stage committed. Every engine runs this."""
+    plan skips and those an earlier attempt of this stage committed. Every engine runs this.
+    The audit judge (`--audit-model`) gets a gate of its own (`audit_gate`, else one with the
+    run's limits) and the stage's memo, or `open_audit_memo`'s when the stage's memo is not a
+    memo of every judge (a keyed reduce's answers are the first judge's only)."""
     cfg = plan.cfg
     stats = JudgeStats()
     gate = gate or RateGate(
@@ -92,11 +97,14 @@ async def run_stage(
         )
     counters = counters or RunCounters()
     extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
-    audit_judge = _audit_judge(plan, audit_factory)
+    audit_judge = _audit_judge(plan, audit_factory, audit_gate)
     try:
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
         memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
+        audit_memo = memo
+        if audit_judge is not None and open_audit_memo is not None:
+            audit_memo = await anyio.to_thread.run_sync(open_audit_memo)
         paid = judge  # the journal is for a paid judge's verdicts: the audit judge's too
         if audit_judge is not None and isinstance(judge, SyncDecider):
             paid = audit_judge.judge
@@ -114,7 +122,8 @@ async def run_stage(
         )
         stage = _Stage(plan, dispatcher, memo, prefix, extractor, counters, skipped, planner)
         if audit_judge is not None:
-            stage.audit = _audit_side(plan, audit_judge, memo, journal)
+            own = journal if audit_memo is memo else None
+            stage.audit = _audit_side(plan, audit_judge, audit_memo, own)
         finished = False
         try:
             await _execute(stage, files, stats, progress)
@@ -122,6 +131,8 @@ async def run_stage(
         finally:
             if memo is not None:
                 await anyio.to_thread.run_sync(memo.close)
+            if audit_memo is not None and audit_memo is not memo:
+                await anyio.to_thread.run_sync(audit_memo.close)
             if journal is not None:
                 journal.close(done=finished)
     finally:
@@ -146,7 +157,9 @@ class _AuditJudge:
 
 
 def _audit_judge(
-    plan: RunPlan, factory: Callable[[Gate, JudgeStats], Judge] | None
+    plan: RunPlan,
+    factory: Callable[[Gate, JudgeStats], Judge] | None,
+    gate: MeteredGate | None = None,
 ) -> _AuditJudge | None:
     """The audit judge (`--audit-model`), behind a gate of its own (it may be another
     provider's, with its own limits): None without one."""
@@ -154,7 +167,7 @@ def _audit_judge(
     if settings is None or plan.audit_identity is None:
         return None
     lim = plan.cfg.limits
-    gate = RateGate(lim.concurrency, lim.rpm, lim.tpm, adaptive=lim.adaptive)
+    gate = gate or RateGate(lim.concurrency, lim.rpm, lim.tpm, adaptive=lim.adaptive)
     stats = JudgeStats()
     if factory is not None:
         judge = factory(gate, stats)

@@ -414,3 +414,39 @@ def test_verdict_only_on_the_cluster_equals_the_local_engine(
     assert fake_stats(server)["total"] - calls == run_json(tmp_path / "local")["judge_calls"]
     versions = pl.read_parquet(tmp_path / "dask" / "**/*.parquet").get_column("prompt_version")
     assert set(versions) == {"cp-item-vo-v1"}
+
+
+@pytest.mark.parametrize("mode", ["item", "row"])
+def test_the_audit_judge_on_the_cluster_equals_the_local_engine(
+    cluster: Client, hotpot: Path, tmp_path: Path, server: str, mode: str
+) -> None:
+    """`--audit-model` on the cluster (issue 34): the same audit columns, corrected estimate,
+    agreement and audit calls as the local engine; a re-run with the same memo calls neither
+    judge (item mode audits in the reduce tasks, with the memo shared through OUTDIR)."""
+    src = split(hotpot, tmp_path / "in", files=2, rows=20)
+    with judge_process("--latency-ms", "5", "--flip-share", "0.3") as strong:
+        flags = ("--batch-rows", 10, "--mode", mode, "--audit-model", "openai/strong",
+                 "--audit-base-url", strong, "--audit-fraction", 0.4)  # fmt: skip
+        assert score(src, tmp_path / "local", server, tmp_path / "c1", *flags) == 0
+        local_calls = fake_stats(strong)["total"]
+        assert local_calls > 0
+        assert score(src, tmp_path / "dask", server, tmp_path / "c2", *flags, cluster=cluster) == 0
+        assert fake_stats(strong)["total"] == 2 * local_calls
+        again = tmp_path / "again"
+        assert score(src, again, server, tmp_path / "c2", *flags, cluster=cluster) == 0
+        assert fake_stats(strong)["total"] == 2 * local_calls  # the memo holds every verdict
+    audit_cols = ["id", "audit_verdicts", "audit_score"]
+    local, dask = (pl.read_parquet(tmp_path / d / "**/*.parquet").select(audit_cols).sort("id")
+                   for d in ("local", "dask"))  # fmt: skip
+    assert local.get_column("audit_score").is_not_null().sum() > 0
+    assert dask.equals(local)
+    s = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "dask", again)]
+    assert s[1]["estimates"] == s[0]["estimates"]
+    assert s[1]["estimate"]["reference"] == "audit:openai/strong"
+    assert s[1]["audit"]["agreement"] == s[0]["audit"]["agreement"]
+    assert s[1]["audit"]["rows"] == s[0]["audit"]["rows"]
+    judges = [x["audit"]["judges"] for x in s]
+    assert judges[1]["audit"]["calls"] == judges[0]["audit"]["calls"] == local_calls
+    assert judges[1]["judge"]["calls"] == judges[0]["judge"]["calls"]
+    assert judges[2]["audit"]["calls"] == judges[2]["judge"]["calls"] == 0
+    assert s[2]["estimates"] == s[0]["estimates"]

@@ -279,15 +279,16 @@ def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
     assert without.estimates[scorer.id] is None
 
 
-@pytest.mark.parametrize("flag", [["--engine", "dask"], ["--batch-api"]])
-def test_the_audit_judge_is_refused_where_it_does_not_run_yet(
-    tmp_path: Path, flag: list[str], capsys: pytest.CaptureFixture[str]
+def test_the_audit_judge_is_refused_with_the_batch_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Dask and the batch API do not audit yet: refused before anything is read or paid for."""
+    """The batch API does not audit yet: refused before anything is read or paid for (the Dask
+    engine audits: tests/connectors/test_dask_engine.py)."""
     src = labelled_log(tmp_path / "log.parquet", rows=5)
-    args = ["--model", "openai/gpt-4o-mini", "--audit-model", "openai/gpt-4.1", *flag]
+    args = ["--model", "openai/gpt-4o-mini", "--audit-model", "openai/gpt-4.1", "--batch-api"]
     assert score(src, "-o", tmp_path / "out", *args) == 2
-    assert "--audit-model runs on the local engine" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "--audit-model runs with online calls for now; drop --batch-api" in said
     assert not (tmp_path / "out").exists()
 
 
