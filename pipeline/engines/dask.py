@@ -233,10 +233,12 @@ def _run_keyed(
     remove_tree(layout.shuffle_root(outdir))  # an interrupted run's: this driver holds the lock
     name = uuid.uuid4().hex[:12]
     scratch = shuffle_dir(outdir, name)
+    # --audit-model: the audit sample's keys go through a shuffle of their own
+    audit = shuffle_dir(outdir, f"{name}-audit") if plan.audit_identity is not None else None
     prefix = f"ctxprec-{name}"
     planned = [
         client.submit(
-            _plan_task, plan, task, i, scratch, shards, key=f"{prefix}-plan-{task.name}",
+            _plan_task, plan, task, i, scratch, shards, audit, key=f"{prefix}-plan-{task.name}",
             pure=False, retries=TASK_RETRIES,
         )
         for i, task in enumerate(tasks)
@@ -251,10 +253,19 @@ def _run_keyed(
         )
         for shard in range(shards)
     ]  # fmt: skip
+    if audit is not None:
+        audit_run = _audit_run(run_id) if run_id is not None else None
+        judging += [
+            client.submit(
+                _judge_task, plan, shard, audit, shards, audit_run, True, pure=False,
+                key=f"{prefix}-audit-{shard:05d}", retries=TASK_RETRIES,
+            )
+            for shard in range(shards)
+        ]  # fmt: skip
     judged, errors = _gather(judging, progress, "shards judged")
     if errors:
         return judged, errors
-    reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch)
+    reduced, errors = _run_tasks(client, plan, tasks, run_id, progress, scratch, audit)
     if not errors:
         remove_tree(layout.shuffle_root(outdir))
     return judged + reduced, errors
@@ -279,12 +290,13 @@ def _run_tasks(
     run_id: str | None,
     progress: str,
     scratch: OutPath | None = None,
+    audit: OutPath | None = None,
 ) -> tuple[list[StageResult], list[BaseException]]:
     prefix = f"ctxprec-{run_id or uuid.uuid4().hex[:12]}"
     futures = [
         client.submit(
-            _run_task, plan, task, run_id, scratch, i, key=f"{prefix}-{task.name}", pure=False,
-            retries=TASK_RETRIES,
+            _run_task, plan, task, run_id, scratch, i, audit, key=f"{prefix}-{task.name}",
+            pure=False, retries=TASK_RETRIES,
         )
         for i, task in enumerate(tasks)
     ]  # fmt: skip
@@ -344,17 +356,21 @@ def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
 # ---------------------------------------------------------------- on a worker
 
 
-def _plan_task(plan: RunPlan, task: Task, index: int, scratch: OutPath, shards: int) -> int:
-    return plan_slice(plan, task.file, task.skip(), index, scratch, shards)
+def _plan_task(
+    plan: RunPlan, task: Task, index: int, scratch: OutPath, shards: int, audit: OutPath | None
+) -> int:
+    return plan_slice(plan, task.file, task.skip(), index, scratch, shards, audit)
 
 
 def _judge_task(
-    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None
-) -> StageResult | UserError:
-    """One shard's keys judged (a refused run is returned, like a task's user-facing error)."""
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None,
+    audit: bool = False,
+) -> StageResult | UserError:  # fmt: skip
+    """One shard's keys judged, by the audit judge with `audit` (a refused run is returned,
+    like a task's user-facing error)."""
     try:
         result: StageResult = run_blocking(
-            partial(_judge_main, plan, shard, scratch, shards, run_id)
+            partial(_judge_main, plan, shard, scratch, shards, run_id, audit)
         )
     except UserError as exc:
         return exc
@@ -362,42 +378,51 @@ def _judge_task(
 
 
 async def _judge_main(
-    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, run_id: str | None, audit: bool
 ) -> StageResult:
     limits = plan.cfg.limits
     if run_id is None:
         gate: MeteredGate = RateGate(limits.concurrency, None, None, adaptive=limits.adaptive)
-        return await judge_shard(plan, shard, scratch, shards, gate)
+        return await judge_shard(plan, shard, scratch, shards, gate, audit)
     leased = LeasedGate(scheduler_lease(run_id), limits.concurrency)
     async with leased.running():
-        return await judge_shard(plan, shard, scratch, shards, leased)
+        return await judge_shard(plan, shard, scratch, shards, leased, audit)
 
 
 def _run_task(
-    plan: RunPlan, task: Task, run_id: str | None, scratch: OutPath | None = None, index: int = 0
-) -> StageResult | UserError:
+    plan: RunPlan, task: Task, run_id: str | None, scratch: OutPath | None = None, index: int = 0,
+    audit: OutPath | None = None,
+) -> StageResult | UserError:  # fmt: skip
     """One task: the stage over the task's batches, on its own event loop in this thread. A
     user-facing error (e.g. a corrupt page) is returned, not raised: retrying cannot help.
-    With `scratch`, the reduce of a keyed run: its verdicts come from the shards' answers."""
+    With `scratch`, the reduce of a keyed run: its verdicts come from the shards' answers (the
+    audit judge's from those of `audit`)."""
     try:
-        result: StageResult = run_blocking(partial(_task_main, plan, task, run_id, scratch, index))
+        main = partial(_task_main, plan, task, run_id, scratch, index, audit)
+        result: StageResult = run_blocking(main)
     except UserError as exc:
         return exc
     return result
 
 
 async def _task_main(
-    plan: RunPlan, task: Task, run_id: str | None, scratch: OutPath | None, index: int
+    plan: RunPlan,
+    task: Task,
+    run_id: str | None,
+    scratch: OutPath | None,
+    index: int,
+    audit_scratch: OutPath | None,
 ) -> StageResult:
     stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
-    hooks = ReduceHooks(plan, scratch, index) if scratch is not None else None
-    shared = partial(_shared_memo, plan, task.file) if plan.cfg.run.memo else lambda: None
-    if hooks is not None:  # the audit judge's verdicts are not in the answers: its own memo
+    hooks = ReduceHooks(plan, scratch, index, audit_scratch) if scratch is not None else None
+    if hooks is not None:
         stage = partial(stage, open_memo=hooks.open_memo, judge_factory=hooks.judge_factory)
-        if plan.audit_identity is not None:
-            stage = partial(stage, open_audit_memo=shared)
+        if audit_scratch is not None:
+            stage = partial(
+                stage, open_audit_memo=hooks.open_audit_memo, audit_factory=hooks.audit_factory
+            )
     elif plan.cfg.run.memo:
-        stage = partial(stage, open_memo=shared)
+        stage = partial(stage, open_memo=partial(_shared_memo, plan, task.file))
     if run_id is None:
         result = await stage()
     else:

@@ -7,8 +7,10 @@
 3. reduce (one task per slice): the local engine's stage, its memo seeded with the answers.
 
 A key lives in exactly one shard, and one task judges a shard: no key is judged twice, however
-the input is split. A worker's memory holds one slice's keys (steps 1 and 3) or one shard's
-(step 2), never the run's. The functions here run on the workers.
+the input is split. The audit judge (`--audit-model`) has a shuffle of its own: the sampled rows'
+keys under its identity, judged by it in its own shard tasks, read by the reduce's audit side.
+A worker's memory holds one slice's keys (steps 1 and 3) or one shard's (step 2), never the
+run's. The functions here run on the workers.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from connectors.judges import Gate, Judge, JudgeStats, create_judge
+from connectors.judges import Gate, Judge, JudgeSettings, JudgeStats, audit_settings, create_judge
 from connectors.judges.base import ItemRequest, JudgeWrapper
 from connectors.judges.prompts import prompt_version_for
+from pipeline.flow.audit import audited_rows
 from pipeline.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.flow.extractor import load_extractor
-from pipeline.flow.planning import BatchPlanner, open_memo
-from pipeline.run.driver import RunPlan, StageResult
+from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.rows import RowPlan, attach_keys
+from pipeline.run.driver import AuditCounts, RunPlan, StageResult
 from pipeline.run.stage import MeteredGate
 from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
@@ -69,10 +73,42 @@ def keyed(plan: RunPlan) -> bool:
 # ---------------------------------------------------------------- 1. plan
 
 
+class _SliceRequests:
+    """One slice's distinct requests for one judge, written out by shard in parts."""
+
+    def __init__(self, scratch: OutPath, task: int, shards: int) -> None:
+        self.scratch, self.task, self.shards = scratch, task, shards
+        self.seen: set[str] = set()  # the slice's keys (their texts go out in parts)
+        self.requests: list[Request] = []
+        self.chars, self.part = 0, 0
+
+    def add(self, rows: Iterable[RowPlan]) -> None:
+        for row in rows:
+            for key, item in zip(row.keys, row.items, strict=False):
+                if key not in self.seen:
+                    assert row.query is not None
+                    self.seen.add(key)
+                    self.requests.append((key, row.query, row.expected, item))
+                    self.chars += len(row.query) + len(item) + len(row.expected or "")
+        if self.chars >= PLAN_PART_CHARS:
+            self.write()
+            self.requests, self.chars, self.part = [], 0, self.part + 1
+
+    def write(self) -> None:
+        write_requests(self.scratch, self.task, self.shards, self.requests, self.part)
+
+
 def plan_slice(
-    plan: RunPlan, file: int, skip: frozenset[str], task: int, scratch: OutPath, shards: int
+    plan: RunPlan,
+    file: int,
+    skip: frozenset[str],
+    task: int,
+    scratch: OutPath,
+    shards: int,
+    audit_scratch: OutPath | None = None,
 ) -> int:
-    """Write the distinct requests of one input slice by shard; the number of distinct keys.
+    """Write the distinct requests of one input slice by shard (with `audit_scratch`, the audit
+    sample's under the audit judge's identity there too); the number of distinct keys.
     Blocking (a worker thread). Unreadable data ends the slice here: the reduce stops at the
     same row and reports it."""
     cfg = plan.cfg
@@ -82,25 +118,31 @@ def plan_slice(
         cfg, prefix, per_row=False, memo=None, skip_ids=plan.skip_ids, extractor=extractor
     )
     batches = planner.planned(plan.info, skip=plan.skip_parts | skip, only_files=[file])
-    seen: set[str] = set()  # the slice's keys (their texts go out in parts)
-    requests: list[Request] = []
-    chars, part = 0, 0
+    first = _SliceRequests(scratch, task, shards)
+    audit = _SliceRequests(audit_scratch, task, shards) if audit_scratch is not None else None
     try:
         for planned in batches:
-            for row in planned.rows:
-                for key, item in zip(row.keys, row.items, strict=False):
-                    if key not in seen:
-                        assert row.query is not None
-                        seen.add(key)
-                        requests.append((key, row.query, row.expected, item))
-                        chars += len(row.query) + len(item) + len(row.expected or "")
-            if chars >= PLAN_PART_CHARS:
-                write_requests(scratch, task, shards, requests, part)
-                requests, chars, part = [], 0, part + 1
+            first.add(planned.rows)
+            if audit is not None:
+                audit.add(_audit_rows(plan, planned))
     except UserError:
         pass
-    write_requests(scratch, task, shards, requests, part)
-    return len(seen)
+    first.write()
+    if audit is not None:
+        audit.write()
+    return len(first.seen)
+
+
+def _audit_rows(plan: RunPlan, planned: PlannedBatch) -> list[RowPlan]:
+    """The batch's rows in the audit sample, keyed by the audit judge's identity."""
+    assert plan.audit_identity is not None
+    j = plan.cfg.judge
+    ids = planned.frame.get_column("id").to_list()
+    rows = planned.rows
+    picked = [RowPlan(rows[i].query, rows[i].expected, list(rows[i].items), rows[i].status)
+              for i in audited_rows(ids, rows, j.audit_fraction, j.audit_seed)]  # fmt: skip
+    attach_keys(picked, judge_prefix(plan.audit_identity), False, j.verdict_only)
+    return picked
 
 
 # ---------------------------------------------------------------- 2. judge
@@ -178,17 +220,30 @@ def _read_shard(
     return found, local, len(hits)
 
 
+def _judge_of(plan: RunPlan, audit: bool) -> tuple[JudgeSettings, dict[str, object], str]:
+    """The settings and identity of the run's judge, or of its audit judge."""
+    if not audit:
+        return plan.cfg.judge, plan.identity, "judge"
+    settings = audit_settings(plan.cfg.judge)
+    assert settings is not None
+    assert plan.audit_identity is not None
+    return settings, plan.audit_identity, "audit judge"
+
+
 async def judge_shard(
-    plan: RunPlan, shard: int, scratch: OutPath, shards: int, gate: MeteredGate
-) -> StageResult:
-    """Judge the keys of one shard that no earlier call judged; write each slice's answers."""
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, gate: MeteredGate,
+    audit: bool = False,
+) -> StageResult:  # fmt: skip
+    """Judge the keys of one shard that no earlier call judged; write each slice's answers.
+    With `audit`, the audit judge's shard: what it did is the result's `audit`."""
     cfg = plan.cfg
     stats, counters = JudgeStats(), RunCounters()
-    judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+    settings, identity, who = _judge_of(plan, audit)
+    judge = create_judge(settings, gate=gate, stats=stats, retry_clock=plan.retry_clock)
     try:
-        if judge.identity() != plan.identity:
+        if judge.identity() != identity:
             raise ConfigError(
-                f"the judge here is {judge.identity()}, the driver's {plan.identity}: give "
+                f"the {who} here is {judge.identity()}, the driver's {identity}: give "
                 "every machine of the run the same judge settings and environment"
             )
         found, local, hits = await anyio.to_thread.run_sync(
@@ -210,6 +265,9 @@ async def judge_shard(
     # the reduce counts every use of a fresh verdict as a memo hit; `settle` moves those to
     # de-duplication, less the one use per key that this call paid for
     counters.dedup_hits = -counters.judge_calls
+    if audit:  # the first judge's counters stay empty: the audit judge's calls are its own
+        return StageResult(RunCounters(), JudgeStats(), gate.stats(),
+                           audit=AuditCounts(counters, stats))  # fmt: skip
     return StageResult(counters, stats, gate.stats())
 
 
@@ -366,34 +424,60 @@ class ReduceHooks:
     plan: RunPlan
     scratch: OutPath
     task: int
+    audit_scratch: OutPath | None = None  # --audit-model: the audit judge's shuffle
     memo: AnswersMemo | None = None
     judge: ReplayJudge | None = None
     failed: dict[str, str] = field(default_factory=dict)
+    audit_memo: AnswersMemo | None = None
+    audit_judge: ReplayJudge | None = None
+    audit_failed: dict[str, str] = field(default_factory=dict)
 
     def open_memo(self) -> AnswersMemo:
-        store = _verdicts(self.plan, self.scratch).writer(0, 1, SHARD_FLUSH_S)
-        self.memo = AnswersMemo(self.scratch, self.task, store, self.failed)
+        self.memo = self._answers(self.scratch, self.failed)
         return self.memo
 
+    def open_audit_memo(self) -> AnswersMemo:
+        assert self.audit_scratch is not None
+        self.audit_memo = self._answers(self.audit_scratch, self.audit_failed)
+        return self.audit_memo
+
+    def _answers(self, scratch: OutPath, failed: dict[str, str]) -> AnswersMemo:
+        store = _verdicts(self.plan, scratch).writer(0, 1, SHARD_FLUSH_S)
+        return AnswersMemo(scratch, self.task, store, failed)
+
     def judge_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
-        clock = self.plan.retry_clock
-        inner = create_judge(self.plan.cfg.judge, gate=gate, stats=stats, retry_clock=clock)
-        prefix, verdict_only = judge_prefix(self.plan.identity), self.plan.cfg.judge.verdict_only
-        self.judge = ReplayJudge(inner, self.failed, prefix, verdict_only)
+        self.judge = self._replay(False, gate, stats)
         return self.judge
 
+    def audit_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
+        self.audit_judge = self._replay(True, gate, stats)
+        return self.audit_judge
+
+    def _replay(self, audit: bool, gate: Gate, stats: JudgeStats) -> ReplayJudge:
+        settings, identity, _ = _judge_of(self.plan, audit)
+        clock = self.plan.retry_clock
+        inner = create_judge(settings, gate=gate, stats=stats, retry_clock=clock)
+        failed = self.audit_failed if audit else self.failed
+        return ReplayJudge(inner, failed, judge_prefix(identity), self.plan.cfg.judge.verdict_only)
+
     def settle(self, result: StageResult) -> StageResult:
-        return settle(result, self.memo, self.judge)
+        settle(result, self.memo, self.judge)
+        if result.audit is not None:
+            _settle_counters(result.audit.counters, self.audit_memo, self.audit_judge)
+        return result
 
 
 def settle(result: StageResult, memo: AnswersMemo | None, judge: ReplayJudge | None) -> StageResult:
     """A reduce's counters as the local engine's: replayed failures are no calls (the judging
     task counted them), and uses of this run's verdicts are de-duplication, not memo hits."""
-    c = result.counters
+    _settle_counters(result.counters, memo, judge)
+    return result
+
+
+def _settle_counters(c: RunCounters, memo: AnswersMemo | None, judge: ReplayJudge | None) -> None:
     replayed = judge.replayed if judge is not None else 0
     fresh = memo.fresh_hits if memo is not None else 0
     c.judge_calls -= replayed
     c.calls_failed -= replayed
     c.dedup_hits += replayed + fresh
     c.memo_hits -= fresh
-    return result

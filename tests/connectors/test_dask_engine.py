@@ -26,6 +26,7 @@ import pipeline.engines.keyed as keyed
 from pipeline.cli.main import main
 from pipeline.config import load_config
 from pipeline.engines.dask import plan_tasks
+from pipeline.flow.audit import audited
 from pipeline.limits.limiter import RateGate
 from pipeline.run.driver import StageResult, prepare_run
 from pipeline.run.stage import run_stage
@@ -422,31 +423,50 @@ def test_the_audit_judge_on_the_cluster_equals_the_local_engine(
 ) -> None:
     """`--audit-model` on the cluster (issue 34): the same audit columns, corrected estimate,
     agreement and audit calls as the local engine; a re-run with the same memo calls neither
-    judge (item mode audits in the reduce tasks, with the memo shared through OUTDIR)."""
-    src = split(hotpot, tmp_path / "in", files=2, rows=20)
+    judge. Item by item, the same rows under other ids in two files: an item sampled in both is
+    one audit call for the cluster (the audit sample's own key shuffle), as on the local engine."""
+    if mode == "item":
+        src = tmp_path / "in"
+        src.mkdir()
+        rows = pl.read_parquet(hotpot).head(20)
+        for i in range(2):
+            copy = rows.with_columns(pl.format("f{}-{}", pl.lit(i), pl.col("id")).alias("id"))
+            copy.write_parquet(src / f"day{i}.parquet")
+    else:  # a call judges a whole row: de-duplication stays within a task, for both judges
+        src = split(hotpot, tmp_path / "in", files=2, rows=20)
     with judge_process("--latency-ms", "5", "--flip-share", "0.3") as strong:
         flags = ("--batch-rows", 10, "--mode", mode, "--audit-model", "openai/strong",
-                 "--audit-base-url", strong, "--audit-fraction", 0.4)  # fmt: skip
+                 "--audit-base-url", strong, "--audit-fraction", 0.6)  # fmt: skip
         assert score(src, tmp_path / "local", server, tmp_path / "c1", *flags) == 0
         local_calls = fake_stats(strong)["total"]
-        assert local_calls > 0
         assert score(src, tmp_path / "dask", server, tmp_path / "c2", *flags, cluster=cluster) == 0
-        assert fake_stats(strong)["total"] == 2 * local_calls
+        dask_calls = fake_stats(strong)["total"] - local_calls
         again = tmp_path / "again"
         assert score(src, again, server, tmp_path / "c2", *flags, cluster=cluster) == 0
-        assert fake_stats(strong)["total"] == 2 * local_calls  # the memo holds every verdict
+        assert fake_stats(strong)["total"] == local_calls + dask_calls  # the memo holds them all
+    frame = pl.concat([pl.read_parquet(f) for f in sorted(src.glob("*.parquet"))])
+    sampled = frame.filter(pl.col("id").map_elements(lambda i: audited(i, 0.6, 0), pl.Boolean))
+    pairs = sampled.explode("contexts").select("question", "ground_truth", "contexts")
+    if mode == "item":  # each distinct sampled pair once, though some are in both files
+        assert dask_calls == pairs.n_unique() < pairs.height
+        assert local_calls >= dask_calls  # (the local engine may race on a repeated pair)
+    else:
+        assert dask_calls == local_calls > 0
     audit_cols = ["id", "audit_verdicts", "audit_score"]
     local, dask = (pl.read_parquet(tmp_path / d / "**/*.parquet").select(audit_cols).sort("id")
                    for d in ("local", "dask"))  # fmt: skip
-    assert local.get_column("audit_score").is_not_null().sum() > 0
+    assert local.get_column("audit_score").is_not_null().sum() == sampled.height
     assert dask.equals(local)
     s = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("local", "dask", again)]
-    assert s[1]["estimates"] == s[0]["estimates"]
+    assert s[1]["estimates"] == s[0]["estimates"] == s[2]["estimates"]
     assert s[1]["estimate"]["reference"] == "audit:openai/strong"
     assert s[1]["audit"]["agreement"] == s[0]["audit"]["agreement"]
-    assert s[1]["audit"]["rows"] == s[0]["audit"]["rows"]
+    assert s[1]["audit"]["rows"] == s[0]["audit"]["rows"] == sampled.height
     judges = [x["audit"]["judges"] for x in s]
-    assert judges[1]["audit"]["calls"] == judges[0]["audit"]["calls"] == local_calls
-    assert judges[1]["judge"]["calls"] == judges[0]["judge"]["calls"]
+    assert judges[1]["audit"]["calls"] == dask_calls
+    assert judges[0]["audit"]["calls"] == local_calls
     assert judges[2]["audit"]["calls"] == judges[2]["judge"]["calls"] == 0
-    assert s[2]["estimates"] == s[0]["estimates"]
+    audits = [run_json(tmp_path / d)["audit"] for d in ("local", "dask")]
+    for key in ("rows_this_run", "items_this_run", "calls_failed"):
+        assert audits[1][key] == audits[0][key], key
+    assert audits[1]["judge_calls"] == dask_calls
