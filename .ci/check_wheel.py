@@ -3,7 +3,7 @@
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
 site-packages, a package folder lacks its py.typed marker or a data file it reads
-(DATA_FILES: the provider registry, the sample of `ctxprec sample`), or an example config of
+(DATA_FILES: the provider registry, the sample of `ctxprec sample`, the viewer's page), or an example config of
 configs/ is not shipped (equal) as pipeline/configs/ for `ctxprec config NAME`.
 """
 
@@ -16,7 +16,13 @@ import sys
 from pathlib import Path
 
 # data files the product reads at run time, next to its modules
-DATA_FILES = (("connectors.judges", "providers.toml"), ("pipeline", "data/sample.parquet"))
+DATA_FILES = (
+    ("connectors.judges", "providers.toml"),
+    ("pipeline", "data/sample.parquet"),
+    ("pipeline.view", "assets/index.html"),  # `ctxprec view`'s page, script and style
+    ("pipeline.view", "assets/view.js"),
+    ("pipeline.view", "assets/view.css"),
+)
 
 
 def main() -> int:

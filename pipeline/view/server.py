@@ -82,7 +82,7 @@ _STATE = web.AppKey("state", _State)
 
 
 def _asset_bytes() -> dict[str, bytes]:
-    folder = resources.files("pipeline.view") / "assets"
+    folder = resources.files("pipeline.view").joinpath("assets")  # package data, not OUTDIR
     return {route: (folder / name).read_bytes() for route, (name, _) in ASSETS.items()}
 
 
