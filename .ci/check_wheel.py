@@ -3,8 +3,8 @@
 Usage: WHEEL_VENV/bin/python .ci/check_wheel.py CHECKOUT
 Fails when a module is missing from the install, imports from the checkout instead of
 site-packages, a package folder lacks its py.typed marker or a data file it reads
-(DATA_FILES: the provider registry, the sample of `ctxprec sample`, the viewer's page), or an example config of
-configs/ is not shipped (equal) as pipeline/configs/ for `ctxprec config NAME`.
+(DATA_FILES: the provider registry, the sample of `ctxprec sample`, the viewer's page), or an
+example config of configs/ is not shipped (equal) as pipeline/configs/ for `ctxprec config NAME`.
 """
 
 from __future__ import annotations
