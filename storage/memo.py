@@ -21,6 +21,7 @@ from typing import Any, Final, Protocol
 
 import platformdirs
 
+from storage.core.errors import OutputError
 from storage.memo_codec import (
     HEADER_SIZE,
     MAX_VALUE_BYTES,
@@ -33,9 +34,11 @@ from storage.memo_codec import (
 from storage.memo_sqlite import (
     MODE_RAW,
     NO_MEMO_WAY_OUT,
+    clear_rows,
     connect_reader,
     is_read_only_error,
     open_db,
+    table_stats,
     write_failed,
 )
 
@@ -493,6 +496,25 @@ class Memo:
         for start in range(0, len(params), _INSERT_ROWS):
             part = params[start : start + _INSERT_ROWS]
             con.execute(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
+
+    # -- `ctxprec cache`
+    def stats(self) -> tuple[int, float | None, float | None]:
+        """Entries, and the oldest and newest store times (`storage.memo_sqlite.table_stats`)."""
+        return (0, None, None) if self._con is None else table_stats(self._con)
+
+    def clear(self, cutoff: float | None) -> int:
+        """Remove the entries stored before `cutoff` (None: all); how many went."""
+        if self._con is None:
+            return 0
+        if self.read_only:
+            raise OutputError(
+                f"the memo {self.directory} is read-only: nothing removed; clear it where it "
+                "can be written"
+            )
+        try:
+            return clear_rows(self._con, self.directory, cutoff)
+        except (OSError, sqlite3.Error) as exc:
+            raise write_failed(self.directory, exc) from exc
 
     def __len__(self) -> int:
         if self._con is None:

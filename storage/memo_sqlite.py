@@ -5,7 +5,9 @@ names and decodes values by the `mode` each row claims)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +21,11 @@ __all__ = [
     "MODE_RAW",
     "NO_MEMO_WAY_OUT",
     "OpenedDb",
+    "clear_rows",
     "connect_reader",
     "is_read_only_error",
     "open_db",
+    "table_stats",
     "write_failed",
 ]
 
@@ -181,3 +185,55 @@ def _shape_problem(con: sqlite3.Connection) -> str | None:
 
 def _refused(directory: Path, why: str, way_out: str) -> OutputError:
     return OutputError(f"the memo folder {directory} cannot be used: {why}; {way_out}")
+
+
+# diskcache 5's name for a value kept in a file of its own (`Disk.filename`): the only name a
+# clear removes, and only below the memo folder through no symbolic link
+_FILE_NAME: Final = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
+
+
+def table_stats(con: sqlite3.Connection) -> tuple[int, float | None, float | None]:
+    """Rows of the memo's table and the oldest and newest store times (None: none readable)."""
+    n, oldest, newest = con.execute(
+        "SELECT count(*), min(store_time), max(store_time) FROM Cache"
+        " WHERE typeof(store_time) IN ('real', 'integer')"
+    ).fetchone()
+    (total,) = con.execute("SELECT count(*) FROM Cache").fetchone()
+    return int(total), (float(oldest) if n else None), (float(newest) if n else None)
+
+
+def clear_rows(con: sqlite3.Connection, directory: Path, cutoff: float | None) -> int:
+    """Delete the rows stored before `cutoff` (None: all) in one transaction, then the files
+    diskcache kept for them (`_FILE_NAME` only, resolved inside `directory`); rows deleted."""
+    where = "" if cutoff is None else " WHERE NOT (store_time >= ?)"  # (unreadable times too)
+    params: tuple[float, ...] = () if cutoff is None else (cutoff,)
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        files = [
+            name
+            for (name,) in con.execute(
+                "SELECT filename FROM Cache" + (where or " WHERE 1") + " AND filename IS NOT NULL",
+                params,
+            )
+        ]
+        removed = con.execute("DELETE FROM Cache" + where, params).rowcount
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    for name in files:
+        _remove_value_file(directory, name)
+    return int(removed)
+
+
+def _remove_value_file(directory: Path, name: object) -> None:
+    if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+        return  # not a name diskcache gives: not ours to remove
+    path = directory / name
+    real = os.path.realpath(directory)
+    if os.path.realpath(path.parent) != os.path.join(real, *Path(name).parts[:-1]):
+        return  # a folder on the way is a symbolic link: the file is not below the memo
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # (a link itself, never what it points to)
+        os.rmdir(path.parent)
+        os.rmdir(path.parent.parent)

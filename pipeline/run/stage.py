@@ -29,6 +29,7 @@ from pipeline.flow.reduce import scored_table
 from pipeline.flow.rows import BatchJob
 from pipeline.limits.limiter import GateStats, RateGate
 from pipeline.run.driver import RunPlan, StageResult
+from pipeline.run.notices import record_memo
 from pipeline.run.partition import partition_tables
 from pipeline.run.progress import Progress
 from storage.commit import commit_part, committed
@@ -92,7 +93,7 @@ async def run_stage(
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
         memo = await anyio.to_thread.run_sync(open_memo or (lambda: _open_memo(cfg)))
-        journal = await anyio.to_thread.run_sync(_open_journal, memo, judge)
+        journal = await anyio.to_thread.run_sync(_open_journal, memo, judge, counters)
         dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
@@ -112,6 +113,7 @@ async def run_stage(
         finally:
             if memo is not None:
                 await anyio.to_thread.run_sync(memo.close)
+                record_memo(memo, counters)
             if journal is not None:
                 journal.close(done=finished)
     finally:
@@ -142,13 +144,20 @@ def _open_memo(cfg: Config) -> MemoStore | None:
     return open_memo(cfg)
 
 
-def _open_journal(memo: MemoStore | None, judge: Judge) -> Journal | None:
+def _open_journal(memo: MemoStore | None, judge: Judge, counters: RunCounters) -> Journal | None:
     """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
     offline judge's verdicts cost nothing to redo) open this run's (`storage.journal`)."""
     local = memo.local if isinstance(memo, SharedMemo) else memo
     if memo is None or not isinstance(local, Memo):
         return None  # no memo, or an engine's own (it keeps verdicts its own way)
-    replay_journals(local.directory, memo)
+    if local.read_only:
+        return None  # nothing replayed into it, nothing journaled: it keeps no verdict
+    skipped = replay_journals(local.directory, memo).skipped
+    if skipped:
+        counters.memo_notes.append(
+            f"memo {local.directory}: {skipped:,} line(s) of journals left by killed runs were "
+            "not verdicts; skipped"
+        )
     return None if isinstance(judge, SyncDecider) else open_journal(local.directory)
 
 
