@@ -94,15 +94,22 @@ def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
     if any(p.is_symlink() for p in _db_files(db)):
         raise _refused(directory, f"{db.name} or its journal files are symbolic links", way_out)
     if all(os.access(p, os.W_OK) for p in (directory, *_db_files(db)) if os.path.lexists(p)):
-        con = connect_reader(str(db), False)
+        con: sqlite3.Connection | None = None
         try:
+            con = connect_reader(str(db), False)
             con.execute("PRAGMA synchronous = 1")  # diskcache's default: NORMAL
             _check_shape(con, directory, way_out)
             return OpenedDb(con, str(db), False, False)
         except sqlite3.OperationalError as exc:
-            con.close()
+            if con is not None:
+                con.close()
             if not is_read_only_error(exc):
                 raise write_failed(directory, exc) from exc
+        except sqlite3.DatabaseError as exc:
+            if con is not None:
+                con.close()
+            why = f"{db.name} is not an SQLite database ({exc})"
+            raise _refused(directory, why, way_out) from exc
     return _open_read_only(directory, db, way_out)
 
 

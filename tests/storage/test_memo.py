@@ -203,3 +203,83 @@ def test_batched_reads_share_a_pool_of_two_connections(tmp_path: Path) -> None:
     assert 1 <= len(memo._opened) <= memo_module._READERS == 2
     memo.close()
     assert memo._opened == []
+
+
+def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: Path) -> None:
+    """A journal left in the memo folder is replayed line by line: each line bounded and checked
+    field by field; a line that is not a record is skipped and counted, the records after it
+    still replayed; a torn last line (a kill mid-write) ends the journal uncounted."""
+    import json
+
+    from storage.journal import replay_journals
+    from storage.layout import journal_dir
+
+    folder = tmp_path / "m"
+    memo = Memo(folder)
+    journal_dir(folder).mkdir()
+    good = [["v2-a", True, "why a", 3, 1], ["v2-b", False, "why b", 2, 0]]
+    bad = [
+        b"not json",
+        json.dumps(["v2-c", "yes", "relevant as text", 1, 1]).encode(),
+        json.dumps(["v2-d", True, "negative tokens", -1, 1]).encode(),
+        json.dumps(["v2-e", True, "r" * 40_000, 1, 1]).encode(),  # a reason past the bound
+        json.dumps(["v2-f", True, "tokens past the bound", 2**60, 1]).encode(),
+        json.dumps(["v2-g\n", True, "a key with a newline", 1, 1]).encode(),
+        json.dumps({"key": "v2-h"}).encode(),
+        b"[" * 100_000 + b"]" * 100_000,  # nesting past the JSON decoder's depth
+        b'["v2-i", true, "' + b"x" * (2 << 20) + b'", 1, 1]',  # a line past the 1 MiB bound
+    ]
+    lines = [json.dumps(good[0]).encode(), *bad, json.dumps(good[1]).encode()]
+    path = journal_dir(folder) / "planted.jsonl"
+    path.write_bytes(b"\n".join(lines) + b'\n["v2-z", true, "torn')
+    done = replay_journals(folder, memo)
+    assert (done.replayed, done.skipped) == (2, len(bad))
+    assert memo.get_many(["v2-a", "v2-b", "v2-c", "v2-i", "v2-z"]) == {
+        "v2-a": (True, "why a", 3, 1),
+        "v2-b": (False, "why b", 2, 0),
+    }
+    assert not path.exists()
+    memo.close()
+
+
+def test_planted_rows_are_misses_never_unpickled(tmp_path: Path) -> None:
+    """Rows planted by diskcache's own `set` (a pickle) and by raw SQL (a pickle claiming pickle
+    mode, one claiming raw mode, a file outside the folder) are misses, counted; a clean read
+    after them finds the rest, in both read paths."""
+    import pickle
+    import sqlite3
+
+    import diskcache
+
+    folder = tmp_path / "m"
+    memo = Memo(folder)
+    keys = [f"v2-{i}" for i in range(6)]
+    memo.set_many([(k, (True, k, 1, 1)) for k in keys])
+    memo.close()
+    marker = tmp_path / "marker"
+
+    class Boom:
+        def __reduce__(self) -> Any:
+            return (marker.write_text, ("ran",))
+
+    evil = pickle.dumps(Boom())
+    (tmp_path / "evil.val").write_bytes(evil)
+    with diskcache.Cache(str(folder)) as dc:
+        dc.set(keys[0], Boom())
+    with sqlite3.connect(folder / "cache.db") as con:
+        for key, mode, name, value in [
+            (keys[1], 4, None, evil),
+            (keys[2], 1, None, evil),
+            (keys[3], 4, str(tmp_path / "evil.val"), None),
+        ]:
+            con.execute(
+                "UPDATE Cache SET mode = ?, filename = ?, value = ? WHERE key = ?",
+                (mode, name, value, key),
+            )
+    for json_reads in (True, False):
+        memo = Memo(folder)
+        memo._json_reads = json_reads
+        assert memo.get_many(keys) == {k: (True, k, 1, 1) for k in keys[4:]}
+        assert memo.unreadable == 4
+        memo.close()
+    assert not marker.exists()
