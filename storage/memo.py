@@ -14,8 +14,8 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import compress, islice
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -24,10 +24,11 @@ import platformdirs
 from storage.core.errors import OutputError
 from storage.memo_codec import (
     HEADER_SIZE,
+    MAGIC,
     MAX_VALUE_BYTES,
     MemoEntry,
+    decode_columns,
     decode_entry,
-    decode_packed,
     encode_entry,
     entry_of,
 )
@@ -144,31 +145,44 @@ class MemoStore(Protocol):
 # convoy that made 100,000 inserts take 570 s instead of 2 s. So reads come back as one row per
 # chunk and writes go in as one statement per chunk of rows: one step, one hand-over.
 #
-# The read's one row holds a flag per key ("0": not there, "1": a verdict-shaped row, "2":
-# another row), the lengths of the verdict-shaped values and those values back to back; the
-# lengths come from SQLite, so a forged value cannot shift the values after it.
+# The read's one row holds a flag per key ("0": not there, "1": a verdict's row, "2": another
+# row), the verdicts' 21-byte headers back to back and their reasons joined by NUL (a reason
+# holds none). SQL checks each header (magic, flag byte, the top byte of each token count), so
+# the batch decodes in C (`memo_codec.decode_columns`: no Python step per item on the warm
+# path); a forged reason that breaks the join (a NUL, bad UTF-8) sends the batch's keys to the
+# row-by-row read, which decodes each value on its own (`decode_entry`).
 _CHUNK = 900  # under SQLite's oldest limit of 999 bound parameters (the time is one more)
 _SEP = "\x1f"  # between keys of the packed read (a key holding it takes the row-per-key read)
 _WHERE = "raw = 1 AND key IN ({}) AND (expire_time IS NULL OR expire_time > ?)"
 _SELECT = "SELECT key, mode, filename, value FROM Cache WHERE " + _WHERE
 
 
-def _inline(c: str) -> str:
+def _verdict_row(c: str) -> str:
     """The SQL test of a verdict's row (`c`: the table's name in the query, with its dot)."""
+    v = f"{c}value"
     return (
-        f"{c}mode = {MODE_RAW} AND {c}filename IS NULL AND typeof({c}value) = 'blob'"
-        f" AND length({c}value) BETWEEN {HEADER_SIZE} AND {MAX_VALUE_BYTES}"
+        f"{c}mode = {MODE_RAW} AND {c}filename IS NULL AND typeof({v}) = 'blob'"
+        f" AND length({v}) BETWEEN {HEADER_SIZE} AND {MAX_VALUE_BYTES}"
+        f" AND substr({v}, 1, 5) IN (X'{MAGIC.hex()}00', X'{MAGIC.hex()}01')"
+        f" AND substr({v}, 13, 1) = X'00' AND substr({v}, 21, 1) = X'00'"
     )
 
 
-_INLINE = _inline("")
-_C_INLINE = _inline("c.")
+def _columns(c: str) -> str:
+    """The flags, headers and reasons of the read (see above)."""
+    ok = _verdict_row(c)
+    missing = f"WHEN {c}rowid IS NULL THEN '0' " if c else ""  # (the LEFT JOIN's unmatched keys)
+    return (
+        f"group_concat(CASE {missing}WHEN {ok} THEN '1' ELSE '2' END, ''),"
+        f" CAST(group_concat(CASE WHEN {ok} THEN substr({c}value, 1, {HEADER_SIZE}) END, '')"
+        " AS BLOB),"
+        f" CAST(group_concat(CASE WHEN {ok} THEN substr({c}value, {HEADER_SIZE + 1}) END,"
+        " char(0)) AS BLOB)"
+    )
+
+
 _SELECT_PACKED = (
-    "SELECT count(*), group_concat(key, char(31)),"
-    f" group_concat(CASE WHEN {_INLINE} THEN '1' ELSE '2' END, ''),"
-    f" group_concat(CASE WHEN {_INLINE} THEN length(value) END, ','),"
-    f" CAST(group_concat(CASE WHEN {_INLINE} THEN value END, '') AS BLOB)"
-    " FROM Cache WHERE " + _WHERE
+    "SELECT count(*), group_concat(key, char(31)), " + _columns("") + " FROM Cache WHERE " + _WHERE
 )
 # The read of a whole batch, with its keys as one JSON array: one statement, so the reading
 # thread takes the GIL back once per batch instead of once per 900 keys. Its rows follow the
@@ -176,11 +190,9 @@ _SELECT_PACKED = (
 # asks in key order), so the keys need not come back. Where SQLite has no JSON functions, the
 # IN (?, ?, ...) form above is used.
 _SELECT_ORDERED = (
-    "SELECT group_concat(CASE WHEN c.rowid IS NULL THEN '0'"
-    f" WHEN {_C_INLINE} THEN '1' ELSE '2' END, ''),"
-    f" group_concat(CASE WHEN {_C_INLINE} THEN length(c.value) END, ','),"
-    f" CAST(group_concat(CASE WHEN {_C_INLINE} THEN c.value END, '') AS BLOB)"
-    " FROM json_each(?) AS j LEFT JOIN Cache AS c ON c.key = j.value AND c.raw = 1"
+    "SELECT "
+    + _columns("c.")
+    + " FROM json_each(?) AS j LEFT JOIN Cache AS c ON c.key = j.value AND c.raw = 1"
     " AND (c.expire_time IS NULL OR c.expire_time > ?)"
 )
 _JSON_KEYS = 20_000  # keys per JSON read
@@ -242,10 +254,6 @@ def _has_json(con: sqlite3.Connection) -> bool:
     except sqlite3.OperationalError:
         return False
     return True
-
-
-def _lengths(text: str | None) -> list[int]:
-    return [int(n) for n in text.split(",")] if text else []
 
 
 class Memo:
@@ -330,18 +338,14 @@ class Memo:
     def _read_ordered(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
         """One `_SELECT_ORDERED` read of `keys`; their entries go into `found`; the number of
         rows found that are not verdicts."""
-        flags, lengths, blob = self._fetch(_SELECT_ORDERED, (json.dumps(keys), now))
+        flags, headers, reasons = self._fetch(_SELECT_ORDERED, (json.dumps(keys), now))
         if not flags or ("1" not in flags and "2" not in flags):  # nothing there
             return 0
-        entries = list(decode_packed(blob or b"", _lengths(lengths)))
-        if flags.count("1") == len(keys) and None not in entries:  # the usual case: in one go
-            found.update(zip(keys, entries, strict=True))  # type: ignore[arg-type]
-            return 0
-        return self._decode(zip(keys, flags, strict=True), iter(entries), found)
+        return self._take(keys, flags, headers, reasons, now, found)
 
     def _read_packed(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
         """One `_SELECT_PACKED` read of up to `_CHUNK` keys; as `_read_ordered`."""
-        count, packed, flags, lengths, blob = self._fetch(
+        count, packed, flags, headers, reasons = self._fetch(
             _SELECT_PACKED.format(_marks(len(keys))), (*keys, now)
         )
         if not count:
@@ -349,37 +353,41 @@ class Memo:
         got = packed.split(_SEP)
         if len(got) != count:  # a key holding the separator: read these keys row by row
             return self._get_rows(keys, now, found)
-        entries = decode_packed(blob or b"", _lengths(lengths))
-        return self._decode(zip(got, flags, strict=True), entries, found)
+        return self._take(got, flags, headers, reasons, now, found)
 
-    @staticmethod
-    def _decode(
-        flagged: Iterable[tuple[str, str]],
-        entries: Iterator[MemoEntry | None],
+    def _take(
+        self,
+        keys: Sequence[str],
+        flags: str,
+        headers: bytes | None,
+        reasons: bytes | None,
+        now: float,
         found: dict[str, MemoEntry],
     ) -> int:
+        """The verdicts of one read into `found` (`keys` and `flags` in the same order); the
+        rows that were not verdicts. A batch whose reasons do not split back into one per
+        verdict (a forged value) is read again row by row."""
+        n = flags.count("1")
+        entries = decode_columns(headers or b"", reasons or b"", n)
+        if entries is None:
+            return self._get_rows(keys, now, found)
+        if n == len(keys):  # every key a verdict (the warm path): no Python step per key
+            found.update(zip(keys, entries, strict=True))
+            return 0
+        found.update(zip(compress(keys, map("1".__eq__, flags)), entries, strict=True))
+        return flags.count("2")
+
+    def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
+        """The same read, one row per key, each value decoded on its own."""
         bad = 0
-        for key, flag in flagged:
-            if flag == "1":
-                entry = next(entries, None)
+        for chunk in _chunks(sorted(set(keys))):
+            rows = self._fetch_all(_SELECT.format(_marks(len(chunk))), (*chunk, now))
+            for key, mode, filename, value in rows:
+                entry = decode_entry(value) if mode == MODE_RAW and filename is None else None
                 if entry is None:
                     bad += 1
                 else:
                     found[key] = entry
-            elif flag != "0":  # a row of another shape: a pickle, a file, text: never read
-                bad += 1
-        return bad
-
-    def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
-        """The same read, one row per key."""
-        bad = 0
-        rows = self._fetch_all(_SELECT.format(_marks(len(keys))), (*keys, now))
-        for key, mode, filename, value in rows:
-            entry = decode_entry(value) if mode == MODE_RAW and filename is None else None
-            if entry is None:
-                bad += 1
-            else:
-                found[key] = entry
         return bad
 
     def _fetch_all(self, query: str, params: Sequence[Any]) -> list[Any]:

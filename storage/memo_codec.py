@@ -2,7 +2,8 @@
 
 A memo folder may come from anyone who can write to it (a shared or copied folder, an OUTDIR),
 so a stored value is untrusted data: it decodes to a verdict or it is not one (a miss, judged
-again). The layout is 21 bytes of header and the reason as UTF-8:
+again). The layout is 21 bytes of header and the reason as UTF-8 with no NUL character (so the
+memo's batched read can join reasons with NUL and split them back: `storage.memo`):
 
     magic b"cpv2" | relevant: 1 byte, 0 or 1 | input tokens: u64 LE | output tokens: u64 LE | reason
 
@@ -13,19 +14,21 @@ chooses how it is decoded.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Final
 
 from storage.core.verdict import JudgeReply
 
 __all__ = [
+    "HEADER_COLUMNS",
     "HEADER_SIZE",
+    "MAGIC",
     "MAX_REASON_BYTES",
     "MAX_TOKENS",
     "MAX_VALUE_BYTES",
     "MemoEntry",
+    "decode_columns",
     "decode_entry",
-    "decode_packed",
     "encode_entry",
     "entry_of",
 ]
@@ -34,12 +37,12 @@ __all__ = [
 MemoEntry = tuple[bool, str, int, int]
 
 _HEADER: Final = struct.Struct("<4sBQQ")
-_MAGIC: Final = b"cpv2"
+MAGIC: Final = b"cpv2"
 HEADER_SIZE: Final = _HEADER.size
 MAX_REASON_BYTES: Final = 32_000  # a judge's reason is clipped to 1,000 characters; an LLM row
 # reason is prose of a few sentences: a longer value is not one of ours
 MAX_VALUE_BYTES: Final = HEADER_SIZE + MAX_REASON_BYTES
-MAX_TOKENS: Final = 2**53  # exact in JSON and float64; no call is near it
+MAX_TOKENS: Final = 2**56 - 1  # a u64 whose top byte is 0 (checked in SQL: `storage.memo`)
 
 
 def entry_of(reply: JudgeReply) -> MemoEntry:
@@ -54,12 +57,12 @@ def _tokens(n: int) -> int:
 
 def encode_entry(entry: MemoEntry) -> bytes:
     """The stored form of a verdict. A reason past MAX_REASON_BYTES is clipped (at a character);
-    a lone surrogate (which no UTF-8 text holds) becomes "?"."""
+    a lone surrogate (which no UTF-8 text holds) becomes "?", a NUL U+FFFD."""
     relevant, reason, tokens_in, tokens_out = entry
-    raw = reason.encode("utf-8", "replace")
+    raw = reason.replace("\x00", "\ufffd").encode("utf-8", "replace")
     if len(raw) > MAX_REASON_BYTES:
         raw = raw[:MAX_REASON_BYTES].decode("utf-8", "ignore").encode()
-    return _HEADER.pack(_MAGIC, 1 if relevant else 0, _tokens(tokens_in), _tokens(tokens_out)) + raw
+    return _HEADER.pack(MAGIC, 1 if relevant else 0, _tokens(tokens_in), _tokens(tokens_out)) + raw
 
 
 def decode_entry(value: object) -> MemoEntry | None:
@@ -68,32 +71,34 @@ def decode_entry(value: object) -> MemoEntry | None:
     if type(value) is not bytes or not HEADER_SIZE <= len(value) <= MAX_VALUE_BYTES:
         return None
     magic, relevant, tokens_in, tokens_out = _HEADER.unpack_from(value)
-    if magic != _MAGIC or relevant > 1 or tokens_in > MAX_TOKENS or tokens_out > MAX_TOKENS:
+    if magic != MAGIC or relevant > 1 or tokens_in > MAX_TOKENS or tokens_out > MAX_TOKENS:
         return None
     try:
         reason = value[HEADER_SIZE:].decode("utf-8")
     except UnicodeDecodeError:
         return None
+    if "\x00" in reason:
+        return None
     return (relevant == 1, reason, tokens_in, tokens_out)
 
 
-def decode_packed(blob: bytes, lengths: Iterable[int]) -> Iterator[MemoEntry | None]:
-    """The entries of values stored back to back in `blob`, each `lengths` long (the lengths
-    come from the database, one per value: a forged value cannot shift its neighbours)."""
-    unpack, size, at = _HEADER.unpack_from, HEADER_SIZE, 0
-    for n in lengths:
-        end = at + n
-        if not size <= n <= MAX_VALUE_BYTES or end > len(blob):
-            yield None
-        else:
-            magic, relevant, tokens_in, tokens_out = unpack(blob, at)
-            if magic != _MAGIC or relevant > 1 or tokens_in > MAX_TOKENS or tokens_out > MAX_TOKENS:
-                yield None
-            else:
-                try:
-                    reason = blob[at + size : end].decode("utf-8")
-                except UnicodeDecodeError:
-                    yield None
-                else:
-                    yield (relevant == 1, reason, tokens_in, tokens_out)
-        at = end
+HEADER_COLUMNS: Final = struct.Struct("<4xBQQ")  # a header's fields past the magic
+
+
+def decode_columns(headers: bytes, reasons: bytes, n: int) -> Iterator[MemoEntry] | None:
+    """`n` entries from their headers back to back and their reasons joined by NUL, decoded in C
+    (`struct.iter_unpack`, one UTF-8 decode, one split) once SQL has checked each header's magic,
+    flag and token bytes (`storage.memo._verdict_row`); None when the two do not make `n`
+    entries (a forged value: read those rows one by one instead)."""
+    if len(headers) != n * HEADER_SIZE:
+        return None
+    if not n:
+        return iter(())
+    try:
+        texts = reasons.decode("utf-8").split("\x00")
+    except UnicodeDecodeError:
+        return None
+    if len(texts) != n:
+        return None
+    flags, tokens_in, tokens_out = zip(*HEADER_COLUMNS.iter_unpack(headers), strict=True)
+    return zip(map(bool, flags), texts, tokens_in, tokens_out, strict=True)

@@ -89,8 +89,22 @@ def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
     can be written; read-only when it cannot. A database that is not diskcache 5's table is
     refused (OutputError naming `way_out`)."""
     db = memo_db(directory)
-    if not os.path.lexists(db) and not _create(directory):
-        return OpenedDb(None, "", False, True)
+    created = False
+    if not os.path.lexists(db):
+        if not _create(directory):
+            return OpenedDb(None, "", False, True)
+        created = True
+    try:
+        return _open_existing(directory, db, way_out)
+    except OutputError:
+        if not created:
+            raise
+        _remove_new(db)  # diskcache could not finish the new database: the next open starts afresh
+        why = OSError("the new memo database could not be written completely")
+        raise write_failed(directory, why) from None
+
+
+def _open_existing(directory: Path, db: Path, way_out: str) -> OpenedDb:
     if any(p.is_symlink() for p in _db_files(db)):
         raise _refused(directory, f"{db.name} or its journal files are symbolic links", way_out)
     if all(os.access(p, os.W_OK) for p in (directory, *_db_files(db)) if os.path.lexists(p)):
@@ -136,10 +150,17 @@ def _create(directory: Path) -> bool:
             statistics=False,
         ).close()  # fmt: skip
     except (OSError, sqlite3.Error) as exc:
+        _remove_new(memo_db(directory))  # cut short (a full disk): the next open starts afresh
         if is_read_only_error(exc):
             return False
         raise write_failed(directory, exc) from exc
     return True
+
+
+def _remove_new(db: Path) -> None:
+    for path in _db_files(db):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _open_read_only(directory: Path, db: Path, way_out: str) -> OpenedDb:
