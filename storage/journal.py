@@ -10,8 +10,9 @@ One journal per run: `<memo folder>/journal/<token>.jsonl`, locked (flock) by it
 life and removed when the run ends with every verdict in the memo. A journal nobody holds was
 left by a killed run: the next run that opens the memo folder replays it into the memo, then
 removes it. Records are JSON lines of fixed fields (`[key, relevant, reason, input_tokens,
-output_tokens]`), read back as data: a line that is not one is where the journal ends (a kill
-cuts at most its last line).
+output_tokens]`), read back as untrusted data (anyone who can write the memo folder can write a
+journal): each line is bounded (`_MAX_LINE`) and checked field by field; a line that is not a
+record (a torn tail, anything planted) is skipped and counted (`Replay.skipped`), never an error.
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ import os
 import secrets
 import stat
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from storage.layout import JOURNAL_NEW, JOURNAL_SUFFIX, journal_dir, journal_file, journal_new
 from storage.memo import MemoEntry
+from storage.memo_codec import MAX_REASON_BYTES, MAX_TOKENS
 
-__all__ = ["Journal", "open_journal", "replay_journals"]
+__all__ = ["Journal", "Replay", "open_journal", "replay_journals"]
 
-_MAX_LINE = 1 << 20  # a longer line is not a record of ours: the journal ends there
+_MAX_LINE = 1 << 20  # a longer line is not a record of ours: skipped
 _MAX_KEY = 200
 _REPLAY_CHUNK = 50_000  # verdicts per memo write of a replay (bounded memory)
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
@@ -87,36 +90,42 @@ def open_journal(memo_dir: Path) -> Journal | None:
     return Journal(path, fd)
 
 
-def replay_journals(memo_dir: Path, memo: _Sink) -> int:
+@dataclass
+class Replay:
+    """What a replay did: verdicts put into the memo, lines skipped (not records)."""
+
+    replayed: int = 0
+    skipped: int = 0
+
+
+def replay_journals(memo_dir: Path, memo: _Sink) -> Replay:
     """Put the verdicts of the journals no live run holds into `memo`, then remove those
-    journals; the number of verdicts replayed. Blocking I/O: call it from a thread."""
+    journals. Blocking I/O: call it from a thread."""
     folder = journal_dir(memo_dir)
+    done = Replay()
     if not folder.is_dir():
-        return 0
-    replayed = 0
+        return done
     for path in sorted(folder.iterdir()):
         if not (path.name.endswith(JOURNAL_SUFFIX) or path.name.startswith(JOURNAL_NEW)):
             continue
         with contextlib.suppress(OSError):
-            replayed += _replay_one(path, memo)
-    return replayed
+            _replay_one(path, memo, done)
+    return done
 
 
-def _replay_one(path: Path, memo: _Sink) -> int:
+def _replay_one(path: Path, memo: _Sink, done: Replay) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return 0  # not a file of ours: left alone
+            return  # not a file of ours: left alone
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            return 0  # its run is alive
-        replayed = 0
+            return  # its run is alive
         with os.fdopen(os.dup(fd), "rb") as lines:
-            for chunk in _chunks(_records(lines)):
-                replayed += memo.set_many(chunk)
+            for chunk in _chunks(_records(lines, done)):
+                done.replayed += memo.set_many(chunk)
         path.unlink(missing_ok=True)
-        return replayed
     finally:
         os.close(fd)
 
@@ -126,17 +135,30 @@ def _chunks(records: Iterator[tuple[str, MemoEntry]]) -> Iterator[list[tuple[str
         yield chunk
 
 
-def _records(lines: BinaryIO) -> Iterator[tuple[str, MemoEntry]]:
-    """The records up to the first line that is not one (a torn tail, or anything planted)."""
+def _lines(lines: BinaryIO, done: Replay) -> Iterator[bytes]:
+    """The file's lines of at most `_MAX_LINE` bytes; a longer one is read past (in bounded
+    pieces) and counted as skipped."""
     while line := lines.readline(_MAX_LINE):
-        if not line.endswith(b"\n"):
-            return
+        if line.endswith(b"\n"):
+            yield line
+            continue
+        if len(line) < _MAX_LINE:
+            return  # the torn tail of a write a kill cut short: where the journal ends
+        done.skipped += 1
+        while (more := lines.readline(_MAX_LINE)) and not more.endswith(b"\n"):
+            pass
+
+
+def _records(lines: BinaryIO, done: Replay) -> Iterator[tuple[str, MemoEntry]]:
+    """The records of a journal; a line that is not one is skipped and counted."""
+    for line in _lines(lines, done):
         try:
             raw = json.loads(line)
-        except ValueError:
-            return
+        except (ValueError, RecursionError):
+            raw = None
         if not _is_record(raw):
-            return
+            done.skipped += 1
+            continue
         key, relevant, reason, tokens_in, tokens_out = raw
         yield key, (relevant, reason, tokens_in, tokens_out)
 
@@ -152,5 +174,6 @@ def _is_record(raw: object) -> bool:
         and key.isprintable()
         and type(relevant) is bool
         and isinstance(reason, str)
-        and all(type(n) is int and n >= 0 for n in (tokens_in, tokens_out))
+        and len(reason) <= MAX_REASON_BYTES
+        and all(type(n) is int and 0 <= n <= MAX_TOKENS for n in (tokens_in, tokens_out))
     )

@@ -1,34 +1,53 @@
-"""On-disk verdict memo (diskcache) and its key recipe.
+"""On-disk verdict memo (diskcache 5's table) and its key recipe.
 
 A key is a tagged SHA-256 over everything that changes a verdict: the judge's identity
 (provider, model, base URL, decoding), the prompt version, query, expected output and item.
-Entries are never evicted (eviction_policy "none"): a verdict once paid for stays.
+Entries are never evicted: a verdict once paid for stays. A value is read by a fixed layout
+(`storage.memo_codec`), never unpickled: a memo folder is untrusted data.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import pickle
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
+from itertools import compress, islice
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import platformdirs
 
 from storage.core.errors import OutputError
-from storage.core.verdict import JudgeReply
-from storage.layout import memo_db
+from storage.memo_codec import (
+    HEADER_SIZE,
+    MAGIC,
+    MAX_VALUE_BYTES,
+    MemoEntry,
+    decode_columns,
+    decode_entry,
+    encode_entry,
+    entry_of,
+)
+from storage.memo_sqlite import (
+    MODE_RAW,
+    NO_MEMO_WAY_OUT,
+    clear_rows,
+    connect_reader,
+    is_read_only_error,
+    open_db,
+    table_stats,
+    write_failed,
+)
 
 __all__ = [
     "INPUT_TOKENS",
+    "KEY_TAG",
     "MEMO_RECIPE",
+    "NO_MEMO_WAY_OUT",
     "OUTPUT_TOKENS",
     "REASON",
     "RELEVANT",
@@ -43,19 +62,11 @@ __all__ = [
     "row_hasher",
 ]
 
-MEMO_RECIPE = "ctxprec-memo-v1"  # change when the recipe below changes
+MEMO_RECIPE = "ctxprec-memo-v2"  # change when the recipe below (or the stored format) changes
+# v2: verdicts stored in a fixed layout, not pickled; v1 entries are left unread (`Memo.notes`)
+KEY_TAG = "v2-"
 
-# (relevant, reason, input_tokens, output_tokens): a plain tuple, as the memo pickles it; read
-# its fields by these names, not by number
-MemoEntry = tuple[bool, str, int, int]
-
-
-def entry_of(reply: JudgeReply) -> MemoEntry:
-    """A judge's reply for one item as the memo keeps it."""
-    v = reply.verdict
-    return (v.relevant, v.reason, reply.input_tokens, reply.output_tokens)
-
-
+# a verdict's fields in a MemoEntry (storage.memo_codec): read them by these names, not by number
 RELEVANT: Final = 0
 REASON: Final = 1
 INPUT_TOKENS: Final = 2
@@ -96,7 +107,7 @@ def item_keys(row: Any, items: Iterable[str]) -> list[str]:
         h = row.copy()
         raw = item.encode("utf-8", "surrogatepass")
         h.update(b"%d:%b" % (len(raw), raw))
-        keys.append("v1-" + h.hexdigest())
+        keys.append(KEY_TAG + h.hexdigest())
     return keys
 
 
@@ -117,20 +128,16 @@ class MemoStore(Protocol):
     def close(self) -> None: ...
 
 
-def _write_failed(directory: Path, exc: BaseException) -> OutputError:
-    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-    return OutputError(
-        f"cannot write the memo in {directory}: {reason}; the verdicts of this batch are not "
-        "kept there: free some space (or give a writable --cache-dir) and run the same command "
-        "again to finish"
-    )
-
-
-# Batched access to diskcache's table (diskcache 5: `Cache(key, raw, store_time, expire_time,
-# access_time, access_count, tag, size, mode, filename, value)`, unique index on (key, raw)).
-# String keys are stored as they are (raw = 1); a verdict tuple is pickled into `value`, or into a
-# file named by `filename` when it is large (`Disk.fetch` reads both). One query per chunk of
-# keys replaces one query per key, and new keys go in with multi-row INSERTs.
+# Batched access to diskcache 5's table (`Cache(rowid, key, raw, store_time, expire_time,
+# access_time, access_count, tag, size, mode, filename, value)`, unique index on (key, raw),
+# checked when the memo opens: `storage.memo_sqlite`). String keys are stored as they are
+# (raw = 1); a verdict is stored in the fixed layout of `storage.memo_codec`, as bytes in
+# `value` (diskcache's raw mode: `Cache.get` returns those bytes). A row is read only when it is
+# such a row (mode raw, no file, a BLOB of a verdict's length): a pickle, a file named by
+# `filename` or any other row is never read, whatever its mode says; it is a miss, counted
+# (`Memo.unreadable`), and the item is judged again. One query per chunk of keys replaces one
+# query per key, and new keys go in with multi-row INSERTs; diskcache's own `get`/`set` are not
+# used (they unpickle and open files as the row says).
 #
 # Each SQLite step releases the GIL and takes it back: a query returning one row per key, or an
 # `executemany`, hands the GIL over once per row. While another thread runs Python (the judge,
@@ -138,32 +145,54 @@ def _write_failed(directory: Path, exc: BaseException) -> OutputError:
 # convoy that made 100,000 inserts take 570 s instead of 2 s. So reads come back as one row per
 # chunk and writes go in as one statement per chunk of rows: one step, one hand-over.
 #
-# The read's one row holds the chunk's keys joined by a separator, a flag per key ("1": its
-# pickle is inline) and the inline pickles back to back. Pickles are self-delimiting, so one
-# `Unpickler` reads them in order; decoding them this way costs half of what JSON with hex did.
+# The read's one row holds a flag per key ("0": not there, "1": a verdict's row, "2": another
+# row), the verdicts' 21-byte headers back to back and their reasons joined by NUL (a reason
+# holds none). SQL checks each header (magic, flag byte, the top byte of each token count), so
+# the batch decodes in C (`memo_codec.decode_columns`: no Python step per item on the warm
+# path); a forged reason that breaks the join (a NUL, bad UTF-8) sends the batch's keys to the
+# row-by-row read, which decodes each value on its own (`decode_entry`).
 _CHUNK = 900  # under SQLite's oldest limit of 999 bound parameters (the time is one more)
-_MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
 _SEP = "\x1f"  # between keys of the packed read (a key holding it takes the row-per-key read)
 _WHERE = "raw = 1 AND key IN ({}) AND (expire_time IS NULL OR expire_time > ?)"
 _SELECT = "SELECT key, mode, filename, value FROM Cache WHERE " + _WHERE
-_INLINE = f"mode = {_MODE_PICKLE} AND filename IS NULL AND value IS NOT NULL"
+
+
+def _verdict_row(c: str) -> str:
+    """The SQL test of a verdict's row (`c`: the table's name in the query, with its dot)."""
+    v = f"{c}value"
+    return (
+        f"{c}mode = {MODE_RAW} AND {c}filename IS NULL AND typeof({v}) = 'blob'"
+        f" AND length({v}) BETWEEN {HEADER_SIZE} AND {MAX_VALUE_BYTES}"
+        f" AND substr({v}, 1, 5) IN (X'{MAGIC.hex()}00', X'{MAGIC.hex()}01')"
+        f" AND substr({v}, 13, 1) = X'00' AND substr({v}, 21, 1) = X'00'"
+    )
+
+
+def _columns(c: str) -> str:
+    """The flags, headers and reasons of the read (see above)."""
+    ok = _verdict_row(c)
+    missing = f"WHEN {c}rowid IS NULL THEN '0' " if c else ""  # (the LEFT JOIN's unmatched keys)
+    return (
+        f"group_concat(CASE {missing}WHEN {ok} THEN '1' ELSE '2' END, ''),"
+        f" CAST(group_concat(CASE WHEN {ok} THEN substr({c}value, 1, {HEADER_SIZE}) END, '')"
+        " AS BLOB),"
+        f" CAST(group_concat(CASE WHEN {ok} THEN substr({c}value, {HEADER_SIZE + 1}) END,"
+        " char(0)) AS BLOB)"
+    )
+
+
 _SELECT_PACKED = (
-    "SELECT count(*), group_concat(key, char(31)),"
-    f" group_concat(CASE WHEN {_INLINE} THEN '1' ELSE '0' END, ''),"
-    f" CAST(group_concat(CASE WHEN {_INLINE} THEN value END, '') AS BLOB)"
-    " FROM Cache WHERE " + _WHERE
+    "SELECT count(*), group_concat(key, char(31)), " + _columns("") + " FROM Cache WHERE " + _WHERE
 )
 # The read of a whole batch, with its keys as one JSON array: one statement, so the reading
 # thread takes the GIL back once per batch instead of once per 900 keys. Its rows follow the
 # array (a LEFT JOIN from json_each probes the index key by key, in the order asked: `get_many`
-# asks in key order): one flag per key asked ("0" not there, "1" inline, "2" elsewhere) and the
-# inline pickles back to back, so the keys need not come back. Where SQLite
-# has no JSON functions, the IN (?, ?, ...) form above is used.
+# asks in key order), so the keys need not come back. Where SQLite has no JSON functions, the
+# IN (?, ?, ...) form above is used.
 _SELECT_ORDERED = (
-    "SELECT group_concat(CASE WHEN c.rowid IS NULL THEN '0'"
-    f" WHEN c.{_INLINE.replace(' AND ', ' AND c.')} THEN '1' ELSE '2' END, ''),"
-    f" CAST(group_concat(CASE WHEN c.{_INLINE.replace(' AND ', ' AND c.')} THEN c.value END, '')"
-    " AS BLOB) FROM json_each(?) AS j LEFT JOIN Cache AS c ON c.key = j.value AND c.raw = 1"
+    "SELECT "
+    + _columns("c.")
+    + " FROM json_each(?) AS j LEFT JOIN Cache AS c ON c.key = j.value AND c.raw = 1"
     " AND (c.expire_time IS NULL OR c.expire_time > ?)"
 )
 _JSON_KEYS = 20_000  # keys per JSON read
@@ -173,15 +202,22 @@ _INSERT = (
     "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size,"
     " mode, filename, value) VALUES "
 )
-_ROW = "(?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)"
-_INSERT_ROWS = 999 // 7  # rows of 7 parameters in one INSERT
+_ROW = f"(?, 1, ?, NULL, ?, 0, NULL, 0, {MODE_RAW}, NULL, ?)"
+_INSERT_ROWS = 999 // 4  # rows of 4 parameters in one INSERT
+# a key stored already takes the new verdict in place; a file its row named is left alone
+# (never removed: the row's `filename` is not trusted)
+_UPDATE = (
+    "UPDATE Cache SET store_time = ?1, expire_time = NULL, access_time = ?1, access_count = 0,"
+    f" tag = NULL, size = 0, mode = {MODE_RAW}, filename = NULL, value = ?2"
+    " WHERE key = ?3 AND raw = 1"
+)
 _STEP_ROWS = 50_000  # rows of one JSON INSERT (a bigger write is several: bounded memory)
-# All new keys of a write in one step (SQLite's JSON functions): the keys and where each pickled
-# value lies in one BLOB of them all, as one JSON text of [key, offset, length] rows.
+# All new keys of a write in one step (SQLite's JSON functions): the keys and where each value
+# lies in one BLOB of them all, as one JSON text of [key, offset, length] rows.
 _INSERT_JSON = (
     "INSERT OR IGNORE INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
     " tag, size, mode, filename, value) SELECT json_extract(j.value, '$[0]'), 1, ?1, NULL, ?1, 0,"
-    f" NULL, 0, {_MODE_PICKLE}, NULL, substr(?2, json_extract(j.value, '$[1]'),"
+    f" NULL, 0, {MODE_RAW}, NULL, substr(?2, json_extract(j.value, '$[1]'),"
     " json_extract(j.value, '$[2]')) FROM json_each(?3) AS j"
 )
 # which of the keys were stored before the INSERT (a rowid below its first)
@@ -189,6 +225,8 @@ _STORED_JSON = (
     "SELECT json_group_array(c.key) FROM json_each(?) AS j CROSS JOIN Cache AS c"
     " ON c.key = j.value AND c.raw = 1 WHERE c.rowid < ?"
 )
+# entries of the key recipes before this one (v1: pickled values): never read, named once
+_OLDER = "SELECT 1 FROM Cache WHERE raw = 1 AND key >= 'v1-' AND key < 'v1.' LIMIT 1"
 
 
 def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -200,7 +238,7 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def _slices(rows: dict[str, MemoEntry], n: int) -> Iterable[dict[str, MemoEntry]]:
+def _slices(rows: dict[str, bytes], n: int) -> Iterable[dict[str, bytes]]:
     if len(rows) <= n:
         yield rows
         return
@@ -209,60 +247,86 @@ def _slices(rows: dict[str, MemoEntry], n: int) -> Iterable[dict[str, MemoEntry]
         yield part
 
 
-def _has_json(sql: Any) -> bool:
+def _has_json(con: sqlite3.Connection) -> bool:
     """Whether this SQLite has the JSON functions (built in since 3.38, an option before)."""
     try:
-        sql("SELECT json_extract('[1]', '$[0]')").fetchone()
+        con.execute("SELECT json_extract('[1]', '$[0]')").fetchone()
     except sqlite3.OperationalError:
         return False
     return True
 
 
 class Memo:
-    """A wrapper over diskcache.Cache that reads and writes in batches; call its methods from a
-    worker thread. Entries stay readable (and writable) by diskcache's own `get`/`set`."""
+    """The on-disk memo: diskcache 5's table, read and written in batches by fixed-layout values
+    (`storage.memo_codec`); call its methods from a worker thread. A folder it cannot write is
+    used read-only (`read_only`: verdicts it holds are used, new ones are not kept); a database
+    that is not diskcache 5's table is refused (OutputError naming `way_out`)."""
 
-    def __init__(self, directory: Path):
-        import diskcache
-
+    def __init__(self, directory: Path, *, way_out: str = NO_MEMO_WAY_OUT):
         self.directory = directory
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            self._cache = diskcache.Cache(
-                str(directory),
-                eviction_policy="none",
-                size_limit=2**62,
-                cull_limit=0,
-                statistics=False,
-            )
-            self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
-            self._opened: list[sqlite3.Connection] = []
-            self._opening = threading.Lock()
-        except (OSError, sqlite3.Error) as exc:
-            raise _write_failed(directory, exc) from exc
-        self._json_writes = _has_json(self._cache._sql)
+        opened = open_db(directory, way_out)
+        self._con = opened.con
+        self._target, self._uri = opened.target, opened.uri
+        self.read_only = opened.read_only
+        self.unreadable = 0  # entries found that were not verdicts (read as misses)
+        self.not_kept = 0  # verdicts not stored (a read-only memo)
+        self._counting = threading.Lock()
+        self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._opened: list[sqlite3.Connection] = []
+        self._opening = threading.Lock()
+        con = self._con
+        self._json_writes = con is not None and _has_json(con)
         self._json_reads = self._json_writes  # turned off too if a read finds no JSON functions
+        self.older_entries = con is not None and con.execute(_OLDER).fetchone() is not None
 
+    def notes(self) -> list[str]:
+        """What a user must be told about this memo (once per run): read-only, entries of
+        older ctxprec versions left unread."""
+        out = []
+        if self.read_only:
+            out.append(
+                f"memo {self.directory} is read-only: verdicts it holds are used, new ones are "
+                "not kept"
+            )
+        if self.older_entries:
+            out.append(
+                f"memo {self.directory} holds verdicts stored by ctxprec before memo format v2 "
+                "(pickled values): they are not read, so those items are judged again once; "
+                "`ctxprec cache clear --older-than DURATION` removes them"
+            )
+        return out
+
+    # -- reads
     def get_many(self, keys: Sequence[str]) -> dict[str, MemoEntry]:
         # plain reads, no transaction: in WAL mode they never wait for the memo writer
-        # (a `transact()` here would take SQLite's write lock and stall behind every write)
         found: dict[str, MemoEntry] = {}
+        if self._con is None or not keys:
+            return found
         now = time.time()
         # in the table's key order: neighbouring lookups share the B-tree pages SQLite just
         # read (a batch of 10,000 keys of a 1 M-entry memo reads ~10 % faster; sorting it
         # costs ~1 ms); `found` is a dict, so the order it is filled in does not matter
         keys = sorted(keys)
+        bad = 0
         if self._json_reads:
             try:
                 for start in range(0, len(keys), _JSON_KEYS):
-                    self._read_ordered(keys[start : start + _JSON_KEYS], now, found)
+                    bad += self._read_ordered(keys[start : start + _JSON_KEYS], now, found)
+                self._count_unreadable(bad)
                 return found
             except sqlite3.OperationalError:  # an SQLite without JSON functions
                 self._json_reads = False
                 found.clear()
+                bad = 0
         for chunk in _chunks(keys):
-            self._read_packed(chunk, now, found)
+            bad += self._read_packed(chunk, now, found)
+        self._count_unreadable(bad)
         return found
+
+    def _count_unreadable(self, n: int) -> None:
+        if n:
+            with self._counting:
+                self.unreadable += n
 
     def _fetch(self, query: str, params: Sequence[Any]) -> Any:
         con = self._take_reader()
@@ -271,187 +335,200 @@ class Memo:
         finally:
             self._readers.put(con)
 
-    def _read_ordered(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
-        """One `_SELECT_ORDERED` read of `keys`; their entries go into `found`."""
-        flags, blob = self._fetch(_SELECT_ORDERED, (json.dumps(keys), now))
-        if not blob and "2" not in flags:  # nothing there
-            return
-        load = pickle.Unpickler(io.BytesIO(blob or b"")).load
-        if flags.count("1") == len(keys):  # every entry inline (the usual case): in one go
-            found.update(zip(keys, [load() for _ in range(len(keys))], strict=True))
-            return
-        self._decode(zip(keys, flags, strict=True), load, found)
+    def _read_ordered(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
+        """One `_SELECT_ORDERED` read of `keys`; their entries go into `found`; the number of
+        rows found that are not verdicts."""
+        flags, headers, reasons = self._fetch(_SELECT_ORDERED, (json.dumps(keys), now))
+        if not flags or ("1" not in flags and "2" not in flags):  # nothing there
+            return 0
+        return self._take(keys, flags, headers, reasons, now, found)
 
-    def _read_packed(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
-        """One `_SELECT_PACKED` read of up to `_CHUNK` keys; their entries go into `found`."""
-        count, packed, inline, blob = self._fetch(
+    def _read_packed(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
+        """One `_SELECT_PACKED` read of up to `_CHUNK` keys; as `_read_ordered`."""
+        count, packed, flags, headers, reasons = self._fetch(
             _SELECT_PACKED.format(_marks(len(keys))), (*keys, now)
         )
         if not count:
-            return
+            return 0
         got = packed.split(_SEP)
         if len(got) != count:  # a key holding the separator: read these keys row by row
-            self._get_rows(keys, now, found)
-            return
-        load = pickle.Unpickler(io.BytesIO(blob or b"")).load
-        self._decode(zip(got, inline, strict=True), load, found)
+            return self._get_rows(keys, now, found)
+        return self._take(got, flags, headers, reasons, now, found)
 
-    def _decode(
-        self, flagged: Iterable[tuple[str, str]], load: Any, found: dict[str, MemoEntry]
-    ) -> None:
-        get = self._cache.get
-        for key, flag in flagged:
-            if flag == "1":
-                found[key] = load()
-            elif flag != "0":  # a big entry kept in its own file, or a value stored raw
-                entry = get(key)
-                if entry is not None:
+    def _take(
+        self,
+        keys: Sequence[str],
+        flags: str,
+        headers: bytes | None,
+        reasons: bytes | None,
+        now: float,
+        found: dict[str, MemoEntry],
+    ) -> int:
+        """The verdicts of one read into `found` (`keys` and `flags` in the same order); the
+        rows that were not verdicts. A batch whose reasons do not split back into one per
+        verdict (a forged value) is read again row by row."""
+        n = flags.count("1")
+        entries = decode_columns(headers or b"", reasons or b"", n)
+        if entries is None:
+            return self._get_rows(keys, now, found)
+        if n == len(keys):  # every key a verdict (the warm path): no Python step per key
+            found.update(zip(keys, entries, strict=True))
+            return 0
+        found.update(zip(compress(keys, map("1".__eq__, flags)), entries, strict=True))
+        return flags.count("2")
+
+    def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> int:
+        """The same read, one row per key, each value decoded on its own."""
+        bad = 0
+        for chunk in _chunks(sorted(set(keys))):
+            rows = self._fetch_all(_SELECT.format(_marks(len(chunk))), (*chunk, now))
+            for key, mode, filename, value in rows:
+                entry = decode_entry(value) if mode == MODE_RAW and filename is None else None
+                if entry is None:
+                    bad += 1
+                else:
                     found[key] = entry
+        return bad
+
+    def _fetch_all(self, query: str, params: Sequence[Any]) -> list[Any]:
+        con = self._take_reader()
+        try:
+            return con.execute(query, params).fetchall()
+        finally:
+            self._readers.put(con)
 
     def _take_reader(self) -> sqlite3.Connection:
         """A read connection of the memo's own small pool: a free one, a new one while fewer
         than `_READERS` are open, else the next one given back. Two batch planners read at once
         (SQLite runs a query without the GIL: a 1 M-entry memo read by two threads, 180,000 keys/s
         on one shared connection, 260,000 on two). The pool is bounded because each connection
-        holds its own page cache and memory map of the file (diskcache opens one per thread,
-        which multiplied the memory a thread pool's reads took)."""
+        holds its own page cache and memory map of the file."""
         try:
             return self._readers.get_nowait()
         except queue.Empty:
             pass
         with self._opening:
             if len(self._opened) < _READERS:
-                cache = self._cache
-                con = sqlite3.connect(
-                    str(memo_db(self.directory)),
-                    timeout=60,
-                    isolation_level=None,
-                    check_same_thread=False,  # taken from the pool by one thread at a time
-                )
-                con.execute(f"PRAGMA cache_size = {int(cache.sqlite_cache_size)}")
-                con.execute(f"PRAGMA mmap_size = {int(cache.sqlite_mmap_size)}")
+                con = connect_reader(self._target, self._uri)
                 self._opened.append(con)
                 return con
         return self._readers.get()
 
-    def _get_rows(self, keys: Sequence[str], now: float, found: dict[str, MemoEntry]) -> None:
-        """The same read, one row per key."""
-        fetch = self._cache.disk.fetch
-        rows = self._cache._sql(_SELECT.format(_marks(len(keys))), (*keys, now)).fetchall()
-        for key, mode, filename, value in rows:
-            try:
-                entry = fetch(mode, filename, value, False)
-            except OSError:  # removed since the query: a miss, as Cache.get has it
-                continue
-            if entry is not None:
-                found[key] = entry
-
+    # -- writes
     def set_many(self, entries: Iterable[tuple[str, MemoEntry]]) -> int:
         """Store verdicts in one transaction: on a full disk none of them is kept. New keys go
         in with one INSERT for all (a few multi-row ones without SQLite's JSON functions); a
-        key already there, or a value big enough for a file of its own, goes through
-        `Cache.set` (an old entry may own a file to clean up)."""
-        rows: dict[str, MemoEntry] = {}
-        n = 0
-        cache = self._cache
-        for key, value in entries:
-            if type(key) is not str:  # not stored raw: diskcache's own path
-                cache.set(key, value)
-            else:
-                rows[key] = value
-            n += 1
+        key already there takes its new value in place. A read-only memo keeps none (counted
+        in `not_kept`)."""
+        rows = {key: encode_entry(value) for key, value in entries}
+        n = len(rows)
         if not rows:
             return n
+        con = self._con
+        if self.read_only or con is None:
+            self.not_kept += n
+            return n
         try:
-            with cache.transact():
-                if self._json_writes:
-                    left: dict[str, MemoEntry] = {}
-                    for part in _slices(rows, _STEP_ROWS):
-                        left.update(self._insert_new(part))
-                    rows = left
-                else:
-                    for key in self._existing(list(rows)):
-                        cache.set(key, rows.pop(key))
-                    rows = self._insert_rows(rows)
-                for key, value in rows.items():
-                    cache.set(key, value)
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                self._write(con, rows)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
-            raise _write_failed(self.directory, exc) from exc
+            if is_read_only_error(exc):  # a read-only mount that os.access did not tell
+                self.read_only = True
+                self.not_kept += n
+                return n
+            raise write_failed(self.directory, exc) from exc
         return n
 
-    def _pickled(
-        self, rows: Mapping[str, MemoEntry]
-    ) -> tuple[list[tuple[str, int, int]], bytearray, dict[str, MemoEntry]]:
-        """Each verdict pickled as `Disk.store` pickles it into the row: (key, 1-based offset
-        in the concatenated pickles, length) and the pickles, concatenated; the rest (values big
-        enough for a file, keys that are not plain printable ASCII) is left to `Cache.set`."""
-        disk = self._cache.disk
-        protocol, small, dumps = disk.pickle_protocol, disk.min_file_size, pickle.dumps
+    def _write(self, con: sqlite3.Connection, rows: dict[str, bytes]) -> None:
+        odd = {k: v for k, v in rows.items() if not (k.isascii() and k.isprintable())}
+        for key in odd:  # keys JSON would escape: one by one (none of ours: ours are hex)
+            del rows[key]
+        if self._json_writes:
+            stored: dict[str, bytes] = {}
+            for part in _slices(rows, _STEP_ROWS):
+                stored.update(self._insert_new(con, part))
+        else:
+            stored = {key: rows.pop(key) for key in self._existing(con, list(rows))}
+            self._insert_rows(con, rows)
+        stored.update(odd)
+        now = time.time()
+        for key, value in stored.items():
+            if con.execute(_UPDATE, (now, value, key)).rowcount == 0:
+                con.execute(_INSERT + _ROW, (key, now, now, value))
+
+    def _insert_new(self, con: sqlite3.Connection, rows: Mapping[str, bytes]) -> dict[str, bytes]:
+        """INSERT OR IGNORE every key at once (one SQLite step: the GIL is handed over once);
+        returns the rows whose keys were stored already, which the INSERT left as they were."""
         index: list[tuple[str, int, int]] = []
         blobs = bytearray()
-        left: dict[str, MemoEntry] = {}
         at = 1
         for key, value in rows.items():
-            data = dumps(value, protocol=protocol) if type(value) is tuple else None
-            if data is None or len(data) >= small or not (key.isascii() and key.isprintable()):
-                left[key] = value
-                continue
-            index.append((key, at, len(data)))
-            blobs += data
-            at += len(data)
-        return index, blobs, left
-
-    def _insert_new(self, rows: Mapping[str, MemoEntry]) -> dict[str, MemoEntry]:
-        """INSERT OR IGNORE every key at once (one SQLite step: the GIL is handed over once);
-        returns the rows left for `Cache.set`: the keys stored already, which the INSERT left
-        as they were, and what `_pickled` left."""
-        index, blobs, left = self._pickled(rows)
-        if not index:
-            return left
-        sql = self._cache._sql
-        cursor = sql(_INSERT_JSON, (time.time(), blobs, json.dumps(index)))
+            index.append((key, at, len(value)))
+            blobs += value
+            at += len(value)
+        cursor = con.execute(_INSERT_JSON, (time.time(), blobs, json.dumps(index)))
         inserted = cursor.rowcount
         if inserted == len(index):
-            return left
-        keys = [key for key, _, _ in index]
+            return {}
+        keys = list(rows)
         if inserted <= 0:
             stored = keys
         else:
             # this INSERT's rows are the rowids above the table's largest before it (the Cache
             # table has no AUTOINCREMENT, and the write lock keeps other writers out)
+            assert cursor.lastrowid is not None
             first = cursor.lastrowid - inserted + 1
-            (packed,) = sql(_STORED_JSON, (json.dumps(keys), first)).fetchone()
+            (packed,) = con.execute(_STORED_JSON, (json.dumps(keys), first)).fetchone()
             stored = json.loads(packed)
-        for key in stored:
-            left[key] = rows[key]
-        return left
+        return {key: rows[key] for key in stored}
 
-    def _existing(self, keys: list[str]) -> list[str]:
+    @staticmethod
+    def _existing(con: sqlite3.Connection, keys: list[str]) -> list[str]:
         """Which of `keys` are stored already (for an SQLite without JSON functions)."""
-        sql = self._cache._sql
         return [
             key
             for chunk in _chunks(keys)
-            for (key,) in sql(_EXISTING.format(_marks(len(chunk))), chunk).fetchall()
+            for (key,) in con.execute(_EXISTING.format(_marks(len(chunk))), chunk).fetchall()
         ]
 
-    def _insert_rows(self, rows: Mapping[str, MemoEntry]) -> dict[str, MemoEntry]:
-        """INSERT new keys with multi-row INSERTs (for an SQLite without JSON functions);
-        returns what `_pickled` left."""
-        index, blobs, left = self._pickled(rows)
+    @staticmethod
+    def _insert_rows(con: sqlite3.Connection, rows: Mapping[str, bytes]) -> None:
+        """INSERT new keys with multi-row INSERTs (for an SQLite without JSON functions)."""
         now = time.time()
-        params = [
-            (key, now, now, 0, _MODE_PICKLE, None, bytes(blobs[at - 1 : at - 1 + n]))
-            for key, at, n in index
-        ]
-        sql = self._cache._sql
+        params = [(key, now, now, value) for key, value in rows.items()]
         for start in range(0, len(params), _INSERT_ROWS):
             part = params[start : start + _INSERT_ROWS]
-            sql(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
-        return left
+            con.execute(_INSERT + ",".join([_ROW] * len(part)), [x for row in part for x in row])
+
+    # -- `ctxprec cache`
+    def stats(self) -> tuple[int, float | None, float | None]:
+        """Entries, and the oldest and newest store times (`storage.memo_sqlite.table_stats`)."""
+        return (0, None, None) if self._con is None else table_stats(self._con)
+
+    def clear(self, cutoff: float | None) -> int:
+        """Remove the entries stored before `cutoff` (None: all); how many went."""
+        if self._con is None:
+            return 0
+        if self.read_only:
+            raise OutputError(
+                f"the memo {self.directory} is read-only: nothing removed; clear it where it "
+                "can be written"
+            )
+        try:
+            return clear_rows(self._con, self.directory, cutoff)
+        except (OSError, sqlite3.Error) as exc:
+            raise write_failed(self.directory, exc) from exc
 
     def __len__(self) -> int:
-        return len(self._cache)
+        if self._con is None:
+            return 0
+        (n,) = self._con.execute("SELECT count(*) FROM Cache").fetchone()
+        return int(n)
 
     def close(self) -> None:
         with self._opening:
@@ -459,4 +536,6 @@ class Memo:
                 con.close()
             self._opened.clear()
             self._readers = queue.SimpleQueue()
-        self._cache.close()
+        if self._con is not None:
+            self._con.close()
+            self._con = None

@@ -19,8 +19,10 @@ from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
 from pipeline.batchapi.figures import batch_costs
 from pipeline.batchapi.scan import write_missing_lines
+from pipeline.flow.dispatch import RunCounters
 from pipeline.flow.planning import open_memo
 from pipeline.run.driver import RunPlan
+from pipeline.run.notices import record_memo
 from storage import layout
 from storage.batches import BatchStore, ChunkWriter
 from storage.core.errors import (
@@ -60,11 +62,16 @@ class BatchCollector:
         self.poll_max_s = max(self.poll_s, self.cfg.judge.batch_poll_max_s)
         self.progress = _BatchProgress(progress)
         self.memo: Memo | None = None
+        self.counters = RunCounters()  # what its memo had to say (`record_memo`)
         self._troubles = 0  # polls in a row that failed after their HTTP retries
 
     def open_memo(self) -> Memo:
         memo = open_memo(self.cfg)  # (not `or`: an empty Memo is falsy, it has a __len__)
-        return memo if memo is not None else Memo(layout.batch_memo(self.outdir))
+        if memo is not None:
+            return memo
+        folder = layout.batch_memo(self.outdir)
+        way_out = f"remove {folder} (its verdicts are judged again) or write to a new OUTDIR"
+        return Memo(folder, way_out=way_out)
 
     # -- the whole collection
     async def run(self) -> dict[str, Any]:
@@ -80,6 +87,7 @@ class BatchCollector:
             memo, self.memo = self.memo, None
             if memo is not None:
                 await anyio.to_thread.run_sync(memo.close)
+                record_memo(memo, self.counters)
             with anyio.CancelScope(shield=True):
                 await self.client.aclose()
         return self.report()

@@ -31,7 +31,7 @@ from connectors.judges.batch.api import check_batch_support
 from pipeline.batchapi.collect import BatchCollector, BatchOptions
 from pipeline.batchapi.figures import batch_estimate, batch_prices
 from pipeline.config import Config
-from pipeline.flow.dispatch import RunCounters
+from pipeline.flow.dispatch import RunCounters, add_counts
 from pipeline.run.driver import LocalRun, RunOptions, RunResult, local_run, run_blocking
 from pipeline.run.stage import run_stage
 from storage import layout
@@ -84,6 +84,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     collector = BatchCollector(plan, options, progress)
     report = await collector.run()
     counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
+    add_counts(counters, collector.counters)  # its memo's notes and unreadable entries
     failed = dict(collector.store.failed)
     online = options.fallback == "online"
 

@@ -4,7 +4,6 @@ run on this machine shares (never evicted by itself)."""
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from pipeline.config import load_config, parse_duration
 from storage import layout
 from storage.core.errors import UserError
-from storage.memo import default_cache_dir
+from storage.memo import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
 
@@ -38,47 +37,44 @@ def _folder(args: argparse.Namespace) -> Path:
 
 
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def _store_times(folder: Path) -> list[tuple[Any, float]]:
-    db = layout.memo_db(folder)
-    if not db.is_file():
-        return []
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        return [(k, float(t or 0)) for k, t in con.execute("SELECT key, store_time FROM Cache")]
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def _info(folder: Path) -> str:
     if not layout.memo_db(folder).is_file():
         return f"ctxprec memo: {folder} (empty: no verdicts stored yet)"
-    times = [t for _, t in _store_times(folder)]
+    memo = Memo(folder)
+    try:
+        count, oldest, newest = memo.stats()
+        notes = memo.notes()
+    finally:
+        memo.close()
     mib = _size(folder) / 2**20
     span = ""
-    if times:
+    if oldest is not None and newest is not None:
         fmt = "%Y-%m-%d %H:%M"
-        oldest, newest = (time.strftime(fmt, time.localtime(t)) for t in (min(times), max(times)))
-        span = f", stored {oldest} .. {newest}"
-    return (
-        f"ctxprec memo: {folder}\n  {len(times):,} verdicts, {mib:,.1f} MiB{span}\n"
-        "  shared by every ctxprec run on this machine that uses this folder; never evicted: "
-        "`ctxprec cache clear [--older-than 30d]` removes verdicts"
+        first, last = (time.strftime(fmt, time.localtime(t)) for t in (oldest, newest))
+        span = f", stored {first} .. {last}"
+    return "\n".join(
+        [
+            f"ctxprec memo: {folder}\n  {count:,} verdicts, {mib:,.1f} MiB{span}",
+            *(f"  {note}" for note in notes),
+            "  shared by every ctxprec run on this machine that uses this folder; never evicted: "
+            "`ctxprec cache clear [--older-than 30d]` removes verdicts",
+        ]
     )
 
 
 def _clear(folder: Path, older_than: str | None) -> str:
     if not layout.memo_db(folder).is_file():
         return f"ctxprec memo: {folder} holds no verdicts; nothing to clear"
-    import diskcache
-
     cutoff = time.time() - parse_duration(older_than, "--older-than") if older_than else None
-    with diskcache.Cache(str(folder), eviction_policy="none") as cache:
-        if cutoff is None:
-            removed = cache.clear()
-        else:
-            old = [k for k, t in _store_times(folder) if t < cutoff]
-            removed = sum(1 for k in old if cache.delete(k))
-        left = len(cache)
+    memo = Memo(folder)
+    try:
+        removed = memo.clear(cutoff)
+        left = len(memo)
+    finally:
+        memo.close()
     return f"ctxprec memo: removed {removed:,} verdicts from {folder}; {left:,} left"
 
 

@@ -29,6 +29,7 @@ from pipeline.flow.extractor import load_extractor
 from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
 from pipeline.flow.rows import RowPlan, attach_keys
 from pipeline.run.driver import AuditCounts, RunPlan, StageResult
+from pipeline.run.notices import record_memo
 from pipeline.run.stage import MeteredGate
 from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
@@ -258,6 +259,7 @@ async def judge_shard(
             )
         finally:
             await anyio.to_thread.run_sync(memo.close)
+            record_memo(local, counters)
         await anyio.to_thread.run_sync(_answer, scratch, shard, found, fresh, failed)
     finally:
         with anyio.CancelScope(shield=True):

@@ -46,6 +46,8 @@ class RunCounters:
     calls_failed: int = 0
     memo_writes: int = 0
     reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
+    memo_unreadable: int = 0  # memo entries that were not verdicts: judged again
+    memo_notes: list[str] = field(default_factory=list)  # one line each (`storage.memo.Memo`)
     failed_by_cause: dict[str, int] = field(default_factory=dict)
 
 

@@ -32,7 +32,7 @@ from pipeline.flow.reduce import TableSpec
 from pipeline.limits.limiter import GateStats
 from pipeline.run.estimate import estimate
 from pipeline.run.interrupt import stoppable
-from pipeline.run.notices import run_notices, skipped_formats_line
+from pipeline.run.notices import memo_notices, run_notices, skipped_formats_line
 from pipeline.run.publish import check_sinks, publish
 from storage import layout
 from storage.commit import commit_part, committed
@@ -399,7 +399,8 @@ def _run_info(
             "rpm": run.cfg.limits.rpm,
             "tpm": run.cfg.limits.tpm,
             "engine": {**engine, **result.extra},
-            "notices": run_notices(run.input, run.info, run.cfg),
+            "notices": run_notices(run.input, run.info, run.cfg) + memo_notices(c),
+            "memo_unreadable": c.memo_unreadable,
             "group_by": run.cfg.output.group_by,
         }
         | ({"recheck": result.recheck} if result.recheck is not None else {})

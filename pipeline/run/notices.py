@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from connectors.sources import SourceInfo
 from pipeline.config import Config
+from pipeline.flow.dispatch import RunCounters
+from storage.memo import Memo, MemoStore
+from storage.verdicts import SharedMemo
 
-__all__ = ["OFFLINE_QUERY_ONLY", "not_read_notice", "run_notices", "skipped_formats_line"]
+__all__ = [
+    "OFFLINE_QUERY_ONLY",
+    "memo_notices",
+    "not_read_notice",
+    "record_memo",
+    "run_notices",
+    "skipped_formats_line",
+]
 
 OFFLINE_QUERY_ONLY = (
     "the offline judge without an expected output is a weak heuristic: it finds passages whose "
@@ -65,3 +75,26 @@ def run_notices(spec: str, info: SourceInfo, cfg: Config) -> list[str]:
     if info.total_rows == 0:
         out.append(f"note: the input {spec} holds no rows; the output is an empty dataset")
     return [line for line in out if line]
+
+
+def record_memo(memo: MemoStore | None, counters: RunCounters) -> None:
+    """What a run's memo has to say (read-only, unreadable entries, old ones) into its
+    counters, once the memo is done with (an engine's tasks add theirs up)."""
+    local = memo.local if isinstance(memo, SharedMemo) else memo
+    if not isinstance(local, Memo):
+        return
+    counters.memo_unreadable += local.unreadable
+    local.unreadable = 0  # (a memo recorded twice counts its entries once)
+    counters.memo_notes.extend(n for n in local.notes() if n not in counters.memo_notes)
+
+
+def memo_notices(counters: RunCounters) -> list[str]:
+    """The memo's lines for the summary and the CLI, each once."""
+    out = list(dict.fromkeys(counters.memo_notes))
+    n = counters.memo_unreadable
+    if n:
+        out.append(
+            f"memo: {n:,} {'entry' if n == 1 else 'entries'} could not be read as verdicts; "
+            "judged again"
+        )
+    return out

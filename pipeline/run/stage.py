@@ -30,6 +30,7 @@ from pipeline.flow.reduce import scored_table
 from pipeline.flow.rows import BatchJob
 from pipeline.limits.limiter import GateStats, RateGate
 from pipeline.run.driver import AuditCounts, RunPlan, StageResult
+from pipeline.run.notices import record_memo
 from pipeline.run.partition import partition_tables
 from pipeline.run.progress import Progress
 from storage import layout
@@ -108,7 +109,7 @@ async def run_stage(
         paid = judge  # the journal is for a paid judge's verdicts: the audit judge's too
         if audit_judge is not None and isinstance(judge, SyncDecider):
             paid = audit_judge.judge
-        journal = await anyio.to_thread.run_sync(_open_journal, memo, paid)
+        journal = await anyio.to_thread.run_sync(_open_journal, memo, paid, counters)
         dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
         skipped = others | done
         prefix = judge_prefix(plan.identity)
@@ -131,8 +132,10 @@ async def run_stage(
         finally:
             if memo is not None:
                 await anyio.to_thread.run_sync(memo.close)
+                record_memo(memo, counters)
             if audit_memo is not None and audit_memo is not memo:
                 await anyio.to_thread.run_sync(audit_memo.close)
+                record_memo(audit_memo, counters)
             if journal is not None:
                 journal.close(done=finished)
     finally:
@@ -221,13 +224,20 @@ def _open_memo(cfg: Config) -> MemoStore | None:
     return open_memo(cfg)
 
 
-def _open_journal(memo: MemoStore | None, judge: Judge) -> Journal | None:
+def _open_journal(memo: MemoStore | None, judge: Judge, counters: RunCounters) -> Journal | None:
     """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
     offline judge's verdicts cost nothing to redo) open this run's (`storage.journal`)."""
     local = memo.local if isinstance(memo, SharedMemo) else memo
     if memo is None or not isinstance(local, Memo):
         return None  # no memo, or an engine's own (it keeps verdicts its own way)
-    replay_journals(local.directory, memo)
+    if local.read_only:
+        return None  # nothing replayed into it, nothing journaled: it keeps no verdict
+    skipped = replay_journals(local.directory, memo).skipped
+    if skipped:
+        counters.memo_notes.append(
+            f"memo {local.directory}: {skipped:,} line(s) of journals left by killed runs were "
+            "not verdicts; skipped"
+        )
     return None if isinstance(judge, SyncDecider) else open_journal(local.directory)
 
 

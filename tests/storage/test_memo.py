@@ -11,6 +11,7 @@ import pytest
 
 import storage.memo as memo_module
 from storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
+from storage.memo_codec import MAX_REASON_BYTES, decode_entry, encode_entry
 
 
 def test_key_changes_with_everything_that_changes_a_verdict() -> None:
@@ -40,14 +41,13 @@ def test_key_changes_with_everything_that_changes_a_verdict() -> None:
     }
     assert base not in others
     assert len(others) == 7
-    assert base.startswith("v1-")
+    assert base.startswith("v2-")
 
 
 def test_memo_roundtrip_and_no_eviction_policy(tmp_path: Path) -> None:
     memo = Memo(tmp_path / "m")
     assert memo.set_many([("a", (True, "r", 3, 1)), ("b", (False, "s", 2, 1))]) == 2
     assert memo.get_many(["a", "b", "c"]) == {"a": (True, "r", 3, 1), "b": (False, "s", 2, 1)}
-    assert memo._cache.eviction_policy == "none"
     memo.close()
     again = Memo(tmp_path / "m")
     assert len(again) == 2
@@ -61,29 +61,35 @@ def test_item_keys_from_one_row_hasher_equal_memo_key() -> None:
     assert item_keys(row, items) == [memo_key(p, "v1", "q", None, it) for it in items]
     # the recipe itself is pinned: a change here orphans every memo on disk
     assert memo_key(p, "v1", "q", "e", "item") == (
-        "v1-" + hashlib.sha256(p + b"2:v11:q1:e4:item").hexdigest()
+        "v2-" + hashlib.sha256(p + b"2:v11:q1:e4:item").hexdigest()
     )
 
 
-def test_batched_reads_and_writes_share_diskcache_format(tmp_path: Path) -> None:
-    """Entries written by diskcache's own `set` are read by the batched `get_many`, and the
-    other way round; a big entry (kept in a file) and a replaced key work too."""
+def test_batched_writes_are_diskcache_raw_rows_that_diskcache_reads_as_bytes(
+    tmp_path: Path,
+) -> None:
+    """The memo is diskcache 5's table: a verdict is a raw-mode row whose value is its fixed
+    layout (`storage.memo_codec`), so diskcache's own `get` returns those bytes (never a pickle);
+    a big reason is clipped into the row (no file of its own); a replaced key works too."""
+    import diskcache
+
     memo = Memo(tmp_path / "m")
-    big = (True, "r" * 100_000, 1, 2)  # over diskcache's 32 KiB: stored in its own file
-    memo._cache.set("old", (False, "from diskcache", 5, 6))
+    big = (True, "r" * 100_000, 1, 2)
     keys = [f"k{i}" for i in range(2_000)]  # more than one chunk of the IN (...) query
     assert memo.set_many([(k, (True, k, 1, 1)) for k in keys] + [("big", big)]) == 2_001
-    assert memo.set_many([("old", (True, "replaced", 7, 8)), ("k5", (False, "again", 0, 0))]) == 2
-    found = memo.get_many([*keys, "big", "old", "missing", "k3"])  # k3 asked twice
-    assert len(found) == 2_002
-    assert found["big"] == big
+    assert memo.set_many([("k5", (False, "again", 0, 0))]) == 1
+    found = memo.get_many([*keys, "big", "missing", "k3"])  # k3 asked twice
+    assert len(found) == 2_001
+    assert found["big"] == (True, "r" * MAX_REASON_BYTES, 1, 2)
     assert found["k7"] == (True, "k7", 1, 1)
-    assert found["old"] == (True, "replaced", 7, 8)
     assert found["k5"] == (False, "again", 0, 0)
-    assert memo._cache.get("k9") == (True, "k9", 1, 1)
-    assert memo._cache.get("big") == big
-    assert len(memo) == 2_002  # diskcache's count (kept by its triggers) sees every insert
+    assert memo.unreadable == 0
     memo.close()
+    with diskcache.Cache(str(tmp_path / "m")) as cache:
+        assert cache.get("k9") == encode_entry((True, "k9", 1, 1))
+        assert decode_entry(cache.get("k5")) == (False, "again", 0, 0)
+        assert len(cache) == 2_001  # diskcache's count (kept by its triggers) sees every insert
+    assert not list((tmp_path / "m").rglob("*.val"))
 
 
 def test_writes_and_reads_are_one_statement_per_chunk(
@@ -96,7 +102,8 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     read's separator take the row-per-key read and are found too."""
     memo = Memo(tmp_path / "m")
     statements: list[str] = []
-    memo._cache._con.set_trace_callback(statements.append)
+    assert memo._con is not None
+    memo._con.set_trace_callback(statements.append)
     entries = [(f"k{i}", (i % 2 == 0, f"why {i}", i, 1)) for i in range(2_000)]
     assert memo.set_many(entries) == 2_000
     # (SQLite also reports each trigger run with the text of the statement that fired it)
@@ -121,7 +128,8 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     without_json = Memo(tmp_path / "m2")
     without_json._json_writes = False
     statements.clear()
-    without_json._cache._con.set_trace_callback(statements.append)
+    assert without_json._con is not None
+    without_json._con.set_trace_callback(statements.append)
     assert without_json.set_many(entries) == 2_000
     inserts = {s for s in statements if s.startswith("INSERT")}
     assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
@@ -135,16 +143,22 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_writes: bool, step: int
 ) -> None:
     """New keys go in with one INSERT OR IGNORE (one per `step` rows); the keys it found stored
-    (told apart by their rowid) are replaced through diskcache's `set`, as are a value too big
-    for the row and a key JSON would have to escape. diskcache's count stays right."""
+    (told apart by their rowid) take their new value in place, as does a key JSON would have to
+    escape; a row diskcache stored in a file of its own is replaced without its file being
+    touched (a row's `filename` is not trusted). The row count stays right."""
+    import diskcache
+
     monkeypatch.setattr(memo_module, "_STEP_ROWS", step)
-    memo = Memo(tmp_path / "m")
+    folder = tmp_path / "m"
+    Memo(folder).close()
+    with diskcache.Cache(str(folder)) as cache:
+        cache.set("old1", (False, "from diskcache", 5, 6))
+        cache.set("old3", (False, "r" * 100_000, 0, 0))  # kept in a file of its own
+    memo = Memo(folder)
     memo._json_writes = json_writes
-    memo._cache.set("old1", (False, "from diskcache", 5, 6))
     memo.set_many([("old2", (False, "first write", 0, 0))])
-    memo._cache.set("old3", (False, "r" * 100_000, 0, 0))  # kept in a file of its own
-    before = dict(memo._cache._sql("SELECT key, store_time FROM Cache").fetchall())
-    big = (True, "b" * 100_000, 1, 2)
+    assert memo._con is not None
+    before = dict(memo._con.execute("SELECT key, store_time FROM Cache").fetchall())
     entries = [
         ("new1", (True, "n1", 0, 0)),
         ("old1", (True, "replaced 1", 0, 0)),
@@ -153,15 +167,13 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
         ("old3", (True, "replaced 3", 0, 0)),
         ("é\x01 key", (True, "escaped", 0, 0)),
         ('a "quoted" back\\slash key', (False, "JSON escapes it", 0, 0)),
-        ("big", big),
     ]
-    assert memo.set_many(entries) == 8
+    assert memo.set_many(entries) == 7
     assert memo.get_many([k for k, _ in entries]) == dict(entries)
-    assert {k: memo._cache.get(k) for k, _ in entries} == dict(entries)
-    after = dict(memo._cache._sql("SELECT key, store_time FROM Cache").fetchall())
+    after = dict(memo._con.execute("SELECT key, store_time FROM Cache").fetchall())
     assert all(after[k] > before[k] for k in before)  # the stored ones were written again
-    assert len(memo) == 8
-    assert len(list((tmp_path / "m").rglob("*.val"))) == 1  # old3's file went, big's came
+    assert len(memo) == 7
+    assert len(list(folder.rglob("*.val"))) == 1  # old3's file left alone, no new one
     memo.close()
 
 
@@ -191,3 +203,83 @@ def test_batched_reads_share_a_pool_of_two_connections(tmp_path: Path) -> None:
     assert 1 <= len(memo._opened) <= memo_module._READERS == 2
     memo.close()
     assert memo._opened == []
+
+
+def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: Path) -> None:
+    """A journal left in the memo folder is replayed line by line: each line bounded and checked
+    field by field; a line that is not a record is skipped and counted, the records after it
+    still replayed; a torn last line (a kill mid-write) ends the journal uncounted."""
+    import json
+
+    from storage.journal import replay_journals
+    from storage.layout import journal_dir
+
+    folder = tmp_path / "m"
+    memo = Memo(folder)
+    journal_dir(folder).mkdir()
+    good = [["v2-a", True, "why a", 3, 1], ["v2-b", False, "why b", 2, 0]]
+    bad = [
+        b"not json",
+        json.dumps(["v2-c", "yes", "relevant as text", 1, 1]).encode(),
+        json.dumps(["v2-d", True, "negative tokens", -1, 1]).encode(),
+        json.dumps(["v2-e", True, "r" * 40_000, 1, 1]).encode(),  # a reason past the bound
+        json.dumps(["v2-f", True, "tokens past the bound", 2**60, 1]).encode(),
+        json.dumps(["v2-g\n", True, "a key with a newline", 1, 1]).encode(),
+        json.dumps({"key": "v2-h"}).encode(),
+        b"[" * 100_000 + b"]" * 100_000,  # nesting past the JSON decoder's depth
+        b'["v2-i", true, "' + b"x" * (2 << 20) + b'", 1, 1]',  # a line past the 1 MiB bound
+    ]
+    lines = [json.dumps(good[0]).encode(), *bad, json.dumps(good[1]).encode()]
+    path = journal_dir(folder) / "planted.jsonl"
+    path.write_bytes(b"\n".join(lines) + b'\n["v2-z", true, "torn')
+    done = replay_journals(folder, memo)
+    assert (done.replayed, done.skipped) == (2, len(bad))
+    assert memo.get_many(["v2-a", "v2-b", "v2-c", "v2-i", "v2-z"]) == {
+        "v2-a": (True, "why a", 3, 1),
+        "v2-b": (False, "why b", 2, 0),
+    }
+    assert not path.exists()
+    memo.close()
+
+
+def test_planted_rows_are_misses_never_unpickled(tmp_path: Path) -> None:
+    """Rows planted by diskcache's own `set` (a pickle) and by raw SQL (a pickle claiming pickle
+    mode, one claiming raw mode, a file outside the folder) are misses, counted; a clean read
+    after them finds the rest, in both read paths."""
+    import pickle
+    import sqlite3
+
+    import diskcache
+
+    folder = tmp_path / "m"
+    memo = Memo(folder)
+    keys = [f"v2-{i}" for i in range(6)]
+    memo.set_many([(k, (True, k, 1, 1)) for k in keys])
+    memo.close()
+    marker = tmp_path / "marker"
+
+    class Boom:
+        def __reduce__(self) -> Any:
+            return (marker.write_text, ("ran",))
+
+    evil = pickle.dumps(Boom())
+    (tmp_path / "evil.val").write_bytes(evil)
+    with diskcache.Cache(str(folder)) as dc:
+        dc.set(keys[0], Boom())
+    with sqlite3.connect(folder / "cache.db") as con:
+        for key, mode, name, value in [
+            (keys[1], 4, None, evil),
+            (keys[2], 1, None, evil),
+            (keys[3], 4, str(tmp_path / "evil.val"), None),
+        ]:
+            con.execute(
+                "UPDATE Cache SET mode = ?, filename = ?, value = ? WHERE key = ?",
+                (mode, name, value, key),
+            )
+    for json_reads in (True, False):
+        memo = Memo(folder)
+        memo._json_reads = json_reads
+        assert memo.get_many(keys) == {k: (True, k, 1, 1) for k in keys[4:]}
+        assert memo.unreadable == 4
+        memo.close()
+    assert not marker.exists()

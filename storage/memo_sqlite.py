@@ -1,0 +1,267 @@
+"""Opening a memo folder's database (diskcache 5's `Cache` table in `cache.db`) without trusting
+it: its shape is checked, a folder ctxprec cannot write is opened read-only, and diskcache itself
+only ever creates a database, never opens one (diskcache runs the PRAGMAs its `Settings` table
+names and decodes values by the `mode` each row claims)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from storage.core.errors import OutputError
+from storage.layout import memo_db
+
+__all__ = [
+    "CACHE_COLUMNS",
+    "MODE_RAW",
+    "NO_MEMO_WAY_OUT",
+    "OpenedDb",
+    "clear_rows",
+    "connect_reader",
+    "is_read_only_error",
+    "open_db",
+    "table_stats",
+    "write_failed",
+]
+
+# diskcache 5 (`diskcache.core.Cache.__init__`); pyproject pins diskcache to major version 5
+CACHE_COLUMNS: Final = (
+    "rowid", "key", "raw", "store_time", "expire_time", "access_time", "access_count", "tag",
+    "size", "mode", "filename", "value",
+)  # fmt: skip
+MODE_RAW: Final = 1  # diskcache.core.MODE_RAW: the value column holds the value's bytes as they are
+NO_MEMO_WAY_OUT: Final = "give another folder with --cache-dir, or run with --no-memo"
+_CACHE_SIZE: Final = 2**13  # pages (diskcache's default sqlite_cache_size)
+_MMAP_SIZE: Final = 2**26  # bytes (diskcache's default sqlite_mmap_size)
+
+
+@dataclass
+class OpenedDb:
+    """The memo's writer connection (a read-only one when `read_only`), the target its readers
+    open (`connect_reader`), or no database at all (`con` None: an empty, read-only memo)."""
+
+    con: sqlite3.Connection | None
+    target: str
+    uri: bool
+    read_only: bool
+
+
+def write_failed(directory: Path, exc: BaseException) -> OutputError:
+    reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    return OutputError(
+        f"cannot write the memo in {directory}: {reason}; the verdicts of this batch are not "
+        "kept there: free some space (or give a writable --cache-dir) and run the same command "
+        "again to finish"
+    )
+
+
+def is_read_only_error(exc: BaseException) -> bool:
+    """SQLite's "attempt to write a readonly database" (a read-only mount, a file of another
+    user), or the OS's read-only file system."""
+    if isinstance(exc, OSError):
+        return exc.errno in (30, 13, 1)  # EROFS, EACCES, EPERM
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY) or (
+        "readonly" in str(exc)
+    )
+
+
+def connect_reader(target: str, uri: bool) -> sqlite3.Connection:
+    con = sqlite3.connect(
+        target,
+        uri=uri,
+        timeout=60,
+        isolation_level=None,
+        check_same_thread=False,  # taken from the memo's pool by one thread at a time
+    )
+    con.execute(f"PRAGMA cache_size = {_CACHE_SIZE}")
+    con.execute(f"PRAGMA mmap_size = {_MMAP_SIZE}")
+    return con
+
+
+def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
+    """The memo database of `directory`, created (by diskcache) when there is none and the folder
+    can be written; read-only when it cannot. A database that is not diskcache 5's table is
+    refused (OutputError naming `way_out`)."""
+    db = memo_db(directory)
+    created = False
+    if not os.path.lexists(db):
+        if not _create(directory):
+            return OpenedDb(None, "", False, True)
+        created = True
+    try:
+        return _open_existing(directory, db, way_out)
+    except OutputError:
+        if not created:
+            raise
+        _remove_new(db)  # diskcache could not finish the new database: the next open starts afresh
+        why = OSError("the new memo database could not be written completely")
+        raise write_failed(directory, why) from None
+
+
+def _open_existing(directory: Path, db: Path, way_out: str) -> OpenedDb:
+    if any(p.is_symlink() for p in _db_files(db)):
+        raise _refused(directory, f"{db.name} or its journal files are symbolic links", way_out)
+    if all(os.access(p, os.W_OK) for p in (directory, *_db_files(db)) if os.path.lexists(p)):
+        con: sqlite3.Connection | None = None
+        try:
+            con = connect_reader(str(db), False)
+            con.execute("PRAGMA synchronous = 1")  # diskcache's default: NORMAL
+            _check_shape(con, directory, way_out)
+            return OpenedDb(con, str(db), False, False)
+        except sqlite3.OperationalError as exc:
+            if con is not None:
+                con.close()
+            if not is_read_only_error(exc):
+                raise write_failed(directory, exc) from exc
+        except sqlite3.DatabaseError as exc:
+            if con is not None:
+                con.close()
+            why = f"{db.name} is not an SQLite database ({exc})"
+            raise _refused(directory, why, way_out) from exc
+    return _open_read_only(directory, db, way_out)
+
+
+def _db_files(db: Path) -> tuple[Path, Path, Path]:
+    return db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")
+
+
+def _create(directory: Path) -> bool:
+    """A new, empty memo database in `directory` (diskcache's own schema and settings); False
+    when the folder cannot be written (then the memo is empty and read-only)."""
+    import diskcache
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_read_only_error(exc):
+            return False
+        raise write_failed(directory, exc) from exc
+    if not os.access(directory, os.W_OK):
+        return False
+    try:
+        diskcache.Cache(
+            str(directory), eviction_policy="none", size_limit=2**62, cull_limit=0,
+            statistics=False,
+        ).close()  # fmt: skip
+    except (OSError, sqlite3.Error) as exc:
+        _remove_new(memo_db(directory))  # cut short (a full disk): the next open starts afresh
+        if is_read_only_error(exc):
+            return False
+        raise write_failed(directory, exc) from exc
+    return True
+
+
+def _remove_new(db: Path) -> None:
+    for path in _db_files(db):
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _open_read_only(directory: Path, db: Path, way_out: str) -> OpenedDb:
+    """A read-only connection: `mode=ro`, else (a WAL database whose -shm file cannot be made in
+    a read-only folder) `immutable=1`, which reads the file as it is, without locks."""
+    base = db.absolute().as_uri()
+    for query in ("?mode=ro", "?mode=ro&immutable=1"):
+        try:
+            con = connect_reader(base + query, True)
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            continue
+        except sqlite3.DatabaseError as exc:
+            why = f"{db.name} is not an SQLite database ({exc})"
+            raise _refused(directory, why, way_out) from exc
+        _check_shape(con, directory, way_out)
+        return OpenedDb(con, base + query, True, True)
+    raise _refused(directory, f"{db.name} cannot be opened, even read-only", way_out)
+
+
+def _check_shape(con: sqlite3.Connection, directory: Path, way_out: str) -> None:
+    try:
+        problem = _shape_problem(con)
+    except sqlite3.OperationalError:
+        raise
+    except sqlite3.DatabaseError as exc:
+        problem = f"is not an SQLite database ({exc})"
+    if problem is not None:
+        con.close()
+        raise _refused(directory, f"{memo_db(directory).name} {problem}", way_out)
+
+
+def _shape_problem(con: sqlite3.Connection) -> str | None:
+    tables = dict(
+        con.execute("SELECT name, type FROM sqlite_master WHERE name IN ('Cache', 'Settings')")
+    )
+    if tables.get("Cache") != "table" or tables.get("Settings") != "table":
+        return "holds no diskcache Cache and Settings tables"
+    columns = tuple(name for (name,) in con.execute("SELECT name FROM pragma_table_info('Cache')"))
+    if columns != CACHE_COLUMNS:
+        return f"has a Cache table of other columns than diskcache 5's ({', '.join(columns)})"
+    for name, unique, partial in con.execute(
+        "SELECT name, \"unique\", partial FROM pragma_index_list('Cache')"
+    ).fetchall():
+        cols = [c for (c,) in con.execute("SELECT name FROM pragma_index_info(?)", (name,))]
+        if unique and not partial and cols == ["key", "raw"]:
+            return None
+    return "has no unique index on Cache(key, raw), as diskcache 5 makes"
+
+
+def _refused(directory: Path, why: str, way_out: str) -> OutputError:
+    return OutputError(f"the memo folder {directory} cannot be used: {why}; {way_out}")
+
+
+# diskcache 5's name for a value kept in a file of its own (`Disk.filename`): the only name a
+# clear removes, and only below the memo folder through no symbolic link
+_FILE_NAME: Final = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
+
+
+def table_stats(con: sqlite3.Connection) -> tuple[int, float | None, float | None]:
+    """Rows of the memo's table and the oldest and newest store times (None: none readable)."""
+    n, oldest, newest = con.execute(
+        "SELECT count(*), min(store_time), max(store_time) FROM Cache"
+        " WHERE typeof(store_time) IN ('real', 'integer')"
+    ).fetchone()
+    (total,) = con.execute("SELECT count(*) FROM Cache").fetchone()
+    return int(total), (float(oldest) if n else None), (float(newest) if n else None)
+
+
+def clear_rows(con: sqlite3.Connection, directory: Path, cutoff: float | None) -> int:
+    """Delete the rows stored before `cutoff` (None: all) in one transaction, then the files
+    diskcache kept for them (`_FILE_NAME` only, resolved inside `directory`); rows deleted."""
+    where = "" if cutoff is None else " WHERE NOT (store_time >= ?)"  # (unreadable times too)
+    params: tuple[float, ...] = () if cutoff is None else (cutoff,)
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        files = [
+            name
+            for (name,) in con.execute(
+                "SELECT filename FROM Cache" + (where or " WHERE 1") + " AND filename IS NOT NULL",
+                params,
+            )
+        ]
+        removed = con.execute("DELETE FROM Cache" + where, params).rowcount
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    for name in files:
+        _remove_value_file(directory, name)
+    return int(removed)
+
+
+def _remove_value_file(directory: Path, name: object) -> None:
+    if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
+        return  # not a name diskcache gives: not ours to remove
+    path = directory / name
+    real = os.path.realpath(directory)
+    if os.path.realpath(path.parent) != os.path.join(real, *Path(name).parts[:-1]):
+        return  # a folder on the way is a symbolic link: the file is not below the memo
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # (a link itself, never what it points to)
+        os.rmdir(path.parent)
+        os.rmdir(path.parent.parent)
