@@ -274,6 +274,7 @@ class Memo:
         self._readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._opened: list[sqlite3.Connection] = []
         self._opening = threading.Lock()
+        self._writing = threading.Lock()  # one transaction at a time on the writer connection
         con = self._con
         self._json_writes = con is not None and _has_json(con)
         self._json_reads = self._json_writes  # turned off too if a read finds no JSON functions
@@ -429,13 +430,14 @@ class Memo:
             self.not_kept += n
             return n
         try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                self._write(con, rows)
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+            with self._writing:  # two judges' dispatchers (an audit judge) may share the memo
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    self._write(con, rows)
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
         except (OSError, sqlite3.Error) as exc:
             if is_read_only_error(exc):  # a read-only mount that os.access did not tell
                 self.read_only = True
