@@ -6,15 +6,19 @@ names and decodes values by the `mode` each row claims)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from storage.core.errors import OutputError
 from storage.layout import memo_db
+
+OPEN_LOCK: Final = "ctxprec-open.lock"  # taken while a process opens (or creates) the memo
 
 __all__ = [
     "CACHE_COLUMNS",
@@ -88,12 +92,39 @@ def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
     """The memo database of `directory`, created (by diskcache) when there is none and the folder
     can be written; read-only when it cannot. A database that is not diskcache 5's table is
     refused (OutputError naming `way_out`)."""
+    with _opening(directory):
+        return _open_db(directory, way_out)
+
+
+@contextlib.contextmanager
+def _opening(directory: Path) -> Iterator[None]:
+    """Processes opening one memo folder at once (a Dask worker per core, two runs) take turns,
+    so none reads a cache.db that diskcache is still creating for another. A folder that cannot
+    be written takes no lock (nothing is created there)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / OPEN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _open_db(directory: Path, way_out: str) -> OpenedDb:
     db = memo_db(directory)
     created = False
     if not os.path.lexists(db):
         if not _create(directory):
             return OpenedDb(None, "", False, True)
         created = True
+    elif _blank(db):
+        # another process (a Dask worker, a second run) is creating it right now, or it is an
+        # empty file: diskcache creates only the tables that are missing, so finishing it is safe
+        _create(directory)
     try:
         return _open_existing(directory, db, way_out)
     except OutputError:
@@ -125,6 +156,23 @@ def _open_existing(directory: Path, db: Path, way_out: str) -> OpenedDb:
             why = f"{db.name} is not an SQLite database ({exc})"
             raise _refused(directory, why, way_out) from exc
     return _open_read_only(directory, db, way_out)
+
+
+def _blank(db: Path) -> bool:
+    """An SQLite file with no table in it yet (or an empty file), not through a link."""
+    if db.is_symlink() or not db.is_file():
+        return False
+    if db.stat().st_size == 0:
+        return True
+    try:
+        con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
+        try:
+            (tables,) = con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False  # not a database, or unreadable: the shape check says why
+    return int(tables) == 0
 
 
 def _db_files(db: Path) -> tuple[Path, Path, Path]:

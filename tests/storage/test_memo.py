@@ -283,3 +283,40 @@ def test_planted_rows_are_misses_never_unpickled(tmp_path: Path) -> None:
         assert memo.unreadable == 4
         memo.close()
     assert not marker.exists()
+
+
+def test_a_memo_another_process_is_creating_is_finished_not_refused(tmp_path: Path) -> None:
+    """Found in CI: a Dask worker opened a fresh memo folder while the driver's diskcache was
+    still creating cache.db (a file with no table yet), and the run was refused with exit 2.
+    A database with no table at all (or an empty file) is finished by diskcache instead."""
+    import sqlite3
+
+    entry = (True, "reason", 3, 4)
+    for name, make in {
+        "empty-file": lambda db: db.write_bytes(b""),
+        "no-table-yet": lambda db: sqlite3.connect(db).execute("PRAGMA user_version = 0"),
+    }.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        make(folder / "cache.db")
+        memo = Memo(folder)
+        memo.set_many([("k", entry)])
+        assert memo.get_many(["k"]) == {"k": entry}
+        memo.close()
+
+
+def test_a_memo_opened_by_many_threads_at_once_is_created_once(tmp_path: Path) -> None:
+    folder, errors = tmp_path / "fresh", []
+
+    def open_it() -> None:
+        try:
+            Memo(folder).close()
+        except Exception as exc:  # the test reports any failure below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
