@@ -124,7 +124,7 @@ def _open_db(directory: Path, way_out: str) -> OpenedDb:
     elif _blank(db):
         # another process (a Dask worker, a second run) is creating it right now, or it is an
         # empty file: diskcache creates only the tables that are missing, so finishing it is safe
-        _create(directory)
+        _create(directory, ours=False)
     try:
         return _open_existing(directory, db, way_out)
     except OutputError:
@@ -179,9 +179,10 @@ def _db_files(db: Path) -> tuple[Path, Path, Path]:
     return db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")
 
 
-def _create(directory: Path) -> bool:
+def _create(directory: Path, *, ours: bool = True) -> bool:
     """A new, empty memo database in `directory` (diskcache's own schema and settings); False
-    when the folder cannot be written (then the memo is empty and read-only)."""
+    when the folder cannot be written (then the memo is empty and read-only). `ours`: the
+    database file is this call's to make, so one cut short is removed (else it is left)."""
     import diskcache
 
     try:
@@ -198,7 +199,8 @@ def _create(directory: Path) -> bool:
             statistics=False,
         ).close()  # fmt: skip
     except (OSError, sqlite3.Error) as exc:
-        _remove_new(memo_db(directory))  # cut short (a full disk): the next open starts afresh
+        if ours:  # cut short (a full disk): the next open starts afresh
+            _remove_new(memo_db(directory))
         if is_read_only_error(exc):
             return False
         raise write_failed(directory, exc) from exc
