@@ -11,7 +11,6 @@ same prompt as the first time) and only its sampled items are compared.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from pipeline.limits.pool import each
 from storage.core.agreement import agreement_figures
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
+from storage.core.sample import in_sample
 from storage.memo import judge_prefix
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
@@ -45,12 +45,7 @@ __all__ = ["recheck_cost", "recheck_run", "sampled"]
 
 def sampled(key: str, fraction: float, seed: int) -> bool:
     """Whether the item with memo key `key` is in the seeded sample of `fraction` of items."""
-    if fraction <= 0:
-        return False
-    if fraction >= 1:
-        return True
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return in_sample(f"{seed}:{key}", fraction)
 
 
 @dataclass

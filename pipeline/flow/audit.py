@@ -10,7 +10,6 @@ not sampled); the summary's corrected estimate takes `audit_score` as its refere
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from pipeline.flow.dispatch import Dispatcher, RunCounters
 from pipeline.flow.fanout import resolve_items
 from pipeline.flow.rows import RowPlan, attach_keys
 from storage.core.constants import STATUS_EMPTY, STATUS_OK
+from storage.core.sample import in_sample
 from storage.memo import RELEVANT, MemoStore
 
 __all__ = ["AuditSide", "AuditVerdicts", "audited", "audited_rows"]
@@ -32,12 +32,7 @@ AuditVerdicts = list[bool | None] | None
 
 def audited(row_id: Any, fraction: float, seed: int) -> bool:
     """Whether the row with id `row_id` is in the seeded audit sample of `fraction` of rows."""
-    if fraction <= 0:
-        return False
-    if fraction >= 1:
-        return True
-    digest = hashlib.sha256(f"audit:{seed}:{row_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+    return in_sample(f"audit:{seed}:{row_id}", fraction)
 
 
 def audited_rows(
