@@ -24,7 +24,6 @@ import platformdirs
 from storage.core.errors import OutputError
 from storage.memo_codec import (
     HEADER_SIZE,
-    MAGIC,
     MAX_VALUE_BYTES,
     MemoEntry,
     decode_columns,
@@ -147,10 +146,11 @@ class MemoStore(Protocol):
 #
 # The read's one row holds a flag per key ("0": not there, "1": a verdict's row, "2": another
 # row), the verdicts' 21-byte headers back to back and their reasons joined by NUL (a reason
-# holds none). SQL checks each header (magic, flag byte, the top byte of each token count), so
-# the batch decodes in C (`memo_codec.decode_columns`: no Python step per item on the warm
-# path); a forged reason that breaks the join (a NUL, bad UTF-8) sends the batch's keys to the
-# row-by-row read, which decodes each value on its own (`decode_entry`).
+# holds none). SQL checks each row's shape (mode, no file, a BLOB of a verdict's length); the
+# batch decodes and checks its headers (magic, flag, token counts) in C
+# (`memo_codec.decode_columns`: no Python step per item on the warm path); a forged header or
+# a reason that breaks the join (a NUL, bad UTF-8) sends the batch's keys to the row-by-row
+# read, which decodes each value on its own (`decode_entry`) and counts those that are not.
 _CHUNK = 900  # under SQLite's oldest limit of 999 bound parameters (the time is one more)
 _SEP = "\x1f"  # between keys of the packed read (a key holding it takes the row-per-key read)
 _WHERE = "raw = 1 AND key IN ({}) AND (expire_time IS NULL OR expire_time > ?)"
@@ -158,13 +158,13 @@ _SELECT = "SELECT key, mode, filename, value FROM Cache WHERE " + _WHERE
 
 
 def _verdict_row(c: str) -> str:
-    """The SQL test of a verdict's row (`c`: the table's name in the query, with its dot)."""
+    """The SQL test of a verdict's row (`c`: the table's name in the query, with its dot): the
+    row's shape only; its header's fields are checked in C over the whole batch
+    (`memo_codec.decode_columns`), which is a quarter faster than `substr` tests here."""
     v = f"{c}value"
     return (
         f"{c}mode = {MODE_RAW} AND {c}filename IS NULL AND typeof({v}) = 'blob'"
         f" AND length({v}) BETWEEN {HEADER_SIZE} AND {MAX_VALUE_BYTES}"
-        f" AND substr({v}, 1, 5) IN (X'{MAGIC.hex()}00', X'{MAGIC.hex()}01')"
-        f" AND substr({v}, 13, 1) = X'00' AND substr({v}, 21, 1) = X'00'"
     )
 
 

@@ -82,14 +82,15 @@ def decode_entry(value: object) -> MemoEntry | None:
     return (relevant == 1, reason, tokens_in, tokens_out)
 
 
-HEADER_COLUMNS: Final = struct.Struct("<4xBQQ")  # a header's fields past the magic
+HEADER_COLUMNS: Final = _HEADER  # a batch's headers back to back, read field by field
 
 
 def decode_columns(headers: bytes, reasons: bytes, n: int) -> Iterator[MemoEntry] | None:
     """`n` entries from their headers back to back and their reasons joined by NUL, decoded in C
-    (`struct.iter_unpack`, one UTF-8 decode, one split) once SQL has checked each header's magic,
-    flag and token bytes (`storage.memo._verdict_row`); None when the two do not make `n`
-    entries (a forged value: read those rows one by one instead)."""
+    (`struct.iter_unpack`, one UTF-8 decode, one split) and checked as `decode_entry` checks one
+    value (magic, flag, token counts), a field at a time over the whole batch; None when one of
+    them is not a verdict's or the two do not make `n` entries (a forged value: read those rows
+    one by one instead)."""
     if len(headers) != n * HEADER_SIZE:
         return None
     if not n:
@@ -100,5 +101,9 @@ def decode_columns(headers: bytes, reasons: bytes, n: int) -> Iterator[MemoEntry
         return None
     if len(texts) != n:
         return None
-    flags, tokens_in, tokens_out = zip(*HEADER_COLUMNS.iter_unpack(headers), strict=True)
+    magics, flags, tokens_in, tokens_out = zip(*HEADER_COLUMNS.iter_unpack(headers), strict=True)
+    if magics.count(MAGIC) != n or max(flags) > 1:
+        return None
+    if max(tokens_in) > MAX_TOKENS or max(tokens_out) > MAX_TOKENS:
+        return None
     return zip(map(bool, flags), texts, tokens_in, tokens_out, strict=True)

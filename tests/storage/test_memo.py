@@ -320,3 +320,28 @@ def test_a_memo_opened_by_many_threads_at_once_is_created_once(tmp_path: Path) -
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_a_batch_with_one_forged_header_is_decoded_row_by_row(tmp_path: Path) -> None:
+    """The batched read checks headers in C over the whole batch: one forged header among good
+    ones (wrong magic, flag or token count) sends the batch to the row-by-row read, which keeps
+    every good verdict and counts the forged one as unreadable."""
+    import struct
+
+    header = struct.Struct("<4sBQQ")
+    forged = [
+        header.pack(b"cpv9", 1, 1, 1) + b"wrong magic",
+        header.pack(b"cpv2", 2, 1, 1) + b"flag 2",
+        header.pack(b"cpv2", 1, 1, 2**57) + b"tokens past the bound",
+    ]
+    for n, value in enumerate(forged):
+        memo = Memo(tmp_path / f"m{n}")
+        good = {f"v2-{i:03d}": (i % 2 == 0, f"reason {i}", i, 2 * i) for i in range(50)}
+        memo.set_many(good.items())
+        assert memo._con is not None
+        memo._con.execute("UPDATE Cache SET value = ? WHERE key = 'v2-025'", (value,))
+        memo._con.commit()
+        found = memo.get_many(list(good))
+        assert found == {k: v for k, v in good.items() if k != "v2-025"}
+        assert memo.unreadable == 1
+        memo.close()
