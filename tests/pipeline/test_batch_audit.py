@@ -9,7 +9,9 @@ answering online with the same verdicts (the online run uses those endpoints).""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -241,3 +243,58 @@ def test_estimate_prices_the_audit_calls_at_batch_prices(
     assert batch["total_cost_usd"] == round(batch["cost_usd"] + b["cost_usd"], 6)
     assert main([*base[:-1], "--batch-api"]) == 0
     assert "batch API, audit judge:" in capsys.readouterr().out
+
+
+def test_a_planted_audit_batch_state_sends_no_key_to_the_host_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The audit judge's state is data too: its base URL, key variable and provider table are
+    never followed; its batches are asked about where the command line and environment say."""
+    asked: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(f"{self.path} {self.headers.get('Authorization')}")
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    planted = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=planted.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{planted.server_address[1]}/v1"
+    monkeypatch.setenv("CTXPREC_PLANTED_SECRET", "sk-planted-0123456789")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # ours: nothing listens
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    out = tmp_path / "out"
+    state = out / "_ctxprec" / "batches-audit" / "state.json"
+    state.parent.mkdir(parents=True)
+    name = "c20260101T000000-00001-r1-0001"
+    chunk = {
+        "name": name, "round": 1, "lines": 3, "bytes": 10, "stage": "created",
+        "written_at": 1.0, "not_before": 0.0, "intent_at": 1.0, "created_at": 1.0,
+        "file_id": "file-x", "batch_id": "batch_x", "status": "in_progress", "answered": 0,
+    }  # fmt: skip
+    settings = {
+        "model": "openai/strong", "base_url": host, "api_key_env": "CTXPREC_PLANTED_SECRET",
+        "providers": [["evil", [["kind", "openai"], ["base_url", host]]]],
+    }  # fmt: skip
+    state.write_text(json.dumps({"settings": settings, "chunks": {name: chunk}}))
+    quick = tmp_path / "no-retry.toml"  # a dead judge is otherwise waited for --retry-budget
+    quick.write_text("[judge]\nretry_budget_s = 0\n")
+    try:
+        for extra, want in (([], 1), (["--audit-model", "evil/judge"], 0)):
+            code = main(["batches", str(out), "--config", str(quick), *extra])
+            err = capsys.readouterr().err
+            assert asked == [], asked  # the planted host received nothing, no key went there
+            assert code == want, err  # our endpoint unreachable; an unknown provider: listed
+            assert "Traceback" not in err, err
+            assert "sk-planted" not in err
+            assert extra or f"names base URL {host}" in err, err
+    finally:
+        planted.shutdown()
+        planted.server_close()
