@@ -1,6 +1,8 @@
 """Durable state of provider batches in OUTDIR/_ctxprec/batches/: one `state.json` (written
 atomically) listing every chunk of requests with its stage and the provider's file and batch ids,
 and per chunk the request lines (`<name>.jsonl`) and the custom_id -> memo keys map (`<name>.ids`).
+The audit judge's batches (`--audit-model`) have a store of their own, the same files in
+OUTDIR/_ctxprec/batches-audit/: the two judges' batches never mix.
 
 A chunk's files and its state entry are written before anything is sent, the "intent" before the
 batch is created, and the batch id as soon as the provider returns it; so a run killed at any
@@ -66,9 +68,9 @@ def _chunk_ok(name: str, chunk: dict[str, Any]) -> bool:
     )
 
 
-def _fix(outdir: Path) -> str:
+def _fix(outdir: Path, audit: bool = False) -> str:
     return (
-        f"remove {layout.batches_dir(outdir)} to start the provider batches over (batches "
+        f"remove {layout.batches_dir(outdir, audit)} to start the provider batches over (batches "
         "already sent are then not collected: `ctxprec batches OUTDIR --cancel` first)"
     )
 
@@ -77,22 +79,24 @@ class BatchStore:
     """The state file and chunk files of one output folder; blocking I/O (call from a thread
     when inside the event loop, or accept the few ms it takes)."""
 
-    def __init__(self, outdir: Path) -> None:
-        self.outdir = outdir
-        self.dir = layout.batches_dir(outdir)
-        self.path = layout.batch_state(outdir)
+    def __init__(self, outdir: Path, audit: bool = False) -> None:
+        self.outdir, self.audit = outdir, audit  # audit: the audit judge's batches
+        self.dir = layout.batches_dir(outdir, audit)
+        self.path = layout.batch_state(outdir, audit)
+        self.fix = _fix(outdir, audit)
         self.data: dict[str, Any] = {"version": 1, "chunks": {}, "failed": {}, "finished": False}
 
     @classmethod
-    def load(cls, outdir: Path) -> BatchStore:
-        """The state of `outdir`'s batches, checked (a damaged one is a StateDamagedError)."""
-        store = cls(outdir)
-        data = statefile.read_json(outdir, store.path, BATCH_STATE, _fix(outdir))
+    def load(cls, outdir: Path, audit: bool = False) -> BatchStore:
+        """The state of `outdir`'s batches (`audit`: the audit judge's), checked (a damaged one
+        is a StateDamagedError)."""
+        store = cls(outdir, audit)
+        data = statefile.read_json(outdir, store.path, BATCH_STATE, store.fix)
         if data is not None:
             for name, chunk in data["chunks"].items():
                 if not _chunk_ok(name, chunk):
                     why = f"chunk {name[:80]!r} is not one ctxprec writes"
-                    raise statefile.damaged(store.path, why, _fix(outdir))
+                    raise statefile.damaged(store.path, why, store.fix)
             store.data = data
         return store
 
@@ -143,24 +147,24 @@ class BatchStore:
         self.save()
 
     def lines_path(self, name: str) -> Path:
-        return layout.batch_file(self.outdir, name, ".jsonl")
+        return layout.batch_file(self.outdir, name, ".jsonl", self.audit)
 
     def ids_path(self, name: str) -> Path:
-        return layout.batch_file(self.outdir, name, ".ids")
+        return layout.batch_file(self.outdir, name, ".ids", self.audit)
 
     def read_ids(self, name: str) -> dict[str, list[str]]:
         """custom_id -> memo keys of chunk `name`, checked line by line."""
         out: dict[str, list[str]] = {}
         path = self.ids_path(name)
-        data = statefile.read_bytes(self.outdir, path, statefile.IDS_CAP, _fix(self.outdir))
+        data = statefile.read_bytes(self.outdir, path, statefile.IDS_CAP, self.fix)
         try:
             text = (data or b"").decode("utf-8")
         except UnicodeDecodeError:
-            raise statefile.damaged(path, "not UTF-8 text", _fix(self.outdir)) from None
+            raise statefile.damaged(path, "not UTF-8 text", self.fix) from None
         for n, raw in enumerate(text.splitlines(), 1):
             custom_id, _, keys = raw.partition("\t")
             if not _IDS_LINE.fullmatch(raw):
-                raise statefile.damaged(path, f"line {n} is not an id map", _fix(self.outdir))
+                raise statefile.damaged(path, f"line {n} is not an id map", self.fix)
             out[custom_id] = keys.split(" ")
         return out
 
@@ -186,7 +190,7 @@ class BatchStore:
                     line = None
                 if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
                     why = f"line {n} is not a request line"
-                    raise statefile.damaged(path, why, _fix(self.outdir)) from None
+                    raise statefile.damaged(path, why, self.fix) from None
                 if line["custom_id"] in wanted:
                     out[line["custom_id"]] = line
         return out

@@ -95,6 +95,7 @@ def _fixed_paths(outdir: Path) -> Iterable[Path]:
     for folder in (
         layout.parts_dir(outdir),
         layout.batches_dir(outdir),
+        layout.batches_dir(outdir, audit=True),
         layout.verdicts_root(outdir),
         layout.key_shards(outdir),
         layout.shuffle_root(outdir),

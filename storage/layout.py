@@ -19,6 +19,7 @@ Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`)
         verdicts/keys/                  verdicts by key shard (`storage.keyshards`)
         shuffle/<run>/keys|answers/     a keyed run's scratch (`storage.keyshards`)
         batches/state.json, <chunk>.jsonl|.ids, batch-memo/   batch API runs (`storage.batches`)
+        batches-audit/state.json, <chunk>.jsonl|.ids          the audit judge's batches
 
 Also named here: the files of a `ctxprec compare -o DIR` folder, the memo folder's database and
 its verdict journals.
@@ -106,6 +107,7 @@ _VERDICTS = "verdicts"
 _KEY_SHARDS = "keys"
 _SHUFFLE = "shuffle"
 _BATCHES = "batches"
+_AUDIT_BATCHES = "batches-audit"  # --audit-model with --batch-api: the audit judge's own
 _SUCCESS = "_SUCCESS"
 _SUMMARY_JSON = "summary.json"
 _SUMMARY_MD = "summary.md"
@@ -309,17 +311,18 @@ def scratch_verdicts(scratch: P) -> P:
 
 
 # -- batch API runs --------------------------------------------------------------------------
-def batches_dir(outdir: P) -> P:
-    return outdir / STATE_DIR / _BATCHES
+def batches_dir(outdir: P, audit: bool = False) -> P:
+    """The first judge's batches, or (`audit`) the audit judge's: never mixed in one folder."""
+    return outdir / STATE_DIR / (_AUDIT_BATCHES if audit else _BATCHES)
 
 
-def batch_state(outdir: P) -> P:
-    return outdir / STATE_DIR / _BATCHES / "state.json"
+def batch_state(outdir: P, audit: bool = False) -> P:
+    return batches_dir(outdir, audit) / "state.json"
 
 
-def batch_file(outdir: P, chunk: str, suffix: str) -> P:
+def batch_file(outdir: P, chunk: str, suffix: str, audit: bool = False) -> P:
     """A chunk's request lines (`.jsonl`) or id map (`.ids`)."""
-    return outdir / STATE_DIR / _BATCHES / f"{chunk}{suffix}"
+    return batches_dir(outdir, audit) / f"{chunk}{suffix}"
 
 
 def batch_memo(outdir: P) -> P:

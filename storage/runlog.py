@@ -132,6 +132,7 @@ class RunLog:
                 self.load_json(path, statefile.SINK_RECORD)
         if isinstance(outdir, Path):  # batch runs write local folders only
             BatchStore.load(outdir)  # the batch state stays through --overwrite
+            BatchStore.load(outdir, audit=True)  # and the audit judge's
         if not overwrite and self.load_estimate() is None:
             confine.unlink(outdir, layout.estimate(outdir))  # damaged: a cache, made again
 

@@ -3,6 +3,8 @@
 are read by the judge's own reader and the tolerant parser and written to the memo; retryable
 lines (expired, cancelled, 5xx, batches failed as a whole) go into a new batch (bounded rounds)
 or online (`--batch-fallback online`); the others fail their items with the provider's cause.
+With `--audit-model`, the audit judge's batches are collected side by side (`collect_all`): a
+store of their own, the same memo, one deadline.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 
+from connectors.judges import audit_settings
 from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
 from pipeline.batchapi.figures import batch_costs
@@ -35,7 +39,7 @@ from storage.core.errors import (
 from storage.core.options import DEFAULT_ROUNDS, BatchOptions
 from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
 
-__all__ = ["DEFAULT_ROUNDS", "BatchCollector", "BatchOptions"]
+__all__ = ["DEFAULT_ROUNDS", "BatchCollector", "BatchOptions", "collect_all"]
 
 _MAX_TROUBLES = 20
 _log = logging.getLogger("ctxprec.batches")
@@ -45,22 +49,31 @@ class BatchCollector:
     """Phase 2 of a batch-API run, after phase 1 wrote the missing calls (`batch_scan`): submit
     each chunk (intent recorded first), poll with backoff, collect each batch that ends into the
     memo, send retryable lines again (bounded rounds) and record what failed; then the figures
-    for the summary."""
+    for the summary. With `audit`, the same for the audit judge's calls (`--audit-model`): its
+    settings and identity, its sample of rows, its own store (`BatchStore(audit=True)`)."""
 
-    def __init__(self, plan: RunPlan, options: BatchOptions, progress: str) -> None:
-        self.plan, self.options = plan, options
+    def __init__(
+        self, plan: RunPlan, options: BatchOptions, progress: str, *, audit: bool = False
+    ) -> None:
+        self.plan, self.options, self.audit = plan, options, audit
         self.cfg = plan.cfg
         outdir = plan.runlog.outdir
         assert isinstance(outdir, Path), "score_batch refuses object-store outputs"
         self.outdir = outdir
-        self.prefix = judge_prefix(plan.identity)
+        settings = audit_settings(self.cfg.judge) if audit else self.cfg.judge
+        identity = plan.audit_identity if audit else plan.identity
+        assert settings is not None, "no audit judge in this run"
+        assert identity is not None, "no audit judge in this run"
+        self.settings, self.identity = settings, identity
+        self.model = settings.model if audit else plan.spec.judge_model
+        self.prefix = judge_prefix(identity)
         self.per_row = plan.spec.per_row
-        self.store = BatchStore.load(self.outdir)
-        self.client: BatchClient = create_batch_client(self.cfg.judge, retry_clock=plan.retry_clock)
+        self.store = BatchStore.load(self.outdir, audit=audit)
+        self.client: BatchClient = create_batch_client(settings, retry_clock=plan.retry_clock)
         self.judge = self.client.judge
         self.poll_s = self.cfg.judge.batch_poll_s
         self.poll_max_s = max(self.poll_s, self.cfg.judge.batch_poll_max_s)
-        self.progress = _BatchProgress(progress)
+        self.progress = _BatchProgress(progress, "audit batches" if audit else "batches")
         self.memo: Memo | None = None
         self.counters = RunCounters()  # what its memo had to say (`record_memo`)
         self._troubles = 0  # polls in a row that failed after their HTTP retries
@@ -74,18 +87,21 @@ class BatchCollector:
         return Memo(folder, way_out=way_out)
 
     # -- the whole collection
-    async def run(self) -> dict[str, Any]:
+    async def run(self, memo: Memo | None = None) -> dict[str, Any]:
+        """Scan, submit, wait and collect; `memo`: one another collector shares (its opener
+        closes it), else this one opens its own."""
         await anyio.to_thread.run_sync(self._open_state)
-        self.memo = await anyio.to_thread.run_sync(self.open_memo)
+        own = memo is None
+        self.memo = await anyio.to_thread.run_sync(self.open_memo) if memo is None else memo
         try:
             live = await anyio.to_thread.run_sync(self.store.live_keys)
-            scan = (self.plan, self.client, self.store, self.memo, self.prefix, live)
+            scan = (self.plan, self.client, self.store, self.memo, self.prefix, live, self.audit)
             await anyio.to_thread.run_sync(write_missing_lines, *scan)
             await self._wait()
         finally:
             self.progress.close()
             memo, self.memo = self.memo, None
-            if memo is not None:
+            if memo is not None and own:
                 await anyio.to_thread.run_sync(memo.close)
                 record_memo(memo, self.counters)
             with anyio.CancelScope(shield=True):
@@ -100,7 +116,7 @@ class BatchCollector:
             data["tokens"] = {"input": 0, "output": 0}
         data.setdefault("gen", 0)
         data.setdefault("tokens", {"input": 0, "output": 0})
-        s = self.cfg.judge
+        s = self.settings
         data["model"] = s.model
         data["settings"] = {
             "model": s.model, "base_url": s.base_url, "api_key_env": s.api_key_env,
@@ -110,7 +126,7 @@ class BatchCollector:
         if s.base_url is None:
             # the endpoint the judge resolved (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, else the
             # provider's): `ctxprec batches` asks where the batches are, whatever its environment
-            base = self.plan.identity.get("base_url")
+            base = self.identity.get("base_url")
             data["settings"]["base_url"] = base if isinstance(base, str) else None
         self.store.save()
         self.store.remove_orphans()
@@ -148,15 +164,7 @@ class BatchCollector:
             if any(c["stage"] != "created" and c["not_before"] <= now for c in live):
                 continue  # retry lines were just written: send them before waiting
             if deadline is not None and time.monotonic() >= deadline:
-                answered = sum(int(c.get("answered") or 0) for c in live)
-                lines = sum(int(c["lines"]) for c in live)
-                ids = ", ".join(str(c["batch_id"] or c["name"]) for c in live[:5])
-                noun = "batch" if len(live) == 1 else "batches"
-                raise BatchesPendingError(
-                    f"{len(live)} {noun} pending ({answered:,} of {lines:,} lines answered; "
-                    f"{ids}{', ...' if len(live) > 5 else ''}); run the same command later to "
-                    f"collect (`ctxprec batches {self.outdir}` shows them)"
-                )
+                raise pending_error(self.outdir, live)
             pause = interval
             if deadline is not None:
                 pause = max(0.0, min(pause, deadline - time.monotonic()))
@@ -349,8 +357,54 @@ class BatchCollector:
             "output_tokens": int(tokens["output"]),
         }
         t_in, t_out = out["input_tokens"], out["output_tokens"]
-        out.update(batch_costs(self.cfg, self.plan.spec.judge_model, t_in, t_out) or {})
+        out.update(batch_costs(self.cfg, self.model, t_in, t_out) or {})
+        if self.audit:
+            out["model"] = self.model
         return out
+
+
+def pending_error(outdir: Path, live: Sequence[dict[str, Any]]) -> BatchesPendingError:
+    """Exit 6: the `live` chunks (of one judge's store, or both) are still with the provider."""
+    answered = sum(int(c.get("answered") or 0) for c in live)
+    lines = sum(int(c["lines"]) for c in live)
+    ids = ", ".join(str(c["batch_id"] or c["name"]) for c in live[:5])
+    noun = "batch" if len(live) == 1 else "batches"
+    return BatchesPendingError(
+        f"{len(live)} {noun} pending ({answered:,} of {lines:,} lines answered; "
+        f"{ids}{', ...' if len(live) > 5 else ''}); run the same command later to "
+        f"collect (`ctxprec batches {outdir}` shows them)"
+    )
+
+
+async def collect_all(collectors: Sequence[BatchCollector]) -> list[dict[str, Any]]:
+    """Phase 2 of every judge of the run (the first judge's batches, then the audit judge's)
+    side by side, on one memo (the first collector's, recorded in its counters): each judge's
+    report. When batches are still pending at `--batch-wait`, one BatchesPendingError counts
+    both judges' once both have stopped waiting (state saved: the same command collects)."""
+    first, *others = collectors
+    if not others:
+        return [await first.run()]
+    memo = await anyio.to_thread.run_sync(first.open_memo)
+    reports: dict[int, dict[str, Any]] = {}
+    pending: list[BatchCollector] = []
+
+    async def one(i: int, collector: BatchCollector) -> None:
+        try:
+            reports[i] = await collector.run(memo)
+        except BatchesPendingError:
+            pending.append(collector)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, collector in enumerate(collectors):
+                tg.start_soon(one, i, collector)
+    finally:
+        await anyio.to_thread.run_sync(memo.close)
+        record_memo(memo, first.counters)
+    if pending:
+        live = [c for collector in collectors for c in collector.store.live()]
+        raise pending_error(first.outdir, live)
+    return [reports[i] for i in range(len(collectors))]
 
 
 def _body_of(line: dict[str, Any]) -> dict[str, Any]:
@@ -361,7 +415,8 @@ def _body_of(line: dict[str, Any]) -> dict[str, Any]:
 class _BatchProgress:
     """Lines answered: a tqdm bar on a terminal, a log line every 10 s otherwise."""
 
-    def __init__(self, mode: str, stream: TextIO | None = None) -> None:
+    def __init__(self, mode: str, desc: str = "batches", stream: TextIO | None = None) -> None:
+        self.desc = desc
         self.stream = stream or sys.stderr
         is_tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.mode = ("bar" if is_tty else "log") if mode == "auto" else mode
@@ -382,7 +437,7 @@ class _BatchProgress:
             if self._bar is None:
                 from tqdm import tqdm
 
-                self._bar = tqdm(total=total, unit="line", file=self.stream, desc="batches")
+                self._bar = tqdm(total=total, unit="line", file=self.stream, desc=self.desc)
             self._bar.total = total
             self._bar.n = min(done, total)
             self._bar.set_postfix_str(f"pending batches={pending}", refresh=False)
@@ -392,7 +447,7 @@ class _BatchProgress:
         if now - self._last >= 10.0 or not pending:
             self._last = now
             print(
-                f"ctxprec: batches: {done:,}/{total:,} lines answered, {pending} pending, "
+                f"ctxprec: {self.desc}: {done:,}/{total:,} lines answered, {pending} pending, "
                 f"{now - self._started:.0f} s",
                 file=self.stream,
                 flush=True,

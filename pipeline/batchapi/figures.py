@@ -62,6 +62,16 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
         out["cost_usd"] = costs["cost_usd"]
         out["cost_per_1k_rows_usd"] = per_1k_rows(costs["cost_usd"], int(est["rows_to_judge"]))
     out["batch_api"] = info
+    if isinstance(est.get("audit"), dict):  # --audit-model: its calls go through batches too
+        audit = dict(est["audit"])
+        a_in, a_out = int(audit["input_tokens"]), int(audit["output_tokens"])
+        a_costs = batch_costs(cfg, str(audit["judge_model"]), a_in, a_out)
+        if a_costs is not None:
+            audit.update(a_costs)
+        out["audit"] = audit
+        first, second = out.get("cost_usd"), audit.get("cost_usd")
+        total = None if first is None or second is None else round(first + second, 6)
+        out["total_cost_usd"] = total
     # the provider's queue sets the wall time, not ctxprec's limits: no online figure stands here
     out["wall_s"], out["bound_by"] = None, "batch_api"
     return out
@@ -70,11 +80,19 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
 def render_batch_estimate(est: dict[str, Any]) -> str:
     b = est["batch_api"]
     if "cost_usd" not in b:
-        return "  batch API: half the online price"
-    return (
-        f"  batch API: ${b['cost_usd']:,.4f} instead of ${b['online_cost_usd']:,.4f} online "
-        f"(saving ${b['saving_usd']:,.4f})"
-    )
+        line = "  batch API: half the online price"
+    else:
+        line = (
+            f"  batch API: ${b['cost_usd']:,.4f} instead of ${b['online_cost_usd']:,.4f} online "
+            f"(saving ${b['saving_usd']:,.4f})"
+        )
+    a = est.get("audit")
+    if isinstance(a, dict) and "online_cost_usd" in a:
+        line += (
+            f"\n  batch API, audit judge: ${a['cost_usd']:,.4f} instead of "
+            f"${a['online_cost_usd']:,.4f} online (saving ${a['saving_usd']:,.4f})"
+        )
+    return line
 
 
 def batch_line(b: dict[str, Any]) -> str:
@@ -84,7 +102,10 @@ def batch_line(b: dict[str, Any]) -> str:
     cost = ""
     if b.get("cost_usd") is not None:
         cost = f", cost ${b['cost_usd']:,.4f} (saving ${b['saving_usd']:,.4f})"
-    return (
+    line = (
         f"  batch API: {b.get('lines_sent', 0)} lines in {len(b.get('batch_ids') or [])} batches "
         f"({ids}), took {took}{cost}"
     )
+    if isinstance(b.get("audit"), dict):  # --audit-model: the audit judge's batches
+        line += "\n" + batch_line(b["audit"]).replace("batch API:", "batch API, audit judge:", 1)
+    return line

@@ -15,6 +15,11 @@ the prices and figures `batch_figures`, `ctxprec batches` is `batches_cmd`.
    fallback says so), so every verdict comes from the memo; parts, summary, sinks and incremental
    runs behave as without batches. With `reason = "llm"` the stage asks the online judge for each
    scored row's reason, as a run without batches does.
+
+With `--audit-model`, the audit judge's calls for its sample of rows go through the batch API
+of its own provider too: a collector of its own (its store in OUTDIR/_ctxprec/batches-audit/),
+on the same memo and the same `--batch-wait` / `--batch-fallback`, and in phase 3 the stage's
+audit judge answers from the memo as the first judge does.
 """
 
 from __future__ import annotations
@@ -25,10 +30,18 @@ from typing import Any
 
 import anyio
 
-from connectors.judges import ItemRequest, Judge, JudgeReply, JudgeStats, create_judge, prompts
+from connectors.judges import (
+    ItemRequest,
+    Judge,
+    JudgeReply,
+    JudgeStats,
+    audit_settings,
+    create_judge,
+    prompts,
+)
 from connectors.judges.base import Gate, JudgeWrapper
 from connectors.judges.batch.api import check_batch_support
-from pipeline.batchapi.collect import BatchCollector, BatchOptions
+from pipeline.batchapi.collect import BatchCollector, BatchOptions, collect_all
 from pipeline.batchapi.figures import batch_estimate, batch_prices
 from pipeline.config import Config
 from pipeline.flow.dispatch import RunCounters, add_counts
@@ -36,6 +49,7 @@ from pipeline.run.driver import LocalRun, RunOptions, RunResult, local_run, run_
 from pipeline.run.stage import run_stage
 from storage import layout
 from storage.core.errors import ConfigError, JudgeFatalError
+from storage.core.settings import Price
 from storage.memo import memo_key
 from storage.objpath import ObjPath, OutPath, out_path
 
@@ -62,6 +76,9 @@ def score_batch(
 
 def check_batch_provider(cfg: Config) -> None:
     check_batch_support(cfg.judge)  # the provider registry says which have a batch API
+    audit = audit_settings(cfg.judge)
+    if audit is not None:  # --audit-model: its calls go through its provider's batch API
+        check_batch_support(audit, "audit judge")
 
 
 async def run_batch_score(
@@ -82,15 +99,29 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     if est is not None and "batch_api" not in est:  # estimate vs actual, both at batch prices
         plan.runlog.save_json(layout.estimate(plan.runlog.outdir), batch_estimate(est, cfg))
     collector = BatchCollector(plan, options, progress)
-    report = await collector.run()
+    collectors = [collector]
+    auditor = None  # --audit-model: the audit judge's batches
+    if plan.audit_identity is not None:
+        auditor = BatchCollector(plan, options, progress, audit=True)
+        collectors.append(auditor)
+    reports = await collect_all(collectors)
+    report = reports[0]
     counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
     add_counts(counters, collector.counters)  # its memo's notes and unreadable entries
-    failed = dict(collector.store.failed)
     online = options.fallback == "online"
+    verdict_only = cfg.judge.verdict_only
 
     def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
         inner = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
-        return _ResultJudge(inner, failed, collector.prefix, online, cfg.judge.verdict_only)
+        return _ResultJudge(inner, dict(collector.store.failed), collector.prefix, online,
+                            verdict_only)  # fmt: skip
+
+    def audit_factory(gate: Gate, stats: JudgeStats) -> Judge:
+        assert auditor is not None
+        inner = create_judge(auditor.settings, gate=gate, stats=stats,
+                             retry_clock=plan.retry_clock)  # fmt: skip
+        return _ResultJudge(inner, dict(auditor.store.failed), auditor.prefix, online,
+                            verdict_only)  # fmt: skip
 
     result = await run_stage(
         plan,
@@ -98,16 +129,29 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
         progress=progress,
         judge_factory=judge_factory,
         open_memo=collector.open_memo,
+        audit_factory=audit_factory if auditor is not None else None,
     )
     result.extra["batch_api"] = report
     # the summary prices this run's tokens (the batches' own) at batch prices
     result.stats.input_tokens += int(report["input_tokens"])
     result.stats.output_tokens += int(report["output_tokens"])
-    prices = batch_prices(cfg, plan.spec.judge_model)
-    if prices is not None:
-        plan.cfg = dataclasses.replace(cfg, prices={**cfg.prices, plan.spec.judge_model: prices[1]})
+    models = [plan.spec.judge_model]
+    if auditor is not None:
+        report["audit"] = reports[1]
+        if result.audit is not None:  # the audit judge's figures: its batches' tokens too
+            result.audit.stats.input_tokens += int(reports[1]["input_tokens"])
+            result.audit.stats.output_tokens += int(reports[1]["output_tokens"])
+        models.append(auditor.model)
+    at_batch: dict[str, Price] = {}
+    for model in models:
+        prices = batch_prices(cfg, model)
+        if prices is not None:
+            at_batch[model] = prices[1]
+    if at_batch:
+        plan.cfg = dataclasses.replace(cfg, prices={**cfg.prices, **at_batch})
     finished = await run.finish(result)
-    await anyio.to_thread.run_sync(collector.finished)
+    for done in collectors:
+        await anyio.to_thread.run_sync(done.finished)
     return finished
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from connectors.judges import ItemRequest
 from connectors.judges.batch.client import BatchClient, custom_id_for
-from pipeline.flow.planning import BatchPlanner
+from pipeline.flow.audit import sample_plans
+from pipeline.flow.planning import BatchPlanner, PlannedBatch
+from pipeline.flow.rows import RowPlan, attach_keys
 from pipeline.run.driver import RunPlan
 from storage.batches import BatchStore, ChunkWriter
 from storage.core.constants import STATUS_OK
-from storage.memo import Memo
+from storage.memo import Memo, MemoEntry, judge_prefix
 
 __all__ = ["write_missing_lines"]
 
@@ -22,16 +24,24 @@ def write_missing_lines(
     memo: Memo | None,
     prefix: bytes,
     live: set[str],
+    audit: bool = False,
 ) -> None:
     """Stream the input as a run does and write a batch line for every call the memo does not
-    hold, no live batch already carries (`live`) and no earlier batch failed; blocking I/O."""
+    hold, no live batch already carries (`live`) and no earlier batch failed; blocking I/O.
+    With `audit`, the calls of the audit judge (`prefix` its identity's): every item of the
+    rows of its sample (`pipeline.flow.audit`), the rows the online stage would audit."""
     per_row, judge, limits = plan.spec.per_row, client.judge, client.limits
     assert memo is not None
-    planner = BatchPlanner(plan.cfg, prefix, per_row=per_row, memo=memo, skip_ids=plan.skip_ids)
+    first = judge_prefix(plan.identity) if audit else prefix
+    # the audit side looks up its own keys only (the first judge's are not its concern)
+    planner = BatchPlanner(plan.cfg, first, per_row=per_row, memo=None if audit else memo,
+                           skip_ids=plan.skip_ids)  # fmt: skip
     writer = ChunkWriter(store, 1, limits.max_lines, limits.max_bytes)
     skip = set(live) | set(store.failed)
     for planned in planner.planned(plan.info, skip=plan.skip_parts):
         rows, found = planned.rows, planned.found
+        if audit:
+            rows, found = _audit_sample(plan, planned, prefix, memo)
         for row in rows:
             if row.status != STATUS_OK:
                 continue
@@ -54,3 +64,15 @@ def write_missing_lines(
                 cid = custom_id_for([key])
                 writer.add(cid, [key], client.line(cid, body))
     writer.close()
+
+
+def _audit_sample(
+    plan: RunPlan, planned: PlannedBatch, prefix: bytes, memo: Memo
+) -> tuple[list[RowPlan], dict[str, MemoEntry]]:
+    """The batch's rows in the audit sample, keyed by the audit judge's identity (`prefix`),
+    and which of their keys the memo holds."""
+    j = plan.cfg.judge
+    ids = planned.frame.get_column("id").to_list() if planned.rows else []
+    rows = [p for _, p in sample_plans(ids, planned.rows, j.audit_fraction, j.audit_seed)]
+    keys = attach_keys(rows, prefix, plan.spec.per_row, j.verdict_only)
+    return rows, (memo.get_many(keys) if keys else {})

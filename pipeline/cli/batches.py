@@ -7,6 +7,11 @@ file and the environment only. OUTDIR's batch state is data someone else may hav
 gives the batch ids and, when no --model is given, the model (a provider of the registry or
 of --config, so its URL and key variable are ours), never a URL, a key variable or a provider
 table. Where the state names others, one line says so and they are not used.
+
+An audited run (`--audit-model`) keeps the audit judge's batches in a store of their own: they
+are listed (and cancelled) after the first judge's, under the same rules, asked where
+--audit-base-url (or `[judge] audit_base_url`, CTXPREC_AUDIT_BASE_URL) says, else where the
+audit model's provider is (`audit_settings`); its model, when none is given, from the state.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from connectors.judges import audit_settings
 from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
 from connectors.judges.registry import resolve_model
@@ -49,16 +55,49 @@ def list_batches(
         )
     check_tree(outdir)  # the state is updated where no link leads
     store = BatchStore.load(outdir)
-    if not store.exists():
+    audit = BatchStore.load(outdir, audit=True)  # --audit-model: the audit judge's batches
+    if not store.exists() and not audit.exists():
         raise ConfigError(
             f"{outdir} holds no provider batches (no {store.path}); they are made by "
             "`ctxprec score ... --batch-api -o OUTDIR`"
         )
-    settings = trusted_settings(store.data, judge or JudgeSettings())
-    return anyio.run(_list, store, settings, cancel, retry_clock)
+    judge = judge or JudgeSettings()
+    rows = []
+    if store.exists():
+        settings = trusted_settings(store.data, judge)
+        rows = [r | {"judge": "judge"} for r in anyio.run(_list, store, settings, cancel,
+                                                           retry_clock)]  # fmt: skip
+    if audit.exists():
+        found = _audit_trusted(audit.data, judge)
+        if found is None and cancel:
+            raise ConfigError(
+                "the audit judge's batches cannot be cancelled without its model: give "
+                "--audit-model (and --audit-base-url) as the score run had them"
+            )
+        rows += [r | {"judge": "audit"} for r in anyio.run(_list, audit, found, cancel,
+                                                           retry_clock)]  # fmt: skip
+    return rows
 
 
-def trusted_settings(state: Any, judge: JudgeSettings) -> JudgeSettings:
+def _audit_trusted(state: Any, judge: JudgeSettings) -> JudgeSettings | None:
+    """The audit judge's settings as `audit_settings` makes them from `judge` (its model from
+    the state when none was given), with `trusted_settings`' line; None when no model is known
+    or its provider is not one of ours (then its batches are listed as the state has them)."""
+    saved = state.get("settings") if isinstance(state, dict) else None
+    model = saved.get("model") if isinstance(saved, dict) else None
+    if not judge.audit_model and isinstance(model, str) and model.strip():
+        judge = dataclasses.replace(judge, audit_model=printable(model.strip(), 200))
+    try:
+        settings = audit_settings(judge)
+    except ConfigError as err:
+        print(f"ctxprec: the audit judge's batches are not asked about: {err}", file=sys.stderr)
+        return None
+    return None if settings is None else trusted_settings(state, settings, "--audit-base-url")
+
+
+def trusted_settings(
+    state: Any, judge: JudgeSettings, url_flag: str = "--base-url"
+) -> JudgeSettings:
     """`judge`, with the state's model when none was given (the default model); a line on
     stderr when the state names a base URL or key variable that `judge` does not."""
     saved = state.get("settings") if isinstance(state, dict) else None
@@ -76,7 +115,7 @@ def trusted_settings(state: Any, judge: JudgeSettings) -> JudgeSettings:
         named = " and ".join(ignored) or "a provider table"
         print(
             f"ctxprec: the batch state names {named}; not used: where batches are asked about "
-            "comes from the command line, --config and the environment only (give --base-url, "
+            f"comes from the command line, --config and the environment only (give {url_flag}, "
             "--api-key-env or --config as the score run had them)",
             file=sys.stderr,
         )
@@ -93,11 +132,15 @@ def _endpoint(judge: JudgeSettings) -> str | None:
 
 
 async def _list(
-    store: BatchStore, settings: JudgeSettings, cancel: bool, retry_clock: RetryClock | None
+    store: BatchStore,
+    settings: JudgeSettings | None,
+    cancel: bool,
+    retry_clock: RetryClock | None,
 ) -> list[dict[str, Any]]:
     client: BatchClient | None = None
     try:
-        client = create_batch_client(settings, retry_clock=retry_clock)
+        if settings is not None:
+            client = create_batch_client(settings, retry_clock=retry_clock)
     except ConfigError:
         if cancel:
             raise
@@ -137,7 +180,11 @@ def render_batches(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "ctxprec: no batches"
     out = [f"{'batch':<40} {'status':<22} {'answered':>17} {'round':>5} {'age':>8}"]
+    audit_shown = False
     for r in rows:
+        if r.get("judge") == "audit" and not audit_shown:
+            out.append("audit judge (--audit-model):")
+            audit_shown = True
         age = "—" if r["age_s"] is None else _age(float(r["age_s"]))
         status = r["status"] + ("" if not r["collected"] else " (collected)")
         out.append(

@@ -340,7 +340,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_batches(args: argparse.Namespace) -> int:
     given = {
         key: getattr(args, key)
-        for key in ("judge.model", "judge.base_url", "judge.api_key_env", "judge.timeout_s")
+        for key in (
+            "judge.model",
+            "judge.base_url",
+            "judge.api_key_env",
+            "judge.timeout_s",
+            "judge.audit_model",
+            "judge.audit_base_url",
+        )
         if getattr(args, key, None) is not None
     }
     judge = load_config(args.config, given).judge

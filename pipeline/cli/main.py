@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         "batches are; OUTDIR's state is never followed for that)",
     )
     bj = bt.add_argument_group("judge (as the score run was given it)")
-    for key in ("model", "base_url", "api_key_env", "timeout_s"):
+    for key in ("model", "base_url", "api_key_env", "timeout_s", "audit_model", "audit_base_url"):
         _add_setting(bj, f"judge.{key}")
     add_providers_command(sub)  # `ctxprec providers` (pipeline/cli/providers.py)
     _add_view_parser(sub)

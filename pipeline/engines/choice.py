@@ -51,11 +51,6 @@ def choose(cfg: Config, engine: Engine = Engine()) -> Runner:
     if cfg.run.recheck > 0 and (dask or cfg.judge.batch_api):  # issue 22
         drop = "--engine dask" if dask else "--batch-api"
         raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
-    if cfg.judge.audit_model and cfg.judge.batch_api:  # issue 34: not there yet
-        raise UserError(
-            "--audit-model runs with online calls for now; drop --batch-api "
-            "(or score without the audit judge)"
-        )
     if cfg.judge.batch_api:
         return functools.partial(score_batch, batch=engine.batch)
     if dask:

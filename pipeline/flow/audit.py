@@ -23,7 +23,7 @@ from storage.core.constants import STATUS_EMPTY, STATUS_OK
 from storage.core.sample import in_sample
 from storage.memo import RELEVANT, MemoStore
 
-__all__ = ["AuditSide", "AuditVerdicts", "audited", "audited_rows"]
+__all__ = ["AuditSide", "AuditVerdicts", "audited", "audited_rows", "sample_plans"]
 
 # one row's audit verdicts: None when the row is not in the sample (or could not be judged at
 # all: a bad row), else a verdict per item (None where the audit call failed)
@@ -44,6 +44,16 @@ def audited_rows(
         for i, (row_id, plan) in enumerate(zip(ids, plans, strict=True))
         if plan.status in (STATUS_OK, STATUS_EMPTY) and audited(row_id, fraction, seed)
     ]
+
+
+def sample_plans(
+    ids: Sequence[Any], plans: Sequence[RowPlan], fraction: float, seed: int
+) -> list[tuple[int, RowPlan]]:
+    """The sampled rows' own plans (copies, without keys yet) with their positions: what the
+    audit judge judges of a batch, online (`AuditSide.plan`) or through batches."""
+    picked = audited_rows(ids, plans, fraction, seed)
+    return [(i, RowPlan(plans[i].query, plans[i].expected, list(plans[i].items),
+                        plans[i].status)) for i in picked]  # fmt: skip
 
 
 class _RowCount(Protocol):
@@ -71,9 +81,7 @@ class AuditSide:
     def plan(self, ids: Sequence[Any], plans: Sequence[RowPlan]) -> list[tuple[int, RowPlan]]:
         """The sampled rows' own plans (copies, keyed by the audit judge's identity), before the
         first judge resolves the batch: its failures do not change what is audited."""
-        picked = audited_rows(ids, plans, self.fraction, self.seed)
-        return [(i, RowPlan(plans[i].query, plans[i].expected, list(plans[i].items),
-                            plans[i].status)) for i in picked]  # fmt: skip
+        return sample_plans(ids, plans, self.fraction, self.seed)
 
     async def resolve(self, n_rows: int, picked: list[tuple[int, RowPlan]]) -> list[AuditVerdicts]:
         """Judge the sampled rows (memo first) and give each row of the batch its verdicts."""

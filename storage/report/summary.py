@@ -690,6 +690,9 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
                 "output_tokens", "cost_usd", "online_cost_usd", "saving_usd")  # fmt: skip
         rows = [[k.replace("_", " "), b.get(k)] for k in keys if k in b]
         rows.append(["batch ids", ", ".join(b.get("batch_ids") or []) or None])
+        if isinstance(a := b.get("audit"), dict):  # --audit-model: the audit judge's batches
+            rows += [[f"audit judge {k.replace('_', ' ')}", a.get(k)] for k in keys if k in a]
+            rows.append(["audit judge batch ids", ", ".join(a.get("batch_ids") or []) or None])
         out += _md_table("Provider batch API", ["figure", "value"], rows)
     if labels := s["labels"]:
         out += _md_table("Agreement with human labels", ["figure", "value"], [*labels.items()])

@@ -1,6 +1,6 @@
 """A strict loopback fake of both provider batch APIs (../shared/providers.md §4, §5 items 31–35),
-on the same verdict rule as the fake judge server (`expected_verdict`), plus its online endpoints
-(to count, and serve, any online call).
+on the same verdict rule as the fake judge server (`FakeJudgeServer._verdict`, a `flip_share`
+included), plus its online endpoints (to count, and serve, any online call).
 
 OpenAI: POST /v1/files (multipart, purpose=batch, JSONL, ≤ max lines and bytes), POST /v1/batches
 (completion_window "24h", a known endpoint, metadata), GET /v1/batches[/{id}], POST …/cancel,
@@ -43,7 +43,6 @@ from tests.fakes.judge_server import (
     FakeJudgeConfig,
     FakeJudgeServer,
     _envelope,
-    expected_verdict,
     items_from_messages,
     reply_json,
     start_loopback,
@@ -69,6 +68,10 @@ class BatchFakeConfig:
 
     seed: int = 0
     overrides: dict[str, bool] = field(default_factory=dict)  # item text -> verdict
+    # a judge that is not the truth, as the fake judge server's (FakeJudgeConfig.flip_share
+    # with seed `flip_seed`): the same items get the wrong verdict in batches and online
+    flip_share: float = 0.0
+    flip_seed: int = 0
     validate_s: float = 0.05
     process_s: float = 0.2
     finalize_s: float = 0.05
@@ -163,7 +166,10 @@ class BatchFakeServer:
     def __init__(self, config: BatchFakeConfig | None = None) -> None:
         self.config = dataclasses.replace(config or BatchFakeConfig())
         self.stats = BatchFakeStats()
-        self.online = FakeJudgeServer(FakeJudgeConfig(overrides=self.config.overrides))
+        c = self.config
+        self.online = FakeJudgeServer(
+            FakeJudgeConfig(overrides=c.overrides, flip_share=c.flip_share, seed=c.flip_seed)
+        )
         self.url = ""  # OpenAI base URL (…/v1)
         self.root = ""  # Anthropic base URL (no /v1)
         self._files: dict[str, bytes] = {}
@@ -249,8 +255,7 @@ class BatchFakeServer:
 
     def _reply(self, body: dict[str, Any], anthropic: bool) -> dict[str, Any]:
         items, per_row, _ = items_from_messages(body.get("messages"))
-        verdicts = [expected_verdict(item, FakeJudgeConfig(overrides=self.config.overrides))
-                    for item in items]  # fmt: skip
+        verdicts = [self.online._verdict(item) for item in items]  # the online fake's rule
         for item, v in zip(items, verdicts, strict=True):
             self.stats.verdicts[item] = v
         text = reply_json(verdicts, per_row, _REASONS if wants_reasons(body) else None)

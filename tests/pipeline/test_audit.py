@@ -279,19 +279,6 @@ def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
     assert without.estimates[scorer.id] is None
 
 
-def test_the_audit_judge_is_refused_with_the_batch_api(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The batch API does not audit yet: refused before anything is read or paid for (the Dask
-    engine audits: tests/connectors/test_dask_engine.py)."""
-    src = labelled_log(tmp_path / "log.parquet", rows=5)
-    args = ["--model", "openai/gpt-4o-mini", "--audit-model", "openai/gpt-4.1", "--batch-api"]
-    assert score(src, "-o", tmp_path / "out", *args) == 2
-    said = capsys.readouterr().err
-    assert "--audit-model runs with online calls for now; drop --batch-api" in said
-    assert not (tmp_path / "out").exists()
-
-
 def test_the_audit_estimate_covers_the_strong_judges_mean_by_simulation() -> None:
     """Issue 34 item 4, end to end through the product's sampling (the row-id hash), MAP stage,
     audit_score and summary estimate (bench/audit_coverage.py): 200 seeded worlds of 2,000 rows

@@ -14,6 +14,8 @@ import pytest
 
 from pipeline.analysis.corrected import difference_of_estimates
 from pipeline.cli.main import main
+from tests.fakes.inputs import KEY
+from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
 from tests.fakes.runs import score
 
 TRUE_DELTA = 0.05  # E[y_b] − E[y_a] by construction (p + 0.05 never leaves [0, 1] below)
@@ -111,3 +113,88 @@ def test_compare_reports_and_gates_on_the_corrected_estimates(
     report = json.loads(capsys.readouterr().out)
     assert report["corrected"] is None
     assert report["gate"]["figure"] == "the judge's scores"
+
+
+def _ordered_log(path: Path, relevant_first: bool, rows: int = 200) -> Path:
+    """The same rows and items on every side, relevant items (the fake judge's truth) first or
+    last: a good and a bad retriever of one log."""
+    contexts = []
+    for i in range(rows):
+        items = [f"row {i} passage {k}" for k in range(2 + i % 5)]
+        contexts.append(sorted(items, key=lambda t: expected_verdict(t) != relevant_first))
+    pl.DataFrame(
+        {
+            "id": [f"r{i}" for i in range(rows)],
+            "query": [f"question {i}?" for i in range(rows)],
+            "expected_output": [f"answer {i}" for i in range(rows)],
+            "contexts": contexts,
+        }
+    ).write_parquet(path)
+    return path
+
+
+def test_compare_of_two_audited_runs_gates_on_the_corrected_difference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two `ctxprec score --audit-model` outputs end to end through the CLI: A judged by a
+    judge that is the truth, B by one wrong on 30 % of items, both audited by the same strong
+    judge on the same seeded rows. The judges' scores say B dropped; the corrected estimates
+    (paired over the audited rows) say it did not, and `--fail-drop` follows them. Against a
+    truly worse retriever (relevant items last) the corrected difference is below zero with
+    its CI, and `--fail-drop` fails on it, saying so."""
+    monkeypatch.setenv("CTXPREC_CACHE_DIR", str(tmp_path / "memo"))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    good = _ordered_log(tmp_path / "good.parquet", True)
+    bad = _ordered_log(tmp_path / "bad.parquet", False)
+    with (
+        FakeJudgeThread(FakeJudgeConfig()) as exact,
+        FakeJudgeThread(FakeJudgeConfig(flip_share=0.3, seed=2)) as sloppy,
+        FakeJudgeThread(FakeJudgeConfig()) as strong,
+    ):
+        audit = ("--audit-model", "openai/strong", "--audit-base-url", strong.url,
+                 "--audit-fraction", 0.3)  # fmt: skip
+        sides = {
+            "a": (good, "openai/exact", exact.url),
+            "b": (good, "openai/sloppy", sloppy.url),
+            "c": (bad, "openai/exact", exact.url),
+        }
+        for name, (src, model, url) in sides.items():
+            out = tmp_path / name
+            assert score(src, "-o", out, "--model", model, "--base-url", url, *audit) == 0
+    a, b, c = (str(tmp_path / name) for name in "abc")
+    summaries = {n: json.loads((tmp_path / n / "summary.json").read_text()) for n in "abc"}
+    audited = summaries["a"]["estimate"]["n_reference"]
+    assert audited >= 40
+    assert all(s["estimate"]["reference"] == "audit:openai/strong" for s in summaries.values())
+    capsys.readouterr()
+
+    # A vs B: the same retriever, a sloppier first judge on B
+    assert main(["compare", a, b, "--json", "--fail-drop", "0.02"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    corrected = report["corrected"]
+    assert corrected["reference"] == "audit:openai/strong"
+    assert corrected["n_pairs"] == report["n_pairs"] == 200  # paired by id
+    assert (corrected["n_reference_a"], corrected["n_reference_b"]) == (audited, audited)
+    assert report["mean_delta"] < -0.05  # the judges' scores say B dropped ...
+    lo, hi = corrected["ci95"]
+    assert lo < 0 < hi  # ... the corrected estimates do not
+    assert abs(corrected["mean_delta"]) < abs(report["mean_delta"])
+    gate = report["gate"]
+    assert not gate["failed"]
+    assert gate["figure"] == "the corrected estimate (reference: audit:openai/strong)"
+    est_a, est_b = summaries["a"]["estimate"]["mean"], summaries["b"]["estimate"]["mean"]
+    assert corrected["mean_a"] == pytest.approx(est_a, abs=1e-6)
+    assert corrected["mean_b"] == pytest.approx(est_b, abs=1e-6)
+
+    # A vs C: the same judge, a worse retriever: the corrected difference fails the gate
+    assert main(["compare", a, c, "--json", "--fail-drop", "0.02"]) == 5
+    report = json.loads(capsys.readouterr().out)
+    corrected = report["corrected"]
+    assert corrected["ci95"][1] < -0.02
+    assert report["gate"]["failed"]
+    message = report["gate"]["message"]
+    assert "on the corrected estimate (reference: audit:openai/strong)" in message
+    assert main(["compare", a, c, "--fail-drop", "0.02"]) == 5
+    said = "".join(capsys.readouterr())
+    assert f"corrected (reference: the audit judge openai/strong; {audited} / {audited}" in said
+    assert "--fail-drop 0.02 failed on the corrected estimate" in said

@@ -35,13 +35,14 @@ def batch_providers(settings: JudgeSettings) -> list[str]:
     return sorted(spec.id for spec in from_registry if spec.batch)
 
 
-def check_batch_support(settings: JudgeSettings) -> str:
+def check_batch_support(settings: JudgeSettings, who: str = "judge") -> str:
     """The batch API kind ("openai" or "anthropic") of `settings.model`'s provider; a clear
-    ConfigError (exit 2, before any call) for a provider without one ctxprec speaks."""
+    ConfigError (exit 2, before any call) for a provider without one ctxprec speaks. `who`
+    names the judge in it ("judge", or "audit judge" for `--audit-model`)."""
     provider, _, spec = resolve_model(settings.model, settings.providers)
     if spec is None or spec.batch is None:
         raise ConfigError(
-            f"--batch-api sends the judge's calls through the provider's batch API; the judge "
+            f"--batch-api sends the {who}'s calls through the provider's batch API; the {who} "
             f"{settings.model!r} ({provider}) has none that ctxprec speaks (OpenAI's Files + "
             f"Batches or Anthropic's Message Batches: {', '.join(batch_providers(settings))}): "
             "drop --batch-api (or [judge] batch_api = true) for it"
