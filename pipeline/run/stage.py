@@ -368,7 +368,8 @@ async def _process(run: _Stage, planned: PlannedBatch) -> None:
         await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
     else:  # the audit judge's sample of the batch, side by side with the first judge
         audit = await _with_audit(run, run.audit, planned)
-    table = scored_table(BatchJob(batch.key, frame, plans, audit), plan.spec)
+    job = BatchJob(batch.key, frame, plans, audit)
+    table = await anyio.to_thread.run_sync(scored_table, job, plan.spec)
     if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)
