@@ -226,7 +226,8 @@ _STORED_JSON = (
     " ON c.key = j.value AND c.raw = 1 WHERE c.rowid < ?"
 )
 # entries of the key recipes before this one (v1: pickled values): never read, named once
-_OLDER = "SELECT 1 FROM Cache WHERE raw = 1 AND key >= 'v1-' AND key < 'v1.' LIMIT 1"
+_OLDER_ROWS = "raw = 1 AND key >= 'v1-' AND key < 'v1.'"
+_OLDER = f"SELECT 1 FROM Cache WHERE {_OLDER_ROWS} LIMIT 1"
 
 
 def _chunks(keys: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -293,7 +294,7 @@ class Memo:
             out.append(
                 f"memo {self.directory} holds verdicts stored by ctxprec before memo format v2 "
                 "(pickled values): they are not read, so those items are judged again once; "
-                "`ctxprec cache clear --older-than DURATION` removes them"
+                "`ctxprec cache clear --old-format` removes them"
             )
         return out
 
@@ -512,8 +513,9 @@ class Memo:
         """Entries, and the oldest and newest store times (`storage.memo_sqlite.table_stats`)."""
         return (0, None, None) if self._con is None else table_stats(self._con)
 
-    def clear(self, cutoff: float | None) -> int:
-        """Remove the entries stored before `cutoff` (None: all); how many went."""
+    def clear(self, cutoff: float | None, old_format: bool = False) -> int:
+        """Remove the entries stored before `cutoff` (None: all), only those of memo formats
+        before v2 when `old_format`; how many went."""
         if self._con is None:
             return 0
         if self.read_only:
@@ -522,9 +524,13 @@ class Memo:
                 "can be written"
             )
         try:
-            return clear_rows(self._con, self.directory, cutoff)
+            removed = clear_rows(
+                self._con, self.directory, cutoff, _OLDER_ROWS if old_format else None
+            )
         except (OSError, sqlite3.Error) as exc:
             raise write_failed(self.directory, exc) from exc
+        self.older_entries = self._con.execute(_OLDER).fetchone() is not None
+        return removed
 
     def __len__(self) -> int:
         if self._con is None:

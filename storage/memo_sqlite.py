@@ -280,10 +280,15 @@ def table_stats(con: sqlite3.Connection) -> tuple[int, float | None, float | Non
     return int(total), (float(oldest) if n else None), (float(newest) if n else None)
 
 
-def clear_rows(con: sqlite3.Connection, directory: Path, cutoff: float | None) -> int:
-    """Delete the rows stored before `cutoff` (None: all) in one transaction, then the files
-    diskcache kept for them (`_FILE_NAME` only, resolved inside `directory`); rows deleted."""
-    where = "" if cutoff is None else " WHERE NOT (store_time >= ?)"  # (unreadable times too)
+def clear_rows(
+    con: sqlite3.Connection, directory: Path, cutoff: float | None, only: str | None = None
+) -> int:
+    """Delete the rows stored before `cutoff` (None: all), and only those `only` selects (an
+    SQL condition: None, every row), in one transaction, then the files diskcache kept for them
+    (`_FILE_NAME` only, resolved inside `directory`); rows deleted."""
+    tests = [] if cutoff is None else ["NOT (store_time >= ?)"]  # (unreadable times too)
+    tests += [] if only is None else [f"({only})"]
+    where = " WHERE " + " AND ".join(tests) if tests else ""
     params: tuple[float, ...] = () if cutoff is None else (cutoff,)
     con.execute("BEGIN IMMEDIATE")
     try:

@@ -1,5 +1,5 @@
-"""`ctxprec cache info|clear [--older-than DURATION]`: see and manage the on-disk memo that every
-run on this machine shares (never evicted by itself)."""
+"""`ctxprec cache info|clear [--older-than DURATION] [--old-format]`: see and manage the on-disk
+memo that every run on this machine shares (never evicted by itself)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ def add_cache_command(sub: Any) -> None:
         "--older-than",
         metavar="DURATION",
         help="clear: only verdicts stored longer ago than this, e.g. 30d, 12h, 2w (default: all)",
+    )
+    ca.add_argument(
+        "--old-format",
+        action="store_true",
+        help="clear: only the verdicts older ctxprec versions stored in a memo format before v2 "
+        "(never read now)",
     )
 
 
@@ -65,25 +71,27 @@ def _info(folder: Path) -> str:
     )
 
 
-def _clear(folder: Path, older_than: str | None) -> str:
+def _clear(folder: Path, older_than: str | None, old_format: bool) -> str:
     if not layout.memo_db(folder).is_file():
         return f"ctxprec memo: {folder} holds no verdicts; nothing to clear"
     cutoff = time.time() - parse_duration(older_than, "--older-than") if older_than else None
     memo = Memo(folder)
     try:
-        removed = memo.clear(cutoff)
+        removed = memo.clear(cutoff, old_format)
         left = len(memo)
     finally:
         memo.close()
-    return f"ctxprec memo: removed {removed:,} verdicts from {folder}; {left:,} left"
+    kind = "verdicts of memo formats before v2" if old_format else "verdicts"
+    return f"ctxprec memo: removed {removed:,} {kind} from {folder}; {left:,} left"
 
 
 def run_cache_command(args: argparse.Namespace) -> int:
     folder = _folder(args)
     if args.action == "info":
-        if args.older_than:
-            raise UserError("--older-than is for `ctxprec cache clear`")
+        if args.older_than or args.old_format:
+            flag = "--older-than" if args.older_than else "--old-format"
+            raise UserError(f"{flag} is for `ctxprec cache clear`")
         print(_info(folder))
     else:
-        print(_clear(folder, args.older_than))
+        print(_clear(folder, args.older_than, args.old_format))
     return 0

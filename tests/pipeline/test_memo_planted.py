@@ -227,3 +227,37 @@ def test_a_read_only_memo_is_used_and_cache_info_works(filled: Path, tmp_path: P
     assert cleared.returncode == 2
     assert "read-only: nothing removed" in cleared.stderr
     assert "Traceback" not in cleared.stderr
+
+
+def test_old_format_verdicts_are_named_until_cache_clear_old_format_removes_only_them(
+    filled: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Verdicts of the v1 recipe (pickled values) are never read; the note that says so names
+    the command that removes them, which removes those rows and no v2 verdict."""
+    current = _keys(filled)
+    with sqlite3.connect(filled / "cache.db") as con:
+        for n in range(3):
+            value = pickle.dumps((True, f"old {n}", 1, 1))
+            con.execute(
+                "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count,"
+                " tag, size, mode, filename, value) VALUES (?, 1, 1.0, NULL, 1.0, 0, NULL, 0, 4,"
+                " NULL, ?)",
+                (f"v1-{n:064x}", value),
+            )
+    note = "`ctxprec cache clear --old-format` removes them"
+    assert main(["cache", "info", "--cache-dir", str(filled)]) == 0
+    assert note in capsys.readouterr().out
+    run = _run(tmp_path / "again", filled)
+    assert (run["rc"], run["judge_calls"], run["memo_hits"]) == (0, 0, ITEMS)
+    assert any(note in line for line in run["notices"])
+    assert main(["cache", "info", "--old-format", "--cache-dir", str(filled)]) == 2
+    assert "--old-format is for `ctxprec cache clear`" in capsys.readouterr().err
+    assert main(["cache", "clear", "--old-format", "--cache-dir", str(filled)]) == 0
+    said = capsys.readouterr().out
+    assert f"removed 3 verdicts of memo formats before v2 from {filled}; {ITEMS} left" in said
+    assert _keys(filled) == current
+    assert main(["cache", "info", "--cache-dir", str(filled)]) == 0
+    assert "memo format v2" not in capsys.readouterr().out
+    run = _run(tmp_path / "third", filled)
+    assert (run["rc"], run["memo_hits"]) == (0, ITEMS)
+    assert not any("memo format v2" in line for line in run["notices"])
