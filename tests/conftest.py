@@ -13,6 +13,7 @@ from connectors.judges.retry import RetryClock
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import HOTPOT, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+from tests.fakes.recorder import recording_host
 from tests.fakes.runs import judge_process
 from tests.fakes.s3_server import S3Server, running_s3_server
 
@@ -85,3 +86,10 @@ def judge_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, KEY)
     for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def planted_host() -> Iterator[tuple[str, list[str]]]:
+    """A loopback host a planted state file names: (its /v1 URL, the requests it received)."""
+    with recording_host() as host:
+        yield host

@@ -14,11 +14,9 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -256,27 +254,14 @@ def test_batches_are_asked_where_the_command_line_says_never_where_the_state_say
 
 
 def test_a_planted_batch_state_sends_no_key_to_the_host_it_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    planted_host: tuple[str, list[str]],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A state.json naming another loopback host, another key variable and a provider table of
     its own: that host receives no request (and so no key); the line says what was ignored."""
-    asked: list[str] = []
-
-    class Recorder(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(f"{self.path} {self.headers.get('Authorization')}")
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_POST = do_GET
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    planted = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=planted.serve_forever, daemon=True).start()
-    host = f"http://127.0.0.1:{planted.server_address[1]}/v1"
+    host, asked = planted_host
     monkeypatch.setenv("CTXPREC_PLANTED_SECRET", "sk-planted-0123456789")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # ours: nothing listens
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-batch-0123456789")
@@ -291,18 +276,14 @@ def test_a_planted_batch_state_sends_no_key_to_the_host_it_names(
     state.write_text(json.dumps({"settings": planted_settings, "chunks": {"c0": chunk}}))
     quick = tmp_path / "no-retry.toml"  # a dead judge is otherwise waited for --retry-budget
     quick.write_text("[judge]\nretry_budget_s = 0\n")
-    try:
-        for extra in ([], ["--model", "openai/judge-1"]):
-            code = main(["batches", str(out), "--config", str(quick), *extra])
-            err = capsys.readouterr().err
-            assert asked == [], asked  # the planted host received nothing, no key went there
-            assert code in (0, 1, 2), err  # listed, our endpoint unreachable, or refused
-            assert "Traceback" not in err, err
-            assert "sk-planted" not in err
-            assert code == 2 or f"names base URL {host}" in err, err
-    finally:
-        planted.shutdown()
-        planted.server_close()
+    for extra in ([], ["--model", "openai/judge-1"]):
+        code = main(["batches", str(out), "--config", str(quick), *extra])
+        err = capsys.readouterr().err
+        assert asked == [], asked  # the planted host received nothing, no key went there
+        assert code in (0, 1, 2), err  # listed, our endpoint unreachable, or refused
+        assert "Traceback" not in err, err
+        assert "sk-planted" not in err
+        assert code == 2 or f"names base URL {host}" in err, err
 
 
 @pytest.mark.parametrize("fake", [BatchFakeConfig(hold=True)], indirect=True)

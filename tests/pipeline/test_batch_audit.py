@@ -9,9 +9,7 @@ answering online with the same verdicts (the online run uses those endpoints).""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -246,27 +244,14 @@ def test_estimate_prices_the_audit_calls_at_batch_prices(
 
 
 def test_a_planted_audit_batch_state_sends_no_key_to_the_host_it_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    planted_host: tuple[str, list[str]],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The audit judge's state is data too: its base URL, key variable and provider table are
     never followed; its batches are asked about where the command line and environment say."""
-    asked: list[str] = []
-
-    class Recorder(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(f"{self.path} {self.headers.get('Authorization')}")
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_POST = do_GET
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    planted = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=planted.serve_forever, daemon=True).start()
-    host = f"http://127.0.0.1:{planted.server_address[1]}/v1"
+    host, asked = planted_host
     monkeypatch.setenv("CTXPREC_PLANTED_SECRET", "sk-planted-0123456789")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # ours: nothing listens
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
@@ -286,15 +271,11 @@ def test_a_planted_audit_batch_state_sends_no_key_to_the_host_it_names(
     state.write_text(json.dumps({"settings": settings, "chunks": {name: chunk}}))
     quick = tmp_path / "no-retry.toml"  # a dead judge is otherwise waited for --retry-budget
     quick.write_text("[judge]\nretry_budget_s = 0\n")
-    try:
-        for extra, want in (([], 1), (["--audit-model", "evil/judge"], 0)):
-            code = main(["batches", str(out), "--config", str(quick), *extra])
-            err = capsys.readouterr().err
-            assert asked == [], asked  # the planted host received nothing, no key went there
-            assert code == want, err  # our endpoint unreachable; an unknown provider: listed
-            assert "Traceback" not in err, err
-            assert "sk-planted" not in err
-            assert extra or f"names base URL {host}" in err, err
-    finally:
-        planted.shutdown()
-        planted.server_close()
+    for extra, want in (([], 1), (["--audit-model", "evil/judge"], 0)):
+        code = main(["batches", str(out), "--config", str(quick), *extra])
+        err = capsys.readouterr().err
+        assert asked == [], asked  # the planted host received nothing, no key went there
+        assert code == want, err  # our endpoint unreachable; an unknown provider: listed
+        assert "Traceback" not in err, err
+        assert "sk-planted" not in err
+        assert extra or f"names base URL {host}" in err, err
