@@ -29,6 +29,7 @@ from connectors.judges.secrets import redact, redacted_headers, register_secret
 from connectors.judges.shapes import RequestShape
 from connectors.judges.transport import AiohttpTransport, HttpRequest, Transport
 from storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+from storage.core.seams import DEFAULT, Clock, Seams
 from storage.core.settings import JudgeSettings
 
 __all__ = ["HttpClient", "json_int"]
@@ -69,8 +70,8 @@ def _final_error(err: JudgeError, message: str) -> JudgeError:
 
 
 class HttpClient(abc.ABC):
-    """The POST-with-retries half of an HTTP judge, over one transport (aiohttp unless one is
-    given). Run-wide state lives here, shared by every concurrent call: the request `shape`
+    """The POST-with-retries half of an HTTP judge, over one transport (aiohttp unless the seams
+    hold one). Run-wide state lives here, shared by every concurrent call: the request `shape`
     (what the server accepts, learned once), the refusal that stops the run, a long pause."""
 
     provider = "http"
@@ -86,15 +87,15 @@ class HttpClient(abc.ABC):
         *,
         url: str,
         api_key: str | None,
-        transport: Transport | None = None,
-        retry_clock: RetryClock | None = None,
+        seams: Seams = DEFAULT,
     ) -> None:
         self.settings, self.gate, self.stats = settings, gate, stats
-        # the waits between attempts: real unless the caller passes one (tests: an instant one)
-        self.clock = retry_clock or RetryClock()
+        # the waits between attempts: real unless the seams hold a clock (tests: an instant one)
+        self.clock: Clock = seams.clock or RetryClock()
         self._url, self._api_key = url, api_key
         register_secret(api_key)
-        # a transport given by the caller is the caller's to close; the default one is ours
+        # a transport given in the seams is the caller's to close; the default one is ours
+        transport: Transport | None = seams.transport
         self._own_transport: AiohttpTransport | None = None
         if transport is None:
             transport = self._own_transport = AiohttpTransport(

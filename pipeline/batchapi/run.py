@@ -89,7 +89,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     online = options.fallback == "online"
 
     def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+        inner = create_judge(cfg.judge, gate=gate, stats=stats, seams=plan.seams)
         return _ResultJudge(inner, failed, collector.prefix, online, cfg.judge.verdict_only)
 
     result = await run_stage(

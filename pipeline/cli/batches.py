@@ -21,11 +21,11 @@ import anyio
 from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
 from connectors.judges.registry import resolve_model
-from connectors.judges.retry import RetryClock
 from storage.batches import BatchStore
 from storage.confine import check_tree
 from storage.core.errors import ConfigError
 from storage.core.printable import printable
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import JudgeSettings
 from storage.objpath import ObjPath, OutPath
 
@@ -36,7 +36,7 @@ def list_batches(
     outdir: OutPath,
     *,
     cancel: bool = False,
-    retry_clock: RetryClock | None = None,
+    seams: Seams = DEFAULT,
     judge: JudgeSettings | None = None,
 ) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
@@ -55,7 +55,7 @@ def list_batches(
             "`ctxprec score ... --batch-api -o OUTDIR`"
         )
     settings = trusted_settings(store.data, judge or JudgeSettings())
-    return anyio.run(_list, store, settings, cancel, retry_clock)
+    return anyio.run(_list, store, settings, cancel, seams)
 
 
 def trusted_settings(state: Any, judge: JudgeSettings) -> JudgeSettings:
@@ -93,11 +93,11 @@ def _endpoint(judge: JudgeSettings) -> str | None:
 
 
 async def _list(
-    store: BatchStore, settings: JudgeSettings, cancel: bool, retry_clock: RetryClock | None
+    store: BatchStore, settings: JudgeSettings, cancel: bool, seams: Seams
 ) -> list[dict[str, Any]]:
     client: BatchClient | None = None
     try:
-        client = create_batch_client(settings, retry_clock=retry_clock)
+        client = create_batch_client(settings, seams=seams)
     except ConfigError:
         if cancel:
             raise

@@ -13,13 +13,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pipeline.cli import commands
 from pipeline.cli import main as cli
 from pipeline.cli.main import main
+from storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
 from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
@@ -71,22 +70,15 @@ def test_a_score_run_tunes_the_collector_and_gives_it_back(tmp_path: Path) -> No
     passes and young collections are rarer; afterwards gc is as it was."""
     before = (gc.get_threshold(), gc.get_freeze_count())
     seen: list[tuple[tuple[int, int, int], int]] = []
-    real_choose = commands.choose
 
-    def spy(*args: Any, **kwargs: Any) -> Any:  # the runner `choose` picked, spied on
-        run = real_choose(*args, **kwargs)
-
-        def spied(*a: Any, **k: Any) -> Any:
+    def watch(point: str, _: object) -> None:  # the collector as the run commits its part
+        if point == "commit":
             seen.append((gc.get_threshold(), gc.get_freeze_count()))
-            return run(*a, **k)
-
-        return spied
 
     data = write_fixed_input(tmp_path / "in.parquet", 3)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(commands, "choose", spy)
-        argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
-        assert main([*argv, "--cache-dir", str(tmp_path / "memo"), "--quiet"]) == 0
+    argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
+    argv += ["--cache-dir", str(tmp_path / "memo"), "--quiet"]
+    assert main(argv, seams=Seams(fault=watch)) == 0
     assert len(seen) == 1
     threshold, frozen = seen[0]
     assert threshold == (100_000, *before[0][1:])
@@ -133,7 +125,8 @@ def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
     off, what exists is then frozen out of later passes, and the collector is on again after,
     also when the import fails."""
     (tmp_path / "ctxprec_gc_probe.py").write_text(
-        "import gc\nENABLED = gc.isenabled()\ndef run(args):\n    return 0\n", encoding="utf-8"
+        "import gc\nENABLED = gc.isenabled()\ndef run(args, seams):\n    return 0\n",
+        encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(cli.COMMANDS, "probe", "ctxprec_gc_probe:run")
@@ -141,7 +134,7 @@ def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
     frozen = gc.get_freeze_count()
     try:
         assert gc.isenabled()
-        assert cli._command("probe")(argparse.Namespace()) == 0
+        assert cli._command("probe")(argparse.Namespace(), DEFAULT) == 0
         assert sys.modules["ctxprec_gc_probe"].ENABLED is False  # off while it loaded
         assert gc.isenabled()
         assert gc.get_freeze_count() > frozen
