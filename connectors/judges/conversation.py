@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, tokens_for_chars
+from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
 from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
@@ -235,8 +235,7 @@ class HttpJudgeBase(HttpClient):
         def build() -> dict[str, Any]:
             return self._payload(system, messages, schema, self.shape.budget(max_tokens))
 
-        # estimate_tokens(system, *contents), without a generator per call
-        est = tokens_for_chars(len(system) + sum(map(len, map(_content, messages)))) + budget
+        est = estimate_tokens(system, *map(_content, messages)) + budget
         payload = self._payload(system, messages, schema, budget)  # build(), as it is now
         data, _ = await self.post_json(self._url, self.call_headers(), payload, est, build)
         text, finish, usage, cached = self._read(data)

@@ -234,17 +234,9 @@ class Dispatcher:
                         return
                 except anyio.EndOfStream:
                     return
-                self._backlog -= 1  # taken: wake the senders once half the cap is left
-                if self._room is not None and self._backlog <= self._job_cap // 2:
-                    self._room.set()
-                    self._room = None
+                self._taken()
                 try:
-                    if job.request is not None:  # one item
-                        entries = [entry_of(await self.judge.judge_item(job.request))]
-                    else:  # one row's items in one call (--mode row)
-                        assert job.row is not None
-                        replies = await self.judge.judge_row(*job.row)
-                        entries = [entry_of(reply) for reply in replies]
+                    entries = await self._judge(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
                     await self._partly(job, exc)
                 except JudgeError as exc:
@@ -255,6 +247,20 @@ class Dispatcher:
                         self.journal.append(job.keys, entries)
                     if self.memo is not None:
                         await self.to_memo(list(zip(job.keys, entries, strict=True)))
+
+    def _taken(self) -> None:
+        """A job left the stream: wake the senders once half the cap is left."""
+        self._backlog -= 1
+        if self._room is not None and self._backlog <= self._job_cap // 2:
+            self._room.set()
+            self._room = None
+
+    async def _judge(self, job: _Job) -> list[MemoEntry]:
+        """The verdicts of one job: one item, or one row's items in one call (--mode row)."""
+        if job.request is not None:
+            return [entry_of(await self.judge.judge_item(job.request))]
+        assert job.row is not None
+        return [entry_of(reply) for reply in await self.judge.judge_row(*job.row)]
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1

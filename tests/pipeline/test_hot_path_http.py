@@ -28,14 +28,17 @@ from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 # is what a call costs the client. Marginal figure: the steps of a 48-row run minus those of a
 # 12-row run, per extra call (10 items a row, one call each, --no-memo), so start-up cancels out;
 # the modules a run imports are imported before the hooks, and the summary and its charts (once
-# per run, though their work follows the data) are not counted. At 4 calls
-# in flight repeated runs agree to 1 %. Measured when set (2026-12-01, aiohttp 3.14, CPython
-# 3.11): 1,705-1,715 steps a call, about 900 of them aiohttp's and 300 asyncio's; before the
-# per-call work of branch http2 (jsonfast, request templates, one-pass reply reading, the first
-# call in judge_item, the gate's fast slot, prompts framed per row): 1,906; main before the
-# issue-27 HTTP work: 2,344; the bare aiohttp loop of bench/bare_client.py, counted the same way:
-# 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
-BUDGET = 1_880  # +10 %: change only as docs/performance.md says
+# per run, though their work follows the data) are not counted. At 4 calls in flight repeated
+# runs agree to about 1.5 % (one tree measured 1,727-1,752). Measured 2026-12-03 (aiohttp 3.14,
+# CPython 3.11), three interleaved runs each: 1,727-1,752 steps a call on main before the budget
+# got its headroom (it was 1,880, +10 %, and code had been written inline to save steps and
+# coroutine levels: post_json's attempt in its retry loop, the dispatcher's judging in its worker
+# loop, the token estimate copied into the call path); 1,739-1,757 with that code in named helpers
+# (`HttpClient._attempt` and `_send`, `Dispatcher._judge` and `_taken`, `OpenAIJudge._chat`,
+# `estimate_tokens`). Older figures: 1,906 before the per-call work of branch http2, 2,344 on
+# main before the issue-27 HTTP work; the bare aiohttp loop of bench/bare_client.py, counted the
+# same way: 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
+BUDGET = 2_180  # the figure (~1,745) +25 %: room for clear code; change only as docs say
 
 _MODULES = (
     *("aiohttp", "anyio", "pipeline.cli.commands", "pipeline.engines.local", "pipeline.run.stage"),
