@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from storage import confine, layout, ownership
 from storage.atomic import atomic_write, atomic_write_text
 from storage.core.errors import OutputError
+from storage.core.seams import DEFAULT, Seams
 from storage.layout import COMMITTED, PENDING
 from storage.objpath import OutPath
 
@@ -46,11 +47,18 @@ def committed(outdir: OutPath, prefix: str = "") -> dict[str, PartRecord]:
 
 
 def commit_part(
-    outdir: OutPath, key: str, tables: Mapping[str, pa.Table], *, rows: int, failed: int
+    outdir: OutPath,
+    key: str,
+    tables: Mapping[str, pa.Table],
+    *,
+    rows: int,
+    failed: int,
+    seams: Seams = DEFAULT,
 ) -> PartRecord:
     """Name the files in a pending record, write each atomically, then the commit record.
     A file already at a target path that no record of this part names is never replaced.
-    Blocking I/O: call it from a thread."""
+    `seams.at("part_write", target)` is called before each file's write. Blocking I/O: call it
+    from a thread."""
     files = sorted(tables)
     odd = [rel for rel in files if not layout.is_part_file(rel, key)]
     if odd:  # e.g. a --partition-by column whose name holds `/` or `=`
@@ -66,7 +74,9 @@ def commit_part(
     )
     for rel, table in tables.items():
         # checked again right before each write: a folder swapped for a link meanwhile
-        atomic_write(confine.check_inside(outdir, outdir / rel), partial(_write_parquet, table))
+        target = confine.check_inside(outdir, outdir / rel)
+        seams.at("part_write", target)
+        atomic_write(target, partial(_write_parquet, table))
     record = PartRecord(key, tuple(files), rows, failed)
     body = {"key": key, "files": files, "rows": rows, "failed": failed}
     target = confine.check_inside(outdir, layout.commit_record(outdir, key))

@@ -31,6 +31,7 @@ from storage import layout
 from storage.atomic import TMP_PREFIX, write_error
 from storage.core.errors import OutputError
 from storage.core.redact import without_url_secrets
+from storage.core.seams import DEFAULT
 from storage.objpath import ObjPath, OutPath
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
 REFRESH_S = 10.0  # the holder touches the lock this often
 STALE_S = 120.0  # a lock nobody touched for this long belongs to a run that is gone
 POLL_S = 0.5
-SETTLE_S = 1.0  # object stores: how long a new lease must stay ours before it counts
+SETTLE_S = DEFAULT.lock_settle_s  # object stores: how long a new lease must stay ours
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,14 @@ class OutdirLock:
         *,
         refresh_s: float = REFRESH_S,
         stale_s: float = STALE_S,
+        settle_s: float = SETTLE_S,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.outdir = outdir
         self.path = layout.lock(outdir)
         self.refresh_s = refresh_s
         self.stale_s = stale_s
+        self.settle_s = settle_s
         self._log = log or (lambda line: print(line, file=sys.stderr))
         self.holder = Holder(
             socket.gethostname(),
@@ -212,14 +215,14 @@ class OutdirLock:
 
     def _create_lease(self, path: ObjPath, body: bytes) -> bool:
         """Object stores: PUT the lease when none is there, then keep it only if it is still
-        ours after `SETTLE_S` (see the module text for the limits)."""
+        ours after `settle_s` (see the module text for the limits)."""
         try:
             if path.exists():
                 return False
             path.write_bytes(body)
         except OSError as exc:
             raise write_error(path, exc) from exc
-        time.sleep(SETTLE_S)
+        time.sleep(self.settle_s)
         found = read_holder(path)
         return found is not None and found[0] is not None and found[0] == self.holder
 

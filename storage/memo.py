@@ -263,8 +263,11 @@ class Memo:
     used read-only (`read_only`: verdicts it holds are used, new ones are not kept); a database
     that is not diskcache 5's table is refused (OutputError naming `way_out`)."""
 
-    def __init__(self, directory: Path, *, way_out: str = NO_MEMO_WAY_OUT):
+    def __init__(
+        self, directory: Path, *, way_out: str = NO_MEMO_WAY_OUT, step_rows: int = _STEP_ROWS
+    ):
         self.directory = directory
+        self.step_rows = step_rows  # rows of one JSON INSERT (a bigger write is several)
         opened = open_db(directory, way_out)
         self._con = opened.con
         self._target, self._uri = opened.target, opened.uri
@@ -453,7 +456,7 @@ class Memo:
             del rows[key]
         if self._json_writes:
             stored: dict[str, bytes] = {}
-            for part in _slices(rows, _STEP_ROWS):
+            for part in _slices(rows, self.step_rows):
                 stored.update(self._insert_new(con, part))
         else:
             stored = {key: rows.pop(key) for key in self._existing(con, list(rows))}

@@ -75,7 +75,7 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def retry_clock() -> RetryClock:
     """Instant, recorded retry waits (jitter draws 0 so waits are exact), for a test to pass to
-    the judge or batch client it builds (`create_judge(..., retry_clock=retry_clock)`)."""
+    the judge or batch client it builds (`create_judge(..., seams=Seams(clock=retry_clock))`)."""
     return instant_retries()
 
 

@@ -40,7 +40,7 @@ class ItemRequest:
 
 def estimate_tokens(*texts: str | None) -> int:
     """Cheap token estimate (about 4 characters a token), used before a call for TPM budgets."""
-    return tokens_for_chars(sum(len(t) for t in texts if t))
+    return tokens_for_chars(sum(map(len, filter(None, texts))))
 
 
 def tokens_for_chars(chars: int) -> int:

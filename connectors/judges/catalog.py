@@ -13,13 +13,14 @@ import functools
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from connectors.judges.secrets import checked_base_url, is_loopback, register_secret
 from storage.core.errors import ConfigError
+from storage.core.seams import KeySource  # where API keys are read (the environment by default)
 from storage.core.settings import Price
 
 __all__ = [
@@ -46,9 +47,6 @@ _LISTS = ("key_env", "aliases")
 # [providers.NAME] as JudgeSettings carries it: (name, ((field, value), ...)) with lists joined
 ProviderTable = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 _VAR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# where API keys are read: a variable's name -> its value (None: unset); the environment's by
-# default, another one passed in (e.g. by a caller that makes no call and needs no real key)
-KeySource = Callable[[str], str | None]
 _HOW_TO_ADD = (
     'add one in a config: [providers.NAME] base_url = "https://.../v1", key_env = ["NAME_API_KEY"]'
     " (kind, key_header and key_required optional; `ctxprec providers` lists the known ones)"

@@ -27,8 +27,9 @@ from connectors.judges.retry import (
 )
 from connectors.judges.secrets import redact, redacted_headers, register_secret
 from connectors.judges.shapes import RequestShape
-from connectors.judges.transport import AiohttpTransport, HttpRequest, Transport
+from connectors.judges.transport import AiohttpTransport, HttpRequest, HttpResponse, Transport
 from storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+from storage.core.seams import DEFAULT, Clock, Seams
 from storage.core.settings import JudgeSettings
 
 __all__ = ["HttpClient", "json_int"]
@@ -69,8 +70,8 @@ def _final_error(err: JudgeError, message: str) -> JudgeError:
 
 
 class HttpClient(abc.ABC):
-    """The POST-with-retries half of an HTTP judge, over one transport (aiohttp unless one is
-    given). Run-wide state lives here, shared by every concurrent call: the request `shape`
+    """The POST-with-retries half of an HTTP judge, over one transport (aiohttp unless the seams
+    hold one). Run-wide state lives here, shared by every concurrent call: the request `shape`
     (what the server accepts, learned once), the refusal that stops the run, a long pause."""
 
     provider = "http"
@@ -86,15 +87,15 @@ class HttpClient(abc.ABC):
         *,
         url: str,
         api_key: str | None,
-        transport: Transport | None = None,
-        retry_clock: RetryClock | None = None,
+        seams: Seams = DEFAULT,
     ) -> None:
         self.settings, self.gate, self.stats = settings, gate, stats
-        # the waits between attempts: real unless the caller passes one (tests: an instant one)
-        self.clock = retry_clock or RetryClock()
+        # the waits between attempts: real unless the seams hold a clock (tests: an instant one)
+        self.clock: Clock = seams.clock or RetryClock()
         self._url, self._api_key = url, api_key
         register_secret(api_key)
-        # a transport given by the caller is the caller's to close; the default one is ours
+        # a transport given in the seams is the caller's to close; the default one is ours
+        transport: Transport | None = seams.transport
         self._own_transport: AiohttpTransport | None = None
         if transport is None:
             transport = self._own_transport = AiohttpTransport(
@@ -200,38 +201,14 @@ class HttpClient(abc.ABC):
         With `rebuild` (the payload from the current shape), a rejected shape is adapted to and
         sent again at once; a refusal of the whole run raises JudgeRefusedRunError."""
         started, attempts, retries, adaptations = self.clock.now(), 0, 0, 0
-        gate = self.gate
         while True:
             if self._refused is not None:
                 raise self._refused
             if self._paused_until:  # a run-wide pause was set once: wait out what is left
                 await self._hold()
             attempts += 1
-            # one attempt, written out here rather than in a coroutine of its own: each level of
-            # coroutines is walked again at every resumption of the call (a few per call)
             try:
-                async with gate.slot(est_tokens):
-                    if self._refused is not None:  # refused while this call waited for its slot
-                        raise self._refused
-                    self.stats.requests += 1
-                    if _log.isEnabledFor(logging.DEBUG):  # not built for every call otherwise
-                        _log.debug("POST %s headers=%s", url, redacted_headers(headers))
-                    try:
-                        request = HttpRequest("POST", url, headers, payload)
-                        reply = await self.transport.send(request)
-                    except Exception as exc:
-                        cause = classify_exception(exc)
-                        if cause is None:
-                            raise
-                        _log.debug("POST %s: %s", url, cause)
-                        raise cause from exc
-                status = reply.status
-                if not 200 <= status < 300:
-                    raise self._http_error(status, reply.body, reply.headers)
-                data = _json_object(reply.body)
-                usage = self._usage(data)
-                if usage is not None:
-                    gate.used_tokens(est_tokens, usage[0] + usage[1])
+                data, reply_headers = await self._attempt(url, headers, payload, est_tokens)
             except JudgeError as err:
                 if self._refused is not None:
                     raise self._refused from err
@@ -253,11 +230,44 @@ class HttpClient(abc.ABC):
             else:
                 self._accepted += 1
                 self._unreachable_since = None
-                return data, reply.headers
+                return data, reply_headers
             retries += 1
             self.stats.retries += 1
             _log.debug("retry %d of POST %s in %.2fs", retries, url, wait)
             await self.clock.sleep(wait)
+
+    async def _attempt(
+        self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
+    ) -> tuple[dict[str, Any], Mapping[str, str]]:
+        """One POST under a slot of the gate: the reply's JSON object and headers, or the
+        JudgeError its status, body or transport failure is classified as."""
+        async with self.gate.slot(est_tokens):
+            if self._refused is not None:  # refused while this call waited for its slot
+                raise self._refused
+            self.stats.requests += 1
+            reply = await self._send(url, headers, payload)
+        if not 200 <= reply.status < 300:
+            raise self._http_error(reply.status, reply.body, reply.headers)
+        data = _json_object(reply.body)
+        usage = self._usage(data)
+        if usage is not None:
+            self.gate.used_tokens(est_tokens, usage[0] + usage[1])
+        return data, reply.headers
+
+    async def _send(
+        self, url: str, headers: Mapping[str, str], payload: dict[str, Any]
+    ) -> HttpResponse:
+        """The request through the transport; a transport failure raised as its JudgeError."""
+        if _log.isEnabledFor(logging.DEBUG):  # not built for every call otherwise
+            _log.debug("POST %s headers=%s", url, redacted_headers(headers))
+        try:
+            return await self.transport.send(HttpRequest("POST", url, headers, payload))
+        except Exception as exc:
+            err = classify_exception(exc)
+            if err is None:
+                raise
+            _log.debug("POST %s: %s", url, err)
+            raise err from exc
 
     def _adapt(
         self, err: JudgeError, payload: dict[str, Any], rebuild: Callable[[], dict[str, Any]]

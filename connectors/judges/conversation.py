@@ -15,15 +15,14 @@ from typing import Any, TypeVar
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, tokens_for_chars
-from connectors.judges.catalog import KeySource, ProviderSpec, builtin_providers
+from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
+from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
-from connectors.judges.retry import RetryClock
 from connectors.judges.secrets import redact
 from connectors.judges.shapes import BUDGET_CAP, RequestShape
-from connectors.judges.transport import Transport
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
 
@@ -96,24 +95,20 @@ class HttpJudgeBase(HttpClient):
         gate: Gate,
         stats: JudgeStats,
         *,
-        transport: Transport | None = None,
         spec: ProviderSpec | None = None,
-        retry_clock: RetryClock | None = None,
-        key_source: KeySource | None = None,
+        seams: Seams = DEFAULT,
     ) -> None:
         """The registry provider `spec`'s judge of `model_name` (`default_provider`'s without
         one): its API root (settings.base_url, then the provider's variable, then its URL), its
-        key from the provider's variables (or settings.api_key_env) as `key_source` (the
-        environment unless given) holds them, its first request shape."""
+        key from the provider's variables (or settings.api_key_env) as `seams.keys` (the
+        environment unless given) holds them, its first request shape; its transport and retry
+        clock are the seams' (aiohttp and real waits by default)."""
         spec = spec or builtin_providers()[self.default_provider]
         base = self._api_root(spec.base(settings.base_url))
         model = f"{spec.id}/{model_name}"
-        key = spec.key(model, base, settings.api_key_env, key_source)
+        key = spec.key(model, base, settings.api_key_env, seams.keys)
         self.key_env = settings.api_key_env or " or ".join(spec.key_env)
-        super().__init__(
-            settings, gate, stats, url=self._endpoint(base), api_key=key, transport=transport,
-            retry_clock=retry_clock,
-        )  # fmt: skip
+        super().__init__(settings, gate, stats, url=self._endpoint(base), api_key=key, seams=seams)
         self.model, self._name, self._base, self.spec = model, model_name, base, spec
         self.provider = spec.id
         # verdict-only replies (no reason per item): their own prompts and schemas
@@ -240,8 +235,7 @@ class HttpJudgeBase(HttpClient):
         def build() -> dict[str, Any]:
             return self._payload(system, messages, schema, self.shape.budget(max_tokens))
 
-        # estimate_tokens(system, *contents), without a generator per call
-        est = tokens_for_chars(len(system) + sum(map(len, map(_content, messages)))) + budget
+        est = estimate_tokens(system, *map(_content, messages)) + budget
         payload = self._payload(system, messages, schema, budget)  # build(), as it is now
         data, _ = await self.post_json(self._url, self.call_headers(), payload, est, build)
         text, finish, usage, cached = self._read(data)

@@ -104,25 +104,23 @@ class OpenAIJudge(HttpJudgeBase):
             known = self._templates[key] = (schema, fixed if "messages" in fixed else None)
         if known[1] is None:
             return self._build(system, messages, schema, max_tokens)
-        if shape.system_in_user and messages:
-            first = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
-            chat: list[Message] = [first, *messages[1:]]
-        else:
-            chat = [{"role": "system", "content": system}, *messages]
         payload = known[1].copy()
-        payload["messages"] = chat  # (the key is there: its place in the order stays)
+        payload["messages"] = self._chat(system, messages)  # (the key is there: order stays)
         return payload
+
+    def _chat(self, system: str, messages: list[Message]) -> list[Message]:
+        """The messages as sent: the system text first, or in the first user turn where the
+        server takes no system role (`system_in_user`)."""
+        if self.shape.system_in_user and messages:
+            first = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
+            return [first, *messages[1:]]
+        return [{"role": "system", "content": system}, *messages]
 
     def _build(
         self, system: str, messages: list[Message], schema: Schema | None, max_tokens: int
     ) -> dict[str, Any]:
         shape = self.shape
-        if shape.system_in_user and messages:
-            first = {"role": "user", "content": f"{system}\n\n{messages[0]['content']}"}
-            chat: list[Message] = [first, *messages[1:]]
-        else:
-            chat = [{"role": "system", "content": system}, *messages]
-        payload: dict[str, Any] = {"model": self._name, "messages": chat}
+        payload: dict[str, Any] = {"model": self._name, "messages": self._chat(system, messages)}
         if shape.send_temperature:
             payload["temperature"] = self.settings.temperature
         payload[shape.tokens_field] = max_tokens

@@ -157,6 +157,11 @@ def parse_verdict(text: str) -> Verdict:
         raise JudgeParseError("empty reply")
     if stripped[0] == "{" and (found := _schema_reply(stripped)) is not None:
         return found
+    return _general_verdict(stripped)
+
+
+def _general_verdict(stripped: str) -> Verdict:
+    """`parse_verdict`'s passes after the exact schema reply, on a stripped non-empty reply."""
     whole = _whole_json(stripped)
     if isinstance(whole, dict) and (found := _from_mapping(whole)) is not None:
         return found

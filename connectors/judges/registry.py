@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
-from connectors.judges.catalog import KeySource, ProviderSpec, ProviderTable, lookup, providers
+from connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
 from storage.core.errors import ConfigError
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import JudgeSettings
-
-if TYPE_CHECKING:  # an annotation only: retry imports aiohttp, which `--help` must not load
-    from connectors.judges.retry import RetryClock
 
 __all__ = [
     "JudgeFactory",
@@ -91,19 +89,18 @@ def create_judge(
     *,
     gate: Gate | None = None,
     stats: JudgeStats | None = None,
-    retry_clock: RetryClock | None = None,
-    key_source: KeySource | None = None,
+    seams: Seams = DEFAULT,
 ) -> Judge:
     """Build the judge named by `settings.model`; raises ConfigError (e.g. missing key).
-    `retry_clock` times an HTTP judge's waits between attempts (tests pass an instant one);
-    `key_source` is where its API key is read (the environment unless given)."""
+    An HTTP judge takes its retry clock, transport and key source from `seams` (real waits,
+    aiohttp and the environment by default; tests pass their own)."""
     provider, name, spec = resolve_model(settings.model, settings.providers)
     gate, stats = gate or NullGate(), stats or JudgeStats()
     if spec is None:
         return _resolve(_PROVIDERS[provider])(name, settings, gate, stats)
     module_name, _, attr = _KINDS[spec.kind].partition(":")
     judge: Judge = getattr(importlib.import_module(module_name), attr)(
-        name, settings, gate, stats, spec=spec, retry_clock=retry_clock, key_source=key_source
+        name, settings, gate, stats, spec=spec, seams=seams
     )
     return judge
 

@@ -272,9 +272,9 @@ def classify_exception(exc: BaseException) -> JudgeError | None:
 
 
 class RetryClock:
-    """Sleep and clock used between attempts, passed to a judge or batch client by whoever builds
-    it (`create_judge(..., retry_clock=)`). An instant one (tests) only advances a virtual offset
-    on sleep (so retry budgets still add up) and records each wait."""
+    """Sleep and clock used between attempts (`storage.core.seams.Clock`), given to a judge or
+    batch client in its seams (`create_judge(..., seams=Seams(clock=))`). An instant one (tests)
+    only advances a virtual offset on sleep (retry budgets still add up); records each wait."""
 
     def __init__(
         self,

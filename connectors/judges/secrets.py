@@ -53,7 +53,9 @@ def register_secret(value: str | None) -> None:
 def redact(text: str) -> str:
     """Remove known keys, auth header values, key-shaped tokens (sk-...) and URL credentials
     (user:password@, ?api-key=...) from text."""
-    for secret in tuple(_SECRETS):  # a copy: another thread may register a key meanwhile
+    # a copy (another thread may register a key meanwhile), longest first: a key that holds
+    # another registered one (sk-test in sk-test-...) is removed whole, not its tail left over
+    for secret in sorted(_SECRETS, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)

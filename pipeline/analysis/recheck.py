@@ -23,7 +23,6 @@ import polars as pl
 from connectors.judges import ItemRequest, JudgeStats, create_judge
 from connectors.judges.base import estimate_tokens
 from connectors.judges.prompts import item_messages, row_messages
-from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo
 from pipeline.config import Config
 from pipeline.flow.dispatch import add_counts
@@ -36,6 +35,7 @@ from storage.core.agreement import agreement_figures
 from storage.core.constants import STATUS_OK
 from storage.core.errors import JudgeError
 from storage.core.sample import in_sample
+from storage.core.seams import DEFAULT, Seams
 from storage.memo import judge_prefix
 from storage.objpath import OutPath, local_copies
 from storage.ownership import part_files
@@ -117,7 +117,7 @@ def _first_verdicts(outdir: OutPath, ids: list[Any]) -> dict[Any, list[bool | No
 
 async def recheck_run(
     cfg: Config, info: SourceInfo, identity: dict[str, object], per_row: bool, outdir: OutPath,
-    stats: JudgeStats, *, retry_clock: RetryClock | None = None,
+    stats: JudgeStats, *, seams: Seams = DEFAULT,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Ask the sampled items again and compare; the figures run.json and the summary keep.
     The recheck's calls are added to `stats` (they are this run's calls and cost)."""
@@ -143,7 +143,7 @@ async def recheck_run(
     mine = JudgeStats()
     gate = RateGate(cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm,
                     adaptive=cfg.limits.adaptive)  # fmt: skip
-    judge = create_judge(cfg.judge, gate=gate, stats=mine, retry_clock=retry_clock)
+    judge = create_judge(cfg.judge, gate=gate, stats=mine, seams=seams)
     pairs: list[tuple[bool, bool]] = []
     failed = 0
 

@@ -69,7 +69,7 @@ class BatchCollector:
         self.prefix = judge_prefix(identity)
         self.per_row = plan.spec.per_row
         self.store = BatchStore.load(self.outdir, audit=audit)
-        self.client: BatchClient = create_batch_client(settings, retry_clock=plan.retry_clock)
+        self.client: BatchClient = create_batch_client(settings, seams=plan.seams)
         self.judge = self.client.judge
         self.poll_s = self.cfg.judge.batch_poll_s
         self.poll_max_s = max(self.poll_s, self.cfg.judge.batch_poll_max_s)

@@ -112,14 +112,13 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     verdict_only = cfg.judge.verdict_only
 
     def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+        inner = create_judge(cfg.judge, gate=gate, stats=stats, seams=plan.seams)
         return _ResultJudge(inner, dict(collector.store.failed), collector.prefix, online,
                             verdict_only)  # fmt: skip
 
     def audit_factory(gate: Gate, stats: JudgeStats) -> Judge:
         assert auditor is not None
-        inner = create_judge(auditor.settings, gate=gate, stats=stats,
-                             retry_clock=plan.retry_clock)  # fmt: skip
+        inner = create_judge(auditor.settings, gate=gate, stats=stats, seams=plan.seams)
         return _ResultJudge(inner, dict(auditor.store.failed), auditor.prefix, online,
                             verdict_only)  # fmt: skip
 

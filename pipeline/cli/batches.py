@@ -27,11 +27,11 @@ from connectors.judges import audit_settings
 from connectors.judges.batch.api import create_batch_client
 from connectors.judges.batch.client import BatchClient, RemoteBatch
 from connectors.judges.registry import resolve_model
-from connectors.judges.retry import RetryClock
 from storage.batches import BatchStore
 from storage.confine import check_tree
 from storage.core.errors import ConfigError
 from storage.core.printable import printable
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import JudgeSettings
 from storage.objpath import ObjPath, OutPath
 
@@ -42,7 +42,7 @@ def list_batches(
     outdir: OutPath,
     *,
     cancel: bool = False,
-    retry_clock: RetryClock | None = None,
+    seams: Seams = DEFAULT,
     judge: JudgeSettings | None = None,
 ) -> list[dict[str, Any]]:
     """The batches of OUTDIR with their status (refreshed from the provider when its key is
@@ -65,8 +65,7 @@ def list_batches(
     rows = []
     if store.exists():
         settings = trusted_settings(store.data, judge)
-        rows = [r | {"judge": "judge"} for r in anyio.run(_list, store, settings, cancel,
-                                                           retry_clock)]  # fmt: skip
+        rows = [r | {"judge": "judge"} for r in anyio.run(_list, store, settings, cancel, seams)]
     if audit.exists():
         found = _audit_trusted(audit.data, judge)
         if found is None and cancel:
@@ -74,8 +73,7 @@ def list_batches(
                 "the audit judge's batches cannot be cancelled without its model: give "
                 "--audit-model (and --audit-base-url) as the score run had them"
             )
-        rows += [r | {"judge": "audit"} for r in anyio.run(_list, audit, found, cancel,
-                                                           retry_clock)]  # fmt: skip
+        rows += [r | {"judge": "audit"} for r in anyio.run(_list, audit, found, cancel, seams)]
     return rows
 
 
@@ -135,12 +133,12 @@ async def _list(
     store: BatchStore,
     settings: JudgeSettings | None,
     cancel: bool,
-    retry_clock: RetryClock | None,
+    seams: Seams,
 ) -> list[dict[str, Any]]:
     client: BatchClient | None = None
     try:
         if settings is not None:
-            client = create_batch_client(settings, retry_clock=retry_clock)
+            client = create_batch_client(settings, seams=seams)
     except ConfigError:
         if cancel:
             raise

@@ -11,6 +11,7 @@ from typing import Any
 from pipeline.config import load_config, parse_duration
 from storage import layout
 from storage.core.errors import UserError
+from storage.core.seams import DEFAULT, Seams
 from storage.memo import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
@@ -85,7 +86,7 @@ def _clear(folder: Path, older_than: str | None, old_format: bool) -> str:
     return f"ctxprec memo: removed {removed:,} {kind} from {folder}; {left:,} left"
 
 
-def run_cache_command(args: argparse.Namespace) -> int:
+def run_cache_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     folder = _folder(args)
     if args.action == "info":
         if args.older_than or args.old_format:

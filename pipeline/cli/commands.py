@@ -33,6 +33,7 @@ from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from storage.core.errors import UserError
 from storage.core.figures import counted, figure_text, round_figure
 from storage.core.options import BatchOptions, CompareOptions
+from storage.core.seams import Seams
 from storage.core.settings import DEFAULT_KS
 from storage.dataset import scored_ids
 from storage.objpath import out_path, with_options
@@ -48,19 +49,21 @@ from storage.status import unfinished
 __all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
 
 
-def _prepared(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def _prepared(
+    run: Callable[[argparse.Namespace, Seams], int],
+) -> Callable[[argparse.Namespace, Seams], int]:
     """OUTDIR arguments turned into paths before the command runs (a URI that cannot be used
     is refused here: exit 2)."""
 
     @functools.wraps(run)
-    def command(args: argparse.Namespace) -> int:
+    def command(args: argparse.Namespace, seams: Seams) -> int:
         for name in ("output", "outdir"):
             value = getattr(args, name, None)
             # an OutdirArg (a str); not isinstance(OutdirArg): under `python -m pipeline.cli.main`
             # the parser's class is __main__'s, not this import's
             if isinstance(value, str):
                 setattr(args, name, out_path(str(value)))
-        return run(args)
+        return run(args, seams)
 
     return command
 
@@ -98,7 +101,7 @@ def _collector_for_a_run() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _cmd_score(args: argparse.Namespace) -> int:
+def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     cfg = _config(args)
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
@@ -111,7 +114,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         incremental=args.incremental,
         progress=progress,
         wait_lock=args.wait_lock,
-        retry_clock=args.retry_clock,
+        seams=seams,
     )
     with _collector_for_a_run():
         result = run(args.input, args.output, cfg, options)
@@ -250,7 +253,7 @@ def _num(value: Any) -> str:
     return figure_text(value)  # the one rounding rule (storage/core/figures.py)
 
 
-def _cmd_summary(args: argparse.Namespace) -> int:
+def _cmd_summary(args: argparse.Namespace, seams: Seams) -> int:
     problem = unfinished(args.outdir)
     if problem:
         raise UserError(problem)
@@ -294,7 +297,7 @@ def _refuse_estimate_flags(args: argparse.Namespace) -> None:
         )
 
 
-def _cmd_estimate(args: argparse.Namespace) -> int:
+def _cmd_estimate(args: argparse.Namespace, seams: Seams) -> int:
     _refuse_estimate_flags(args)
     if args.incremental and args.output is None:
         raise UserError("estimate --incremental needs -o OUTDIR: the folder to add to")
@@ -317,7 +320,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
+def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     a, b = sides_from_args(args.outputs, args.a, args.b)
     fields = CompareOptions.__dataclass_fields__  # the flags' dests are the options' names
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
@@ -337,7 +340,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return gate_exit(0, message)
 
 
-def _cmd_batches(args: argparse.Namespace) -> int:
+def _cmd_batches(args: argparse.Namespace, seams: Seams) -> int:
     given = {
         key: getattr(args, key)
         for key in (
@@ -351,7 +354,7 @@ def _cmd_batches(args: argparse.Namespace) -> int:
         if getattr(args, key, None) is not None
     }
     judge = load_config(args.config, given).judge
-    rows = list_batches(args.outdir, cancel=args.cancel, retry_clock=args.retry_clock, judge=judge)
+    rows = list_batches(args.outdir, cancel=args.cancel, seams=seams, judge=judge)
     print(json.dumps(rows, indent=2) if args.json else render_batches(rows))
     return 0
 

@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 from storage.core.errors import UserError
+from storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_config_command", "example_configs", "run_config_command"]
 
@@ -35,7 +36,7 @@ def add_config_command(sub: Any) -> None:
     co.add_argument("name", nargs="?", metavar="NAME", help=f"one of {names}")
 
 
-def run_config_command(args: argparse.Namespace) -> int:
+def run_config_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     configs = example_configs()
     if args.name is None:
         for name, text in configs.items():

@@ -27,7 +27,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from connectors.judges.secrets import RedactingFilter
 from pipeline.cli.cache import add_cache_command
@@ -47,10 +47,8 @@ from storage.core.errors import (
 )
 from storage.core.options import BatchOptions, CompareOptions
 from storage.core.printable import printable
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import settings
-
-if TYPE_CHECKING:  # `ctxprec --help` loads no HTTP client
-    from connectors.judges.retry import RetryClock
 
 __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 
@@ -58,6 +56,7 @@ __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 # `--help` and a mistyped command load no Polars, aiohttp, Dask or judge (docs/performance.md,
 # start-up). A new subcommand adds its parser in `build_parser` and one line here; its code and
 # its heavy imports live in that module. tests/test_layers.py checks every target like an import.
+# Each is called as `function(args, seams)` (`main`'s seams; most commands touch none of them).
 COMMANDS: dict[str, str] = {
     "score": "pipeline.cli.commands:cmd_score",
     "summary": "pipeline.cli.commands:cmd_summary",
@@ -434,10 +433,13 @@ class _LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
 BROKEN_PIPE_EXIT = 0  # a reader that left early (`| head`) is normal use, not a failure of ours
 
 
-def _command(name: str) -> Callable[[argparse.Namespace], int]:
+Command = Callable[[argparse.Namespace, Seams], int]
+
+
+def _command(name: str) -> Command:
     module, _, function = COMMANDS[name].partition(":")
     loaded = sys.modules.get(module) or _load_frozen(module)
-    run: Callable[[argparse.Namespace], int] = getattr(loaded, function)
+    run: Command = getattr(loaded, function)
     return run
 
 
@@ -468,10 +470,10 @@ def one_blas_thread() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, seams: Seams = DEFAULT) -> int:
     """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly.
-    `retry_clock` times the judges' waits between HTTP attempts (None: real ones; a test
-    passes an instant one)."""
+    `seams` (storage/core/seams.py) is what the command's runs use for their judges' retry
+    clock, transport and keys, sizes and fault hook: the real ones unless a test passes its own."""
     one_blas_thread()
     Stop.reset()
     try:
@@ -481,7 +483,7 @@ def main(argv: Sequence[str] | None = None, *, retry_clock: RetryClock | None = 
     try:
         try:
             try:
-                code = _main(argv, retry_clock)
+                code = _main(argv, seams)
             except KeyboardInterrupt:  # a stop while the command line is still being parsed
                 code = _interrupted()
             if Stop.signum is None:
@@ -516,17 +518,17 @@ def command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.Ar
     return parser
 
 
-def _main(argv: Sequence[str] | None, retry_clock: RetryClock | None) -> int:
+def _main(argv: Sequence[str] | None, seams: Seams) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the subcommand's own usage and its close flags, not the top level's
         command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.debug, args.retry_clock = False, retry_clock
+    args.debug = False
     try:
         # before any config file: from the environment, checked by the loader
         _setup_logging(env_setting("run.log_level"))
         args.debug = env_setting("run.debug")
-        return _command(args.command)(args)
+        return _command(args.command)(args, seams)
     except BatchesPendingError as exc:
         print(f"ctxprec: {printable(str(exc), lines=True)}", file=sys.stderr)
         if getattr(args, "quiet", False):  # cron logs get their one JSON line

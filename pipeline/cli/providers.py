@@ -13,6 +13,7 @@ from typing import Any
 
 from connectors.judges.catalog import ProviderSpec, prices_taken, providers
 from pipeline.config import load_config
+from storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_providers_command", "provider_rows", "render_providers", "run_providers_command"]
 
@@ -75,7 +76,7 @@ def render_providers(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_providers_command(args: argparse.Namespace) -> int:
+def run_providers_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     cfg = load_config(args.config, {})
     rows = provider_rows(providers(cfg.judge.providers))
     print(json.dumps(rows, indent=2) if args.json else render_providers(rows))

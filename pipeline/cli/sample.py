@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.core.errors import OutputError
+from storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_sample_command", "run_sample_command", "sample_bytes"]
 
@@ -35,7 +36,7 @@ def add_sample_command(sub: Any) -> None:
     sa.add_argument("path", type=Path, metavar="PATH", help="where to write it (a .parquet file)")
 
 
-def run_sample_command(args: argparse.Namespace) -> int:
+def run_sample_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     path: Path = args.path
     if path.is_dir():
         path = path / SAMPLE_NAME

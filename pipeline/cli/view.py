@@ -14,6 +14,7 @@ import anyio
 
 from pipeline.run.interrupt import stoppable
 from pipeline.view import is_loopback, serve
+from storage.core.seams import DEFAULT, Seams
 from storage.objpath import out_path
 from storage.report.table import RowTable
 from storage.status import unfinished
@@ -26,7 +27,7 @@ def _started(outdirs: list[str], url: str) -> None:
     print(f"ctxprec view: {shown} at {url}  (Ctrl-C stops it)", flush=True)
 
 
-def run_view_command(args: argparse.Namespace) -> int:
+def run_view_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     given = [args.outdir, *([args.outdir_b] if args.outdir_b else [])]
     outdirs = [out_path(str(o)) for o in given]
     tables = [RowTable(o) for o in outdirs]  # a folder that is no ctxprec output: exit 2

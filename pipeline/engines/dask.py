@@ -192,8 +192,9 @@ def _portable(plan: RunPlan) -> RunPlan:
     if audit is not None and audit.base_url is None and isinstance(audit_base, str):
         judge = dataclasses.replace(cfg.judge, audit_base_url=audit_base)
         cfg = dataclasses.replace(cfg, judge=judge)
-    # a retry clock stays in this process: each worker's judges wait on real time
-    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg, retry_clock=None)
+    # the seams' clock, transport, keys and hook stay in this process (`Seams.for_workers`)
+    seams = plan.seams.for_workers()
+    return dataclasses.replace(plan, info=info, runlog=runlog, cfg=cfg, seams=seams)
 
 
 @contextlib.contextmanager

@@ -63,7 +63,7 @@ __all__ = [
 
 SHARD_ROWS = 20_000  # input rows per shard (a power of two of shards, at least 2 per worker)
 SHARD_FLUSH_S = 0.5  # a killed judging task loses at most this much of its newest verdicts
-PLAN_PART_CHARS = 32_000_000  # request text a planning task holds before writing it out
+# the request text a planning task holds before writing it out: `Seams.plan_part_chars` (32 M)
 
 
 def keyed(plan: RunPlan) -> bool:
@@ -77,8 +77,9 @@ def keyed(plan: RunPlan) -> bool:
 class _SliceRequests:
     """One slice's distinct requests for one judge, written out by shard in parts."""
 
-    def __init__(self, scratch: OutPath, task: int, shards: int) -> None:
+    def __init__(self, scratch: OutPath, task: int, shards: int, part_chars: int) -> None:
         self.scratch, self.task, self.shards = scratch, task, shards
+        self.part_chars = part_chars  # written out once this much request text is held
         self.seen: set[str] = set()  # the slice's keys (their texts go out in parts)
         self.requests: list[Request] = []
         self.chars, self.part = 0, 0
@@ -91,7 +92,7 @@ class _SliceRequests:
                     self.seen.add(key)
                     self.requests.append((key, row.query, row.expected, item))
                     self.chars += len(row.query) + len(item) + len(row.expected or "")
-        if self.chars >= PLAN_PART_CHARS:
+        if self.chars >= self.part_chars:
             self.write()
             self.requests, self.chars, self.part = [], 0, self.part + 1
 
@@ -119,8 +120,9 @@ def plan_slice(
         cfg, prefix, per_row=False, memo=None, skip_ids=plan.skip_ids, extractor=extractor
     )
     batches = planner.planned(plan.info, skip=plan.skip_parts | skip, only_files=[file])
-    first = _SliceRequests(scratch, task, shards)
-    audit = _SliceRequests(audit_scratch, task, shards) if audit_scratch is not None else None
+    size = plan.seams.plan_part_chars
+    first = _SliceRequests(scratch, task, shards, size)
+    audit = None if audit_scratch is None else _SliceRequests(audit_scratch, task, shards, size)
     try:
         for planned in batches:
             first.add(planned.rows)
@@ -240,7 +242,7 @@ async def judge_shard(
     cfg = plan.cfg
     stats, counters = JudgeStats(), RunCounters()
     settings, identity, who = _judge_of(plan, audit)
-    judge = create_judge(settings, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+    judge = create_judge(settings, gate=gate, stats=stats, seams=plan.seams)
     try:
         if judge.identity() != identity:
             raise ConfigError(
@@ -457,8 +459,7 @@ class ReduceHooks:
 
     def _replay(self, audit: bool, gate: Gate, stats: JudgeStats) -> ReplayJudge:
         settings, identity, _ = _judge_of(self.plan, audit)
-        clock = self.plan.retry_clock
-        inner = create_judge(settings, gate=gate, stats=stats, retry_clock=clock)
+        inner = create_judge(settings, gate=gate, stats=stats, seams=self.plan.seams)
         failed = self.audit_failed if audit else self.failed
         return ReplayJudge(inner, failed, judge_prefix(identity), self.plan.cfg.judge.verdict_only)
 

@@ -54,6 +54,6 @@ async def run_score(
                 plan.spec.per_row,
                 plan.runlog.outdir,
                 result.stats,
-                retry_clock=options.retry_clock,
+                seams=options.seams,
             )
         return await run.finish(result)

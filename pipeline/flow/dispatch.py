@@ -19,6 +19,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
 from connectors.judges.secrets import redact
 from storage.core.errors import JudgeError
+from storage.core.seams import DEFAULT
 from storage.journal import Journal
 from storage.memo import MemoEntry, MemoStore, entry_of
 
@@ -26,7 +27,7 @@ __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 
 _MEMO_QUEUE = 80_000  # verdicts waiting for the memo writer, at most (then senders wait)
 _MEMO_GROUP = 40_000  # verdicts of a synchronous judge the writer waits for (< _MEMO_QUEUE) ...
-_MEMO_WAIT = 2.0  # ... for at most this many seconds
+# ... for at most `Seams.memo_wait` seconds (2 s; the Dispatcher's `memo_wait`)
 _RECENT_CAP = 50_000  # completed verdicts kept for late duplicates (a few batches' worth)
 
 
@@ -111,6 +112,8 @@ class Dispatcher:
         counters: RunCounters,
         concurrency: int,
         journal: Journal | None = None,
+        *,
+        memo_wait: float = DEFAULT.memo_wait,
     ) -> None:
         self.judge = judge
         self.memo = memo
@@ -143,6 +146,7 @@ class Dispatcher:
         self._late: _Verdicts = []  # verdicts that came after the memo writer stopped (Ctrl-C)
         self._memo_send: MemoryObjectSendStream[_Verdicts] = msend
         self._memo_recv: MemoryObjectReceiveStream[_Verdicts] = mrecv
+        self._memo_wait = memo_wait  # how long the writer waits to gather a group
 
     def start(self, tg: TaskGroup) -> None:
         for _ in range(self.concurrency):
@@ -230,17 +234,9 @@ class Dispatcher:
                         return
                 except anyio.EndOfStream:
                     return
-                self._backlog -= 1  # taken: wake the senders once half the cap is left
-                if self._room is not None and self._backlog <= self._job_cap // 2:
-                    self._room.set()
-                    self._room = None
+                self._taken()
                 try:
-                    if job.request is not None:  # one item
-                        entries = [entry_of(await self.judge.judge_item(job.request))]
-                    else:  # one row's items in one call (--mode row)
-                        assert job.row is not None
-                        replies = await self.judge.judge_row(*job.row)
-                        entries = [entry_of(reply) for reply in replies]
+                    entries = await self._judge(job)
                 except RowItemsError as exc:  # --mode row fallback: some items failed alone
                     await self._partly(job, exc)
                 except JudgeError as exc:
@@ -251,6 +247,20 @@ class Dispatcher:
                         self.journal.append(job.keys, entries)
                     if self.memo is not None:
                         await self.to_memo(list(zip(job.keys, entries, strict=True)))
+
+    def _taken(self) -> None:
+        """A job left the stream: wake the senders once half the cap is left."""
+        self._backlog -= 1
+        if self._room is not None and self._backlog <= self._job_cap // 2:
+            self._room.set()
+            self._room = None
+
+    async def _judge(self, job: _Job) -> list[MemoEntry]:
+        """The verdicts of one job: one item, or one row's items in one call (--mode row)."""
+        if job.request is not None:
+            return [entry_of(await self.judge.judge_item(job.request))]
+        assert job.row is not None
+        return [entry_of(reply) for reply in await self.judge.judge_row(*job.row)]
 
     def _succeed(self, job: _Job, entries: list[MemoEntry]) -> None:
         self.counters.calls_done += 1
@@ -339,14 +349,14 @@ class Dispatcher:
 
     async def _gather(self, recv: MemoryObjectReceiveStream[_Verdicts], least: int) -> bool:
         """Move queued verdicts into `_in_hand`: one message (waiting for it), then all that are
-        queued, then, while fewer than `least`, what comes within `_MEMO_WAIT` s. True when
+        queued, then, while fewer than `least`, what comes within `memo_wait` s. True when
         the stream has ended (what is in hand is the last)."""
         hand = self._in_hand
         try:
             hand += await recv.receive()
         except anyio.EndOfStream:
             return True
-        deadline = anyio.current_time() + _MEMO_WAIT
+        deadline = anyio.current_time() + self._memo_wait
         while True:
             try:
                 hand += recv.receive_nowait()

@@ -23,7 +23,6 @@ import polars as pl
 
 from connectors.judges import JudgeStats, audit_settings, create_judge
 from connectors.judges.prompts import prompt_version_for
-from connectors.judges.retry import RetryClock
 from connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
 from pipeline.config import Config
 from pipeline.flow.dispatch import RunCounters, add_counts
@@ -38,6 +37,7 @@ from storage import layout
 from storage.commit import commit_part, committed
 from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError, first_meaningful
+from storage.core.seams import DEFAULT, Seams
 from storage.dataset import drop_ids, scored_ids
 from storage.lock import OutdirLock
 from storage.objpath import OutPath
@@ -97,8 +97,8 @@ class RunOptions:
     incremental: bool = False  # add the rows the folder does not hold yet
     progress: str = "auto"  # "auto" | "on" | "off"
     wait_lock: float = 0.0  # seconds to wait for another run's lock
-    # the waits between a judge's HTTP attempts (None: real ones; tests pass an instant one)
-    retry_clock: RetryClock | None = None
+    # what a test may replace (retry clock, transport, keys, sizes, fault hook): DEFAULT is real
+    seams: Seams = DEFAULT
 
 
 @dataclass
@@ -116,7 +116,7 @@ class RunPlan:
     skip_ids: pl.Series | None = None
     run_tag: str = ""
     lock: OutdirLock | None = None  # held by the driver from open to finish; copies hold nothing
-    retry_clock: RetryClock | None = None  # RunOptions.retry_clock, for every judge of the run
+    seams: Seams = DEFAULT  # RunOptions.seams, for every judge and stage of the run
     audit_identity: dict[str, object] | None = None  # --audit-model: the audit judge's identity
 
 
@@ -160,7 +160,7 @@ async def prepare_run(
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
-    judge = create_judge(cfg.judge, retry_clock=options.retry_clock)
+    judge = create_judge(cfg.judge, seams=options.seams)
     identity = judge.identity()
     await judge.aclose()
     audit_identity = await _audit_identity(cfg, options)
@@ -176,7 +176,7 @@ async def prepare_run(
             f"{CHARTS_INSTALL} (summary.md and summary.json need nothing more)"
         )
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
-    lock = OutdirLock(outdir)
+    lock = OutdirLock(outdir, settle_s=options.seams.lock_settle_s)
     lock.acquire(
         options.wait_lock
     )  # in this thread, nothing else runs yet: Ctrl-C ends a long wait
@@ -188,7 +188,7 @@ async def prepare_run(
         spec,
         identity,
         lock=lock,
-        retry_clock=options.retry_clock,
+        seams=options.seams,
         audit_identity=audit_identity,
     )
     try:
@@ -282,7 +282,7 @@ async def _audit_identity(cfg: Config, options: RunOptions) -> dict[str, object]
     settings = audit_settings(cfg.judge)
     if settings is None:
         return None
-    judge = create_judge(settings, retry_clock=options.retry_clock)
+    judge = create_judge(settings, seams=options.seams)
     identity = judge.identity()
     await judge.aclose()
     return identity
@@ -346,6 +346,7 @@ def finish_run(
 ) -> RunResult:
     """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
     run_info = _run_info(plan, result, started_at, wall, engine)
+    plan.seams.at("finish", plan.runlog.outdir)
     summary, sink_errors = _finish(plan, run_info)
     rows = summary.get("rows", {})
     return RunResult(

@@ -21,6 +21,7 @@ from pipeline.flow.audit import audited_rows
 from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
 from pipeline.flow.rows import RowPlan, attach_keys
 from storage.core.constants import STATUS_OK
+from storage.core.seams import Seams
 from storage.memo import Memo, judge_prefix
 from storage.report.summary import seconds
 
@@ -40,6 +41,9 @@ def _no_key_needed(name: str) -> str:
     """An estimate makes no call, so it needs no key: a placeholder where none is set (the
     judge's identity, hence the memo keys, never includes the key)."""
     return os.environ.get(name) or "estimate-makes-no-calls"
+
+
+_NO_CALLS = Seams(keys=_no_key_needed)  # the seams of the estimate's judges (built, never used)
 
 
 def _call_tokens(
@@ -79,7 +83,7 @@ def estimate(
     the input as a run already inspected it (None: inspected here)."""
     if info is None:
         info = inspect_input(input, cfg.columns, cfg.storage)
-    judge = create_judge(cfg.judge, stats=JudgeStats(), key_source=_no_key_needed)
+    judge = create_judge(cfg.judge, stats=JudgeStats(), seams=_NO_CALLS)
     prefix = judge_prefix(judge.identity())
     per_row = cfg.judge.mode == "row"
     memo = open_memo(cfg)
@@ -154,7 +158,7 @@ class _AuditCount:
         settings = audit_settings(cfg.judge)
         if settings is None:
             return None
-        judge = create_judge(settings, stats=JudgeStats(), key_source=_no_key_needed)
+        judge = create_judge(settings, stats=JudgeStats(), seams=_NO_CALLS)
         j = cfg.judge
         return cls(settings.model, judge_prefix(judge.identity()), j.audit_fraction, j.audit_seed,
                    memo)  # fmt: skip

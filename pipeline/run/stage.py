@@ -90,7 +90,7 @@ async def run_stage(
     if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
         judge = judge_factory(gate, stats)
     else:
-        judge = create_judge(cfg.judge, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+        judge = create_judge(cfg.judge, gate=gate, stats=stats, seams=plan.seams)
     if judge.identity() != plan.identity:
         raise ConfigError(
             f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "
@@ -110,7 +110,9 @@ async def run_stage(
         if audit_judge is not None and isinstance(judge, SyncDecider):
             paid = audit_judge.judge
         journal = await anyio.to_thread.run_sync(_open_journal, memo, paid, counters)
-        dispatcher = Dispatcher(judge, memo, counters, cfg.limits.concurrency, journal)
+        dispatcher = Dispatcher(
+            judge, memo, counters, cfg.limits.concurrency, journal, memo_wait=plan.seams.memo_wait
+        )
         skipped = others | done
         prefix = judge_prefix(plan.identity)
         planner = BatchPlanner(
@@ -175,7 +177,7 @@ def _audit_judge(
     if factory is not None:
         judge = factory(gate, stats)
     else:
-        judge = create_judge(settings, gate=gate, stats=stats, retry_clock=plan.retry_clock)
+        judge = create_judge(settings, gate=gate, stats=stats, seams=plan.seams)
     if judge.identity() != plan.audit_identity:
         raise ConfigError(
             f"the audit judge here is {judge.identity()}, the driver's {plan.audit_identity}: "
@@ -189,7 +191,10 @@ def _audit_side(
 ) -> AuditSide:
     cfg = plan.cfg
     assert plan.audit_identity is not None
-    dispatcher = Dispatcher(audit.judge, memo, audit.counters, cfg.limits.concurrency, journal)
+    dispatcher = Dispatcher(
+        audit.judge, memo, audit.counters, cfg.limits.concurrency, journal,
+        memo_wait=plan.seams.memo_wait,
+    )  # fmt: skip
     return AuditSide(
         dispatcher,
         judge_prefix(plan.audit_identity),
@@ -375,8 +380,12 @@ async def _process(run: _Stage, planned: PlannedBatch) -> None:
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)
     key = f"{plan.run_tag}{batch.key}"
     tables = partition_tables(table, plan.cfg.output.partition_by, layout.part_name(key))
-    await anyio.to_thread.run_sync(
-        lambda: commit_part(plan.runlog.outdir, key, tables, rows=table.num_rows, failed=failed)
-    )
+
+    def commit() -> None:
+        plan.seams.at("commit", key)
+        outdir = plan.runlog.outdir
+        commit_part(outdir, key, tables, rows=table.num_rows, failed=failed, seams=plan.seams)
+
+    await anyio.to_thread.run_sync(commit)
     run.counters.rows_done += table.num_rows
     run.counters.rows_failed += failed

@@ -28,8 +28,9 @@ from pipeline.config import load_config
 from pipeline.engines.dask import plan_tasks
 from pipeline.flow.audit import audited
 from pipeline.limits.limiter import RateGate
-from pipeline.run.driver import StageResult, prepare_run
+from pipeline.run.driver import RunOptions, StageResult, prepare_run
 from pipeline.run.stage import run_stage
+from storage.core.seams import Seams
 from storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
@@ -334,9 +335,7 @@ def test_a_refused_run_exits_4_on_the_cluster_too(
     assert "API key was refused" in err
 
 
-def test_a_slice_plans_each_key_once_in_parts(
-    hotpot: Path, tmp_path: Path, server: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_slice_plans_each_key_once_in_parts(hotpot: Path, tmp_path: Path, server: str) -> None:
     """A planning task writes its requests out in parts (its memory holds keys, not texts);
     across parts and shards each distinct key of the slice appears once."""
     src = tmp_path / "in.parquet"
@@ -347,8 +346,8 @@ def test_a_slice_plans_each_key_once_in_parts(
     flags = {"judge.model": "openai/judge", "judge.base_url": server, "run.batch_rows": 5}
     flags |= {"columns.query": "question", "columns.expected": "ground_truth"}
     cfg = load_config(None, flags | {"run.cache_dir": str(tmp_path / "c")})
-    plan = anyio.run(prepare_run, str(src), tmp_path / "out", cfg)
-    monkeypatch.setattr(keyed, "PLAN_PART_CHARS", 1)  # a part after every batch
+    options = RunOptions(seams=Seams(plan_part_chars=1))  # a part after every batch
+    plan = anyio.run(prepare_run, str(src), tmp_path / "out", cfg, options)
     scratch = tmp_path / "scratch"
     distinct = keyed.plan_slice(plan, 0, frozenset(), 0, scratch, 4)
     found = []

@@ -31,6 +31,7 @@ from storage.core.errors import (
     JudgeRefusedRunError,
     JudgeRetryableError,
 )
+from storage.core.seams import Seams
 from storage.core.verdict import JudgeReply
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
@@ -102,7 +103,7 @@ async def rig(
         stats, gate = JudgeStats(), RecordingGate()
         judge_settings = JudgeSettings(model=f"{provider}/judge-1", base_url=server.url, **settings)
         judge = create_judge(
-            judge_settings, gate=gate, stats=stats, retry_clock=clock or instant_retries()
+            judge_settings, gate=gate, stats=stats, seams=Seams(clock=clock or instant_retries())
         )
         assert isinstance(judge, HttpJudgeBase)
         try:

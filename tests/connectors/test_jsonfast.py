@@ -11,6 +11,7 @@ import pytest
 
 from connectors.judges import JudgeStats, NullGate, jsonfast
 from connectors.judges.openai import OpenAIJudge
+from storage.core.seams import Seams
 from storage.core.settings import JudgeSettings
 
 _VALUES: list[Any] = [
@@ -79,8 +80,8 @@ def test_loads_reads_what_json_loads_reads(text: str) -> None:
 
 
 async def test_the_request_template_follows_every_shape_change() -> None:
-    judge = OpenAIJudge("gpt-4o", JudgeSettings(), NullGate(), JudgeStats(),
-                        key_source=lambda name: "sk-test")  # fmt: skip
+    keys = Seams(keys=lambda name: "sk-test")
+    judge = OpenAIJudge("gpt-4o", JudgeSettings(), NullGate(), JudgeStats(), seams=keys)
     schema = ("verdict", {"type": "object"})
     messages = [{"role": "user", "content": "u"}]
 

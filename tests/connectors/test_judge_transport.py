@@ -25,6 +25,7 @@ from connectors.judges.transport import (
     multipart_form,
 )
 from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from storage.core.seams import Seams
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import start_loopback
@@ -72,8 +73,8 @@ def openai_judge(
     """An OpenAI judge over `transport`, waiting between attempts on `clock` (instant)."""
     stats, gate = JudgeStats(), RecordingGate()
     judge_settings = JudgeSettings(model=f"openai/{model}", **settings)
-    judge = OpenAIJudge(model, judge_settings, gate, stats, transport=transport,
-                        retry_clock=clock or instant_retries())  # fmt: skip
+    seams = Seams(transport=transport, clock=clock or instant_retries())
+    judge = OpenAIJudge(model, judge_settings, gate, stats, seams=seams)
     return judge, stats, gate
 
 
@@ -82,8 +83,8 @@ def anthropic_judge(
 ) -> tuple[AnthropicJudge, JudgeStats]:
     stats = JudgeStats()
     settings = JudgeSettings(model="anthropic/claude-haiku-4-5")
-    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats,
-                           transport=transport, retry_clock=clock or instant_retries())  # fmt: skip
+    seams = Seams(transport=transport, clock=clock or instant_retries())
+    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats, seams=seams)
     return judge, stats
 
 

@@ -33,6 +33,7 @@ from pipeline.cli.main import main
 from pipeline.config import load_config
 from pipeline.run.estimate import estimate, render_estimate
 from storage.core.errors import ConfigError
+from storage.core.seams import Seams
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import KEY, documentation
 from tests.fakes.judge_server import expected_verdict
@@ -448,13 +449,13 @@ def test_a_key_source_passed_in_is_read_instead_of_the_environment(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     settings = JudgeSettings(model="openai/gpt-4o-mini")
     before = dict(os.environ)
-    judge = create_judge(settings, key_source={"OPENAI_API_KEY": "sk-from-source"}.get)
+    judge = create_judge(settings, seams=Seams(keys={"OPENAI_API_KEY": "sk-from-source"}.get))
     assert isinstance(judge, HttpJudgeBase)
     assert judge.auth_headers()["Authorization"] == "Bearer sk-from-source"
     assert dict(os.environ) == before
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with pytest.raises(ConfigError, match="needs an API key: set the environment variable OPENAI"):
-        create_judge(settings, key_source={}.get)  # the source replaces the environment
+        create_judge(settings, seams=Seams(keys={}.get))  # the source replaces the environment
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.retry import RetryClock, classify
 from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
 from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
+from storage.core.seams import Seams
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
@@ -46,7 +47,9 @@ async def strict(
         stats = JudgeStats()
         base = server.root if root else server.url
         judge_settings = JudgeSettings(model=model, base_url=base, **settings)
-        judge = create_judge(judge_settings, stats=stats, retry_clock=clock or instant_retries())
+        judge = create_judge(
+            judge_settings, stats=stats, seams=Seams(clock=clock or instant_retries())
+        )
         assert isinstance(judge, HttpJudgeBase)
         try:
             yield judge, server, stats

@@ -11,14 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline.cli.main import main
+from storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 
 __all__ = ["fake_request", "fake_stats", "judge_process", "score", "server_process"]
 
 
-def score(*args: object) -> int:
-    """`ctxprec score ARGS --progress off`, in this process; the exit code."""
-    return main(["score", *map(str, args), "--progress", "off"])
+def score(*args: object, seams: Seams = DEFAULT) -> int:
+    """`ctxprec score ARGS --progress off`, in this process (its runs on `seams`); the exit code."""
+    return main(["score", *map(str, args), "--progress", "off"], seams=seams)
 
 
 @contextlib.contextmanager

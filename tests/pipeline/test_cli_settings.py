@@ -12,9 +12,10 @@ import pytest
 
 import pipeline.cli.main as cli
 from pipeline.cli.main import main
+from storage.core.seams import Seams
 
 
-def _fails_inside(args: argparse.Namespace) -> int:
+def _fails_inside(args: argparse.Namespace, seams: Seams) -> int:
     """A command with a bug: it loads its config, then fails with no UserError."""
     cli._config(args)
     raise RuntimeError("a bug")

@@ -15,6 +15,7 @@ import pytest
 from connectors.judges.retry import RetryClock
 from pipeline.cli.main import main
 from storage.core.metric import map_score
+from storage.core.seams import Seams
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
 
@@ -64,7 +65,7 @@ def run(src: Path, out: Path, url: str, *extra: object, clock: RetryClock | None
             "8",
             *map(str, extra),
         ]
-        return main(args, retry_clock=clock or RetryClock(instant=True))
+        return main(args, seams=Seams(clock=clock or RetryClock(instant=True)))
 
 
 @pytest.mark.slow

@@ -13,13 +13,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pipeline.cli import commands
 from pipeline.cli import main as cli
 from pipeline.cli.main import main
+from storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
 from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
@@ -29,14 +28,17 @@ from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 # is what a call costs the client. Marginal figure: the steps of a 48-row run minus those of a
 # 12-row run, per extra call (10 items a row, one call each, --no-memo), so start-up cancels out;
 # the modules a run imports are imported before the hooks, and the summary and its charts (once
-# per run, though their work follows the data) are not counted. At 4 calls
-# in flight repeated runs agree to 1 %. Measured when set (2026-12-01, aiohttp 3.14, CPython
-# 3.11): 1,705-1,715 steps a call, about 900 of them aiohttp's and 300 asyncio's; before the
-# per-call work of branch http2 (jsonfast, request templates, one-pass reply reading, the first
-# call in judge_item, the gate's fast slot, prompts framed per row): 1,906; main before the
-# issue-27 HTTP work: 2,344; the bare aiohttp loop of bench/bare_client.py, counted the same way:
-# 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
-BUDGET = 1_880  # +10 %: change only as docs/performance.md says
+# per run, though their work follows the data) are not counted. At 4 calls in flight repeated
+# runs agree to about 1.5 % (one tree measured 1,727-1,752). Measured 2026-12-03 (aiohttp 3.14,
+# CPython 3.11), three interleaved runs each: 1,727-1,752 steps a call on main before the budget
+# got its headroom (it was 1,880, +10 %, and code had been written inline to save steps and
+# coroutine levels: post_json's attempt in its retry loop, the dispatcher's judging in its worker
+# loop, the token estimate copied into the call path); 1,739-1,757 with that code in named helpers
+# (`HttpClient._attempt` and `_send`, `Dispatcher._judge` and `_taken`, `OpenAIJudge._chat`,
+# `estimate_tokens`). Older figures: 1,906 before the per-call work of branch http2, 2,344 on
+# main before the issue-27 HTTP work; the bare aiohttp loop of bench/bare_client.py, counted the
+# same way: 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
+BUDGET = 2_180  # the figure (~1,745) +25 %: room for clear code; change only as docs say
 
 _MODULES = (
     *("aiohttp", "anyio", "pipeline.cli.commands", "pipeline.engines.local", "pipeline.run.stage"),
@@ -71,22 +73,15 @@ def test_a_score_run_tunes_the_collector_and_gives_it_back(tmp_path: Path) -> No
     passes and young collections are rarer; afterwards gc is as it was."""
     before = (gc.get_threshold(), gc.get_freeze_count())
     seen: list[tuple[tuple[int, int, int], int]] = []
-    real_choose = commands.choose
 
-    def spy(*args: Any, **kwargs: Any) -> Any:  # the runner `choose` picked, spied on
-        run = real_choose(*args, **kwargs)
-
-        def spied(*a: Any, **k: Any) -> Any:
+    def watch(point: str, _: object) -> None:  # the collector as the run commits its part
+        if point == "commit":
             seen.append((gc.get_threshold(), gc.get_freeze_count()))
-            return run(*a, **k)
-
-        return spied
 
     data = write_fixed_input(tmp_path / "in.parquet", 3)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(commands, "choose", spy)
-        argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
-        assert main([*argv, "--cache-dir", str(tmp_path / "memo"), "--quiet"]) == 0
+    argv = ["score", str(data), "-o", str(tmp_path / "out"), "--progress", "off"]
+    argv += ["--cache-dir", str(tmp_path / "memo"), "--quiet"]
+    assert main(argv, seams=Seams(fault=watch)) == 0
     assert len(seen) == 1
     threshold, frozen = seen[0]
     assert threshold == (100_000, *before[0][1:])
@@ -133,7 +128,8 @@ def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
     off, what exists is then frozen out of later passes, and the collector is on again after,
     also when the import fails."""
     (tmp_path / "ctxprec_gc_probe.py").write_text(
-        "import gc\nENABLED = gc.isenabled()\ndef run(args):\n    return 0\n", encoding="utf-8"
+        "import gc\nENABLED = gc.isenabled()\ndef run(args, seams):\n    return 0\n",
+        encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(cli.COMMANDS, "probe", "ctxprec_gc_probe:run")
@@ -141,7 +137,7 @@ def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
     frozen = gc.get_freeze_count()
     try:
         assert gc.isenabled()
-        assert cli._command("probe")(argparse.Namespace()) == 0
+        assert cli._command("probe")(argparse.Namespace(), DEFAULT) == 0
         assert sys.modules["ctxprec_gc_probe"].ENABLED is False  # off while it loaded
         assert gc.isenabled()
         assert gc.get_freeze_count() > frozen

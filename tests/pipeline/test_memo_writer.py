@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import anyio.lowlevel
-import pytest
 
 import pipeline.flow.dispatch as dispatch
 from connectors.judges.base import JudgeStats, NullGate
@@ -60,20 +59,17 @@ async def settle() -> None:
         await anyio.lowlevel.checkpoint()
 
 
-@pytest.fixture
-def endless_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a time limit the writer's grouping shows in the write sizes, whatever the
-    machine's speed."""
-    monkeypatch.setattr(dispatch, "_MEMO_WAIT", 3600.0)
+# the memo writer's wait for a group, endless in the tests that pass it: without a time limit
+# the writer's grouping shows in the write sizes, whatever the machine's speed
+ENDLESS = 3600.0
 
 
-@pytest.mark.usefixtures("endless_wait")
 async def test_offline_verdicts_are_written_several_batches_at_a_time(tmp_path: Path) -> None:
     memo = RecordingMemo(tmp_path / "memo")
     counters = RunCounters()
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
-            d = Dispatcher(offline(), memo, counters, concurrency=1)
+            d = Dispatcher(offline(), memo, counters, concurrency=1, memo_wait=ENDLESS)
             d.start(tg)
             await d.to_memo(verdicts(0))
             await settle()  # the writer holds batch 0 and waits for more
@@ -90,13 +86,12 @@ async def test_offline_verdicts_are_written_several_batches_at_a_time(tmp_path: 
     memo.close()
 
 
-@pytest.mark.usefixtures("endless_wait")
 async def test_verdicts_of_a_paid_judge_are_written_at_once(tmp_path: Path) -> None:
     memo = RecordingMemo(tmp_path / "memo")
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
             d = Dispatcher(PaidJudge("", JudgeSettings(), NullGate(), JudgeStats()), memo,
-                           RunCounters(), concurrency=1)  # fmt: skip
+                           RunCounters(), concurrency=1, memo_wait=ENDLESS)  # fmt: skip
             assert d.decider is None
             d.start(tg)
             for b in range(3):
@@ -109,12 +104,11 @@ async def test_verdicts_of_a_paid_judge_are_written_at_once(tmp_path: Path) -> N
     memo.close()
 
 
-@pytest.mark.usefixtures("endless_wait")
 async def test_a_cancelled_run_writes_the_verdicts_the_writer_was_holding(tmp_path: Path) -> None:
     memo = RecordingMemo(tmp_path / "memo")
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
-            d = Dispatcher(offline(), memo, RunCounters(), concurrency=1)
+            d = Dispatcher(offline(), memo, RunCounters(), concurrency=1, memo_wait=ENDLESS)
             d.start(tg)
             await d.to_memo(verdicts(0))
             await settle()  # taken by the writer, which waits for more

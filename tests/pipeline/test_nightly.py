@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from pipeline.cli.main import main
-from pipeline.run import stage
+from storage.core.seams import Seams
 from storage.ownership import part_files
 from tests.fakes.inputs import HOTPOT_MAP
 
@@ -247,7 +247,7 @@ def test_every_order_of_the_nightly_commands_keeps_each_id_once(
 
 
 def test_plain_rerun_after_an_incremental_run_killed_before_its_first_commit(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Night 1 plain, night 2 --incremental killed before it committed a part, night 2 again
     without --incremental: the plain run would have taken night 1's parts (same part keys) as
@@ -258,13 +258,12 @@ def test_plain_rerun_after_an_incremental_run_killed_before_its_first_commit(
     out = tmp_path / "scores"
     assert main(["score", str(n1), "-o", str(out), *_PARTITIONED, "--quiet"]) == 0
 
-    def killed(*args: object, **kwargs: object) -> None:
-        raise KeyboardInterrupt
+    def killed(point: str, _: object) -> None:
+        if point == "commit":  # Ctrl-C as the first part is committed
+            raise KeyboardInterrupt
 
-    with monkeypatch.context() as patch:
-        patch.setattr(stage, "commit_part", killed)
-        argv = ["score", str(n2), "-o", str(out), "--incremental", *_PARTITIONED, "--quiet"]
-        assert main(argv) == 130
+    argv = ["score", str(n2), "-o", str(out), "--incremental", *_PARTITIONED, "--quiet"]
+    assert main(argv, seams=Seams(fault=killed)) == 130
     capsys.readouterr()
     assert main(["score", str(n2), "-o", str(out), *_PARTITIONED, "--quiet"]) == 2
     assert "--incremental" in capsys.readouterr().err

@@ -19,7 +19,6 @@ import pytest
 
 from pipeline.cli.batches import list_batches
 from pipeline.cli.main import main
-from storage import lock
 from storage.core.errors import ConfigError, OutputError
 from storage.core.metric import map_score
 from storage.lock import OutdirLock
@@ -237,17 +236,14 @@ def test_dask_engine_reads_and_writes_the_bucket(
     assert report["mean_a"] == report["mean_b"]
 
 
-def test_lease_lock_in_a_bucket(
-    s3_server: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_lease_lock_in_a_bucket(s3_server: S3Server, bucket: str) -> None:
     """One writer per OUTDIR in a bucket too: a second lock is refused while the first is held,
     the lease is removed on release, and a lease of a dead process on this host is taken over."""
-    monkeypatch.setattr(lock, "SETTLE_S", 0.05)
     out = out_path(f"s3://{bucket}/scores")
-    first = OutdirLock(out, log=lambda line: None)
+    first = OutdirLock(out, settle_s=0.05, log=lambda line: None)
     first.acquire()
     with pytest.raises(OutputError, match="is being written by"):
-        OutdirLock(out, log=lambda line: None).acquire()
+        OutdirLock(out, settle_s=0.05, log=lambda line: None).acquire()
     first.release()
     assert keys(s3_server, f"{bucket}/scores") == []
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
@@ -255,7 +251,7 @@ def test_lease_lock_in_a_bucket(
     gone = {**first.holder.__dict__, "pid": int(dead.stdout), "token": "gone"}
     s3_server.put(f"{bucket}/scores/_ctxprec/lock", json.dumps(gone).encode())
     taken: list[str] = []
-    second = OutdirLock(out, log=taken.append)
+    second = OutdirLock(out, settle_s=0.05, log=taken.append)
     second.acquire()
     assert "taking over" in taken[0]
     assert "is no longer running" in taken[0]

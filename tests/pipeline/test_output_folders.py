@@ -15,8 +15,8 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
-import pipeline.run.driver
 from pipeline.cli.main import main
+from storage.core.seams import Seams
 from storage.ownership import part_files
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
@@ -176,16 +176,15 @@ def test_summary_of_an_interrupted_run_says_how_to_resume(
     tmp_path: Path,
     fake: FakeJudgeServer,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     source, out = write_input(tmp_path / "in.parquet", range(5)), tmp_path / "out"
 
-    def interrupted(*args: object, **kw: object) -> None:
-        raise KeyboardInterrupt
+    def interrupted(point: str, _: object) -> None:
+        if point == "finish":  # Ctrl-C once every part is committed, before the summary
+            raise KeyboardInterrupt
 
-    with monkeypatch.context() as patch:
-        patch.setattr(pipeline.run.driver, "_finish", interrupted)
-        assert score(source, "-o", out, *HTTP, "--batch-rows", "2") == 130
+    seams = Seams(fault=interrupted)
+    assert score(source, "-o", out, *HTTP, "--batch-rows", "2", seams=seams) == 130
     calls = fake.stats.total
     capsys.readouterr()
     assert main(["summary", str(out)]) == 2

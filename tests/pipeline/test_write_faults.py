@@ -21,10 +21,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-import storage.commit
 from pipeline.cli.main import main
 from storage import layout
 from storage.core.errors import OutputError
+from storage.core.seams import Seams
 from storage.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
 from tests.fakes.inputs import write_input
@@ -228,7 +228,7 @@ def test_duckdb_sink_on_a_full_file_system(
 
 
 def test_a_writer_killed_during_the_run_leaves_nothing_in_the_finished_output(
-    tmp_path: Path, fake: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake: FakeJudgeServer
 ) -> None:
     """What a worker killed while writing a part leaves behind (its temp file, a pending record
     and a torn part no commit names; its task is done again elsewhere) is gone once the run is
@@ -237,11 +237,10 @@ def test_a_writer_killed_during_the_run_leaves_nothing_in_the_finished_output(
     assert score(source, "-o", out, *HTTP) == 0
     mine = plant(out, {"notes/a.txt": b"the user's"})
     source = write_input(tmp_path / "in2.parquet", range(ROWS, ROWS + 8))
-    real = storage.commit.atomic_write
     left: list[Path] = []
 
-    def killed_beside(target: Path, write: Callable[[Path], object]) -> None:
-        if not left and target.name.startswith("part-"):  # a dead writer's leftovers
+    def killed_beside(point: str, target: object) -> None:  # a dead writer's leftovers
+        if point == "part_write" and not left and isinstance(target, Path):
             torn = out / "part-dead.parquet"
             layout.pending_record(out, "dead").write_text(
                 json.dumps({"key": "dead", "files": [torn.name]})
@@ -249,10 +248,9 @@ def test_a_writer_killed_during_the_run_leaves_nothing_in_the_finished_output(
             torn.write_bytes(b"PAR1\x00\x00")
             left.extend([torn, target.with_name(f".ctxprec-tmp-4999999-0badf00d-{target.name}")])
             left[-1].write_bytes(b"PAR1\x15\x00")
-        real(target, write)
 
-    monkeypatch.setattr(storage.commit, "atomic_write", killed_beside)
-    assert score(source, "-o", out, *HTTP, "--incremental") == 0
+    seams = Seams(fault=killed_beside)
+    assert score(source, "-o", out, *HTTP, "--incremental", seams=seams) == 0
     assert left
     assert not any(p.exists() for p in left)
     assert temp_files(out) == []

@@ -140,7 +140,7 @@ def test_writes_and_reads_are_one_statement_per_chunk(
 
 @pytest.mark.parametrize(("json_writes", "step"), [(True, 50_000), (True, 2), (False, 50_000)])
 def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_writes: bool, step: int
+    tmp_path: Path, json_writes: bool, step: int
 ) -> None:
     """New keys go in with one INSERT OR IGNORE (one per `step` rows); the keys it found stored
     (told apart by their rowid) take their new value in place, as does a key JSON would have to
@@ -148,13 +148,12 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
     touched (a row's `filename` is not trusted). The row count stays right."""
     import diskcache
 
-    monkeypatch.setattr(memo_module, "_STEP_ROWS", step)
     folder = tmp_path / "m"
     Memo(folder).close()
     with diskcache.Cache(str(folder)) as cache:
         cache.set("old1", (False, "from diskcache", 5, 6))
         cache.set("old3", (False, "r" * 100_000, 0, 0))  # kept in a file of its own
-    memo = Memo(folder)
+    memo = Memo(folder, step_rows=step)
     memo._json_writes = json_writes
     memo.set_many([("old2", (False, "first write", 0, 0))])
     assert memo._con is not None

@@ -17,9 +17,9 @@ from connectors.judges.batch.openai import OpenAIBatches
 from connectors.judges.catalog import providers
 from connectors.judges.conversation import HttpJudgeBase
 from connectors.judges.registry import create_judge, resolve_model
-from connectors.judges.retry import RetryClock
 from connectors.judges.transport import StreamingTransport
 from storage.core.errors import ConfigError
+from storage.core.seams import DEFAULT, Seams
 from storage.core.settings import JudgeSettings
 
 __all__ = [
@@ -54,12 +54,14 @@ def create_batch_client(
     settings: JudgeSettings,
     *,
     transport: StreamingTransport | None = None,
-    retry_clock: RetryClock | None = None,
+    seams: Seams = DEFAULT,
 ) -> BatchClient:
     """The batch client of `settings.model`'s provider; ConfigError for one without a batch API.
-    Its requests go through `transport` (aiohttp unless given) and wait on `retry_clock`."""
+    Its requests go through `transport` (else the seams' transport, else aiohttp) and wait on
+    the seams' clock (real waits unless it holds one); its key is read from the seams' keys."""
     kind = check_batch_support(settings)
-    judge = create_judge(settings, retry_clock=retry_clock)
+    transport = transport or seams.transport
+    judge = create_judge(settings, seams=seams)
     if not isinstance(judge, HttpJudgeBase):
         raise ConfigError(f"--batch-api: the judge {settings.model!r} is not an HTTP judge")
     if kind == "openai":

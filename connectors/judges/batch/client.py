@@ -23,10 +23,11 @@ from urllib.parse import urlencode
 
 from connectors.judges import jsonfast
 from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryClock, RetryPolicy, classify, classify_exception
+from connectors.judges.retry import RetryPolicy, classify, classify_exception
 from connectors.judges.secrets import redact
 from connectors.judges.transport import AiohttpTransport, HttpRequest, StreamingTransport
 from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+from storage.core.seams import Clock
 from storage.core.settings import JudgeSettings
 
 __all__ = [
@@ -154,7 +155,7 @@ class BatchHttp:
         where: str,
         transport: StreamingTransport,
         policy: RetryPolicy,
-        clock: RetryClock,
+        clock: Clock,
     ) -> None:
         self.headers, self.where = dict(headers), where
         self.transport, self.policy, self.clock = transport, policy, clock
