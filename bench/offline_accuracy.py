@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.judges.base import ItemRequest, JudgeStats, NullGate  # noqa: E402
+from connectors.judges.base import ItemRequest, JudgeStats, NullThrottle  # noqa: E402
 from connectors.judges.offline import OfflineJudge  # noqa: E402
 from storage.core.metric import map_score  # noqa: E402
 from storage.core.settings import JudgeSettings  # noqa: E402
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "even rows": slice(0, None, 2),
         "odd rows": slice(1, None, 2),
     }
-    judge = OfflineJudge(args.variant, JudgeSettings(), NullGate(), JudgeStats())
+    judge = OfflineJudge(args.variant, JudgeSettings(), NullThrottle(), JudgeStats())
 
     lines = [
         "| judge | rows | items | accuracy | precision | recall | F1 | Cohen's κ "

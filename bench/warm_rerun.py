@@ -76,14 +76,14 @@ def references(data: Path, cache: Path, limit: int) -> dict[str, Any]:
     import diskcache
     import pyarrow.parquet as pq
 
-    from connectors.judges import JudgeStats, NullGate
+    from connectors.judges import JudgeStats, NullThrottle
     from connectors.judges.offline import OfflineJudge
     from connectors.judges.prompts import prompt_version_for
     from storage.core.settings import JudgeSettings
     from storage.memo import item_keys, judge_prefix, row_hasher
 
     table = pq.read_table(data, columns=["query", "expected_output", "contexts"])
-    judge = OfflineJudge("default", JudgeSettings(), NullGate(), JudgeStats())
+    judge = OfflineJudge("default", JudgeSettings(), NullThrottle(), JudgeStats())
     prefix = judge_prefix(judge.identity())
     rows: list[tuple[str, str, list[str]]] = []
     n = 0

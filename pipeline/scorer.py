@@ -25,7 +25,7 @@ from connectors.judges.prompts import (
 from pipeline.config import API_OPTIONS, Config, load_config
 from pipeline.flow.llm_reason import keep_built_reason
 from pipeline.flow.reason import build_reason
-from pipeline.limits.limiter import RateGate
+from pipeline.limits.limiter import RateThrottle
 from pipeline.limits.pool import each
 from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from storage.core.metric import map_score
@@ -304,8 +304,8 @@ def create_context_precision_scorer(
         )
     cfg = _api_settings(model, opts)
     limits, stats = cfg.limits, JudgeStats()
-    gate = RateGate(limits.concurrency, limits.rpm, limits.tpm, adaptive=limits.adaptive)
-    judge = create_judge(cfg.judge, gate=gate, stats=stats)
+    throttle = RateThrottle(limits.concurrency, limits.rpm, limits.tpm, adaptive=limits.adaptive)
+    judge = create_judge(cfg.judge, throttle=throttle, stats=stats)
     cache_dir = cfg.run.cache_dir if "cache_dir" in opts else None  # no memo unless asked
     return ContextPrecisionScorer(
         judge,

@@ -241,7 +241,8 @@ RUN_INFO = Spec(
         "group_by": "?str",
         "incremental": "?bool",
         "judge": opt(_JUDGE),
-        "gate": "?any",
+        "gate": "?any",  # run.json before the throttle had its name
+        "throttle": "?any",
         "price": opt(_PRICE),
         "engine": opt({"name": "?str", "batch_api": "?any"}),
         "notices": opt(["str"]),

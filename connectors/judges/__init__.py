@@ -1,6 +1,13 @@
 """Relevance judges: the protocol, the provider registry and the versioned prompts."""
 
-from connectors.judges.base import Gate, ItemRequest, Judge, JudgeStats, NullGate, estimate_tokens
+from connectors.judges.base import (
+    ItemRequest,
+    Judge,
+    JudgeStats,
+    NullThrottle,
+    Throttle,
+    estimate_tokens,
+)
 from connectors.judges.registry import (
     audit_settings,
     create_judge,
@@ -12,13 +19,13 @@ from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
-    "Gate",
     "ItemRequest",
     "Judge",
     "JudgeReply",
     "JudgeSettings",
     "JudgeStats",
-    "NullGate",
+    "NullThrottle",
+    "Throttle",
     "Verdict",
     "audit_settings",
     "create_judge",

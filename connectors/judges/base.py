@@ -1,7 +1,7 @@
 """What every judge is: the request it sees, the verdict it gives, and the hooks it calls.
 
 A judge turns (query, expected output, one context item) into a `Verdict`. Rate limits and
-counters live outside the judge and reach it through `Gate` and `JudgeStats`.
+counters live outside the judge and reach it through `Throttle` and `JudgeStats`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from storage.core.errors import JudgeError
 from storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
-    "Gate",
     "ItemRequest",
     "Judge",
     "JudgeStats",
     "JudgeWrapper",
-    "NullGate",
+    "NullThrottle",
     "RowItemsError",
     "SyncDecider",
+    "Throttle",
     "estimate_tokens",
     "tokens_for_chars",
 ]
@@ -93,7 +93,7 @@ class RowItemsError(JudgeError):
         self.results = list(results)
 
 
-class Gate(Protocol):
+class Throttle(Protocol):
     """Admission control for HTTP attempts: calls in flight, requests/min, tokens/min."""
 
     def slot(self, est_tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
@@ -109,8 +109,8 @@ class Gate(Protocol):
         ...
 
 
-class NullGate:
-    """A gate that admits everything at once (offline judge, unit tests)."""
+class NullThrottle:
+    """A throttle that admits everything at once (offline judge, unit tests)."""
 
     @contextlib.asynccontextmanager
     async def slot(self, est_tokens: int) -> AsyncIterator[None]:

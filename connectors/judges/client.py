@@ -1,4 +1,4 @@
-"""One judge call over HTTP under the run's rules: a slot from the rate gate, the request through
+"""One judge call over HTTP under the run's rules: a slot from the throttle, the request through
 the transport, the reply classified (`retry.classify`), retried as `retry.RetryPolicy` allows, a
 rejected request shape adapted to at once (`shapes`, through the provider's `_learn`), and the
 whole run refused when no call can succeed (bad key, unknown model, no quota). Providers add the
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from connectors.judges import jsonfast
-from connectors.judges.base import Gate, JudgeStats
+from connectors.judges.base import JudgeStats, Throttle
 from connectors.judges.retry import (
     RetryClock,
     RetryPolicy,
@@ -82,14 +82,14 @@ class HttpClient(abc.ABC):
     def __init__(
         self,
         settings: JudgeSettings,
-        gate: Gate,
+        throttle: Throttle,
         stats: JudgeStats,
         *,
         url: str,
         api_key: str | None,
         seams: Seams = DEFAULT,
     ) -> None:
-        self.settings, self.gate, self.stats = settings, gate, stats
+        self.settings, self.throttle, self.stats = settings, throttle, stats
         # the waits between attempts: real unless the seams hold a clock (tests: an instant one)
         self.clock: Clock = seams.clock or RetryClock()
         self._url, self._api_key = url, api_key
@@ -239,9 +239,9 @@ class HttpClient(abc.ABC):
     async def _attempt(
         self, url: str, headers: Mapping[str, str], payload: dict[str, Any], est_tokens: int
     ) -> tuple[dict[str, Any], Mapping[str, str]]:
-        """One POST under a slot of the gate: the reply's JSON object and headers, or the
+        """One POST under a slot of the throttle: the reply's JSON object and headers, or the
         JudgeError its status, body or transport failure is classified as."""
-        async with self.gate.slot(est_tokens):
+        async with self.throttle.slot(est_tokens):
             if self._refused is not None:  # refused while this call waited for its slot
                 raise self._refused
             self.stats.requests += 1
@@ -251,7 +251,7 @@ class HttpClient(abc.ABC):
         data = _json_object(reply.body)
         usage = self._usage(data)
         if usage is not None:
-            self.gate.used_tokens(est_tokens, usage[0] + usage[1])
+            self.throttle.used_tokens(est_tokens, usage[0] + usage[1])
         return data, reply.headers
 
     async def _send(
@@ -317,5 +317,5 @@ class HttpClient(abc.ABC):
                    getattr(err, "retry_after", None))  # fmt: skip
         if status == 429 and isinstance(err, JudgeRetryableError):
             self.stats.rate_limited += 1
-            self.gate.rate_limited(err.retry_after)
+            self.throttle.rate_limited(err.retry_after)
         return err

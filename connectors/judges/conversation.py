@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import anyio
 
 from connectors.judges import prompts
-from connectors.judges.base import Gate, ItemRequest, JudgeStats, RowItemsError, estimate_tokens
+from connectors.judges.base import ItemRequest, JudgeStats, RowItemsError, Throttle, estimate_tokens
 from connectors.judges.catalog import ProviderSpec, builtin_providers
 from connectors.judges.client import HttpClient
 from connectors.judges.parse import parse_row_verdicts, parse_verdict
@@ -92,7 +92,7 @@ class HttpJudgeBase(HttpClient):
         self,
         model_name: str,
         settings: JudgeSettings,
-        gate: Gate,
+        throttle: Throttle,
         stats: JudgeStats,
         *,
         spec: ProviderSpec | None = None,
@@ -108,7 +108,9 @@ class HttpJudgeBase(HttpClient):
         model = f"{spec.id}/{model_name}"
         key = spec.key(model, base, settings.api_key_env, seams.keys)
         self.key_env = settings.api_key_env or " or ".join(spec.key_env)
-        super().__init__(settings, gate, stats, url=self._endpoint(base), api_key=key, seams=seams)
+        super().__init__(
+            settings, throttle, stats, url=self._endpoint(base), api_key=key, seams=seams
+        )
         self.model, self._name, self._base, self.spec = model, model_name, base, spec
         self.provider = spec.id
         # verdict-only replies (no reason per item): their own prompts and schemas
@@ -406,7 +408,7 @@ class HttpJudgeBase(HttpClient):
         self, query: str, expected: str | None, items: Sequence[str], spent_in: int,
         spent_out: int,
     ) -> list[JudgeReply]:  # fmt: skip
-        """Judge a row's items one call each (concurrently, under the run's gate)."""
+        """Judge a row's items one call each (concurrently, under the run's throttle)."""
         self.stats.row_fallbacks += 1
         n = len(items)
         results: list[JudgeReply | JudgeError | None] = [None] * n

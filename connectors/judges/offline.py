@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, pairwise
 
-from connectors.judges.base import Gate, ItemRequest, JudgeStats
+from connectors.judges.base import ItemRequest, JudgeStats, Throttle
 from storage.core.errors import ConfigError
 from storage.core.settings import JudgeSettings
 from storage.core.verdict import JudgeReply, Verdict
@@ -315,7 +315,7 @@ class OfflineJudge:
     """Deterministic heuristic judge (see the module docstring); free, instant, no network."""
 
     def __init__(
-        self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
+        self, model_name: str, settings: JudgeSettings, throttle: Throttle, stats: JudgeStats
     ) -> None:
         variant = model_name.strip().lower()
         if variant == "default":
@@ -326,7 +326,7 @@ class OfflineJudge:
         self.model = "offline" + (f"/{variant}" if variant else "")
         self.phrase_threshold: float | None = VARIANTS[variant]
         self.settings = settings
-        self.gate = gate  # unused: nothing to rate-limit
+        self.throttle = throttle  # unused: nothing to rate-limit
         self.stats = stats
 
     def identity(self) -> dict[str, object]:

@@ -11,7 +11,7 @@ import dataclasses
 import importlib
 from typing import Protocol
 
-from connectors.judges.base import Gate, Judge, JudgeStats, NullGate
+from connectors.judges.base import Judge, JudgeStats, NullThrottle, Throttle
 from connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
 from storage.core.errors import ConfigError
 from storage.core.seams import DEFAULT, Seams
@@ -30,7 +30,7 @@ __all__ = [
 
 class JudgeFactory(Protocol):
     def __call__(
-        self, model_name: str, settings: JudgeSettings, gate: Gate, stats: JudgeStats
+        self, model_name: str, settings: JudgeSettings, throttle: Throttle, stats: JudgeStats
     ) -> Judge: ...
 
 
@@ -87,7 +87,7 @@ def _resolve(factory: str | JudgeFactory) -> JudgeFactory:
 def create_judge(
     settings: JudgeSettings,
     *,
-    gate: Gate | None = None,
+    throttle: Throttle | None = None,
     stats: JudgeStats | None = None,
     seams: Seams = DEFAULT,
 ) -> Judge:
@@ -95,12 +95,12 @@ def create_judge(
     An HTTP judge takes its retry clock, transport and key source from `seams` (real waits,
     aiohttp and the environment by default; tests pass their own)."""
     provider, name, spec = resolve_model(settings.model, settings.providers)
-    gate, stats = gate or NullGate(), stats or JudgeStats()
+    throttle, stats = throttle or NullThrottle(), stats or JudgeStats()
     if spec is None:
-        return _resolve(_PROVIDERS[provider])(name, settings, gate, stats)
+        return _resolve(_PROVIDERS[provider])(name, settings, throttle, stats)
     module_name, _, attr = _KINDS[spec.kind].partition(":")
     judge: Judge = getattr(importlib.import_module(module_name), attr)(
-        name, settings, gate, stats, spec=spec, seams=seams
+        name, settings, throttle, stats, spec=spec, seams=seams
     )
     return judge
 

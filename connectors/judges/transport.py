@@ -104,7 +104,7 @@ MAX_REPLY_BYTES = 4 << 20  # one judge reply: a verdict, or a row's verdicts, is
 
 
 class AiohttpTransport:
-    """One aiohttp session (no connection cap: the run's gate limits calls in flight), made on
+    """One aiohttp session (no connection cap: the run's throttle limits calls in flight), made on
     first use and again when the event loop changes; `aclose` closes it. `timeout_s` bounds a
     whole request, or with `per_read` each read of the socket (large uploads and downloads)."""
 

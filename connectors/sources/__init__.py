@@ -3,7 +3,7 @@ datasets, local or in an object store)."""
 
 from connectors.sources.lookup import input_texts
 from connectors.sources.stream import (
-    SourceBatch,
+    SourceChunk,
     SourceInfo,
     inspect_input,
     inspect_source,
@@ -18,7 +18,7 @@ __all__ = [
     "DEFAULT_EXPECTED",
     "INPUT_ERROR",
     "ColumnMap",
-    "SourceBatch",
+    "SourceChunk",
     "SourceInfo",
     "input_texts",
     "inspect_input",

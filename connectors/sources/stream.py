@@ -48,7 +48,7 @@ from storage.core.settings import (  # roles derived from [columns]
 )
 
 __all__ = [
-    "SourceBatch",
+    "SourceChunk",
     "SourceInfo",
     "inspect_input",
     "inspect_source",
@@ -80,7 +80,7 @@ class SourceInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class SourceBatch:
+class SourceChunk:
     """One record batch of one file, normalized; `key` names its output part."""
 
     key: str
@@ -515,7 +515,7 @@ def _file_rows(info: SourceInfo, index: int) -> int:
 
 def _file_batches(
     info: SourceInfo, columns: ColumnMap, index: int, batch_rows: int, done: frozenset[str]
-) -> Iterator[SourceBatch]:
+) -> Iterator[SourceChunk]:
     file = info.files[index]
     count = -(-_file_rows(info, index) // batch_rows)  # every batch is full but the last
     todo = [b for b in range(count) if _key(index, b) not in done]
@@ -535,7 +535,7 @@ def _file_batches(
         if exprs is None:
             exprs = _frame_exprs(info, columns, batch.schema.names, parts)
         frame = _to_frame(batch, file, first_row, exprs)
-        yield SourceBatch(_key(index, b), file, first_row, frame)
+        yield SourceChunk(_key(index, b), file, first_row, frame)
         first_row += batch.num_rows
 
 
@@ -546,7 +546,7 @@ def iter_batches(
     batch_rows: int,
     skip: Collection[str] = (),
     only_files: Collection[int] | None = None,
-) -> Iterator[SourceBatch]:
+) -> Iterator[SourceChunk]:
     """Normalized batches of every file in order; keys `f"{file:05d}-{batch:05d}"` are stable
     for the same files and `batch_rows`. Keys in `skip` are not yielded (whole files not read);
     `only_files` (indexes into `info.files`) reads just those files, keys keep the global index."""

@@ -1,4 +1,4 @@
 """What the scores mean: comparing runs (paired statistics), judge agreement, rechecks,
-quality gates and corrected estimates."""
+quality throttles and corrected estimates."""
 
 __all__: list[str] = []

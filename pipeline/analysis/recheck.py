@@ -27,9 +27,9 @@ from connectors.sources import SourceInfo
 from pipeline.config import Config
 from pipeline.flow.dispatch import add_counts
 from pipeline.flow.extractor import load_extractor
-from pipeline.flow.planning import BatchPlanner
+from pipeline.flow.planning import ChunkPlanner
 from pipeline.flow.rows import RowPlan
-from pipeline.limits.limiter import RateGate
+from pipeline.limits.limiter import RateThrottle
 from pipeline.limits.pool import each
 from storage.core.agreement import agreement_figures
 from storage.core.constants import STATUS_OK
@@ -130,7 +130,7 @@ async def recheck_run(
 
     def collect() -> list[_Ask]:
         asks: list[_Ask] = []
-        planner = BatchPlanner(cfg, prefix, per_row=per_row, memo=None, extractor=extractor)
+        planner = ChunkPlanner(cfg, prefix, per_row=per_row, memo=None, extractor=extractor)
         for planned in planner.planned(info):
             ids = planned.frame.get_column("id").to_list()
             asks.extend(_asks(planned.rows, ids, fraction, seed, per_row, seen))
@@ -141,9 +141,9 @@ async def recheck_run(
         _first_verdicts, outdir, list(dict.fromkeys(a.row_id for a in asks))
     )
     mine = JudgeStats()
-    gate = RateGate(cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm,
+    throttle = RateThrottle(cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm,
                     adaptive=cfg.limits.adaptive)  # fmt: skip
-    judge = create_judge(cfg.judge, gate=gate, stats=mine, seams=seams)
+    judge = create_judge(cfg.judge, throttle=throttle, stats=mine, seams=seams)
     pairs: list[tuple[bool, bool]] = []
     failed = 0
 

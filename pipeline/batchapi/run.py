@@ -39,7 +39,7 @@ from connectors.judges import (
     create_judge,
     prompts,
 )
-from connectors.judges.base import Gate, JudgeWrapper
+from connectors.judges.base import JudgeWrapper, Throttle
 from connectors.judges.batch.api import check_batch_support
 from pipeline.batchapi.collect import BatchCollector, BatchOptions, collect_all
 from pipeline.batchapi.figures import batch_estimate, batch_prices
@@ -111,14 +111,14 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
     online = options.fallback == "online"
     verdict_only = cfg.judge.verdict_only
 
-    def judge_factory(gate: Gate, stats: JudgeStats) -> Judge:
-        inner = create_judge(cfg.judge, gate=gate, stats=stats, seams=plan.seams)
+    def judge_factory(throttle: Throttle, stats: JudgeStats) -> Judge:
+        inner = create_judge(cfg.judge, throttle=throttle, stats=stats, seams=plan.seams)
         return _ResultJudge(inner, dict(collector.store.failed), collector.prefix, online,
                             verdict_only)  # fmt: skip
 
-    def audit_factory(gate: Gate, stats: JudgeStats) -> Judge:
+    def audit_factory(throttle: Throttle, stats: JudgeStats) -> Judge:
         assert auditor is not None
-        inner = create_judge(auditor.settings, gate=gate, stats=stats, seams=plan.seams)
+        inner = create_judge(auditor.settings, throttle=throttle, stats=stats, seams=plan.seams)
         return _ResultJudge(inner, dict(auditor.store.failed), auditor.prefix, online,
                             verdict_only)  # fmt: skip
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from connectors.judges import ItemRequest
 from connectors.judges.batch.client import BatchClient, custom_id_for
 from pipeline.flow.audit import sample_plans
-from pipeline.flow.planning import BatchPlanner, PlannedBatch
+from pipeline.flow.planning import ChunkPlanner, PlannedChunk
 from pipeline.flow.rows import RowPlan, attach_keys
 from pipeline.run.driver import RunPlan
 from storage.batches import BatchStore, ChunkWriter
@@ -34,7 +34,7 @@ def write_missing_lines(
     assert memo is not None
     first = judge_prefix(plan.identity) if audit else prefix
     # the audit side looks up its own keys only (the first judge's are not its concern)
-    planner = BatchPlanner(plan.cfg, first, per_row=per_row, memo=None if audit else memo,
+    planner = ChunkPlanner(plan.cfg, first, per_row=per_row, memo=None if audit else memo,
                            skip_ids=plan.skip_ids)  # fmt: skip
     writer = ChunkWriter(store, 1, limits.max_lines, limits.max_bytes)
     skip = set(live) | set(store.failed)
@@ -67,7 +67,7 @@ def write_missing_lines(
 
 
 def _audit_sample(
-    plan: RunPlan, planned: PlannedBatch, prefix: bytes, memo: Memo
+    plan: RunPlan, planned: PlannedChunk, prefix: bytes, memo: Memo
 ) -> tuple[list[RowPlan], dict[str, MemoEntry]]:
     """The batch's rows in the audit sample, keyed by the audit judge's identity (`prefix`),
     and which of their keys the memo holds."""

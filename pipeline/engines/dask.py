@@ -24,8 +24,8 @@ from connectors.judges import JudgeStats, audit_settings
 from pipeline.config import Config
 from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
 from pipeline.flow.dispatch import RunCounters, add_counts
-from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
-from pipeline.limits.limiter import GateStats, RateGate
+from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
+from pipeline.limits.limiter import RateThrottle, ThrottleStats
 from pipeline.run.driver import (
     AuditCounts,
     RunOptions,
@@ -37,7 +37,7 @@ from pipeline.run.driver import (
     release_outdir,
     run_blocking,
 )
-from pipeline.run.stage import MeteredGate, run_stage
+from pipeline.run.stage import MeteredThrottle, run_stage
 from storage import layout
 from storage.core.errors import ConfigError, UserError
 from storage.keyshards import remove_tree, shard_count, shuffle_dir
@@ -326,7 +326,7 @@ def _merge(
 ) -> StageResult:
     counters = RunCounters(rows_done=plan.rows_skipped, rows_skipped=plan.rows_skipped)
     stats = JudgeStats()
-    gate = GateStats()
+    throttle = ThrottleStats()
     extra: dict[str, Any] = {}
     audit = AuditCounts(RunCounters(), JudgeStats()) if plan.audit_identity else None
     for result in results:
@@ -334,24 +334,26 @@ def _merge(
             audit.add(result.audit)
         add_counts(counters, result.counters)
         add_counts(stats, result.stats)
-        gate = _sum_gate(gate, result.gate)
+        throttle = _sum_throttle(throttle, result.throttle)
         for key, value in result.extra.items():
             extra[key] = extra.get(key, 0) + value
     counters.dedup_hits = max(counters.dedup_hits, 0)  # a reduce read past its parts (retried)
     if central is not None:  # rates, pauses and waits are the coordinator's
-        own = GateStats(**central["gate"])
-        gate = dataclasses.replace(own, admitted=gate.admitted, rate_limited=gate.rate_limited)
+        own = ThrottleStats(**central["throttle"])
+        throttle = dataclasses.replace(
+            own, admitted=throttle.admitted, rate_limited=throttle.rate_limited
+        )
         extra.update(leases=central["leases"], permits=central["permits"])
-    return StageResult(counters, stats, gate, extra, audit=audit)
+    return StageResult(counters, stats, throttle, extra, audit=audit)
 
 
-def _sum_gate(a: GateStats, b: GateStats) -> GateStats:
+def _sum_throttle(a: ThrottleStats, b: ThrottleStats) -> ThrottleStats:
     summed = {
         f.name: getattr(a, f.name) + getattr(b, f.name)
-        for f in dataclasses.fields(GateStats)
+        for f in dataclasses.fields(ThrottleStats)
         if f.name not in ("current_rpm", "ceiling_rpm")
     }
-    return GateStats(**summed, current_rpm=b.current_rpm, ceiling_rpm=b.ceiling_rpm)
+    return ThrottleStats(**summed, current_rpm=b.current_rpm, ceiling_rpm=b.ceiling_rpm)
 
 
 # ---------------------------------------------------------------- on a worker
@@ -383,9 +385,11 @@ async def _judge_main(
 ) -> StageResult:
     limits = plan.cfg.limits
     if run_id is None:
-        gate: MeteredGate = RateGate(limits.concurrency, None, None, adaptive=limits.adaptive)
-        return await judge_shard(plan, shard, scratch, shards, gate, audit)
-    leased = LeasedGate(scheduler_lease(run_id), limits.concurrency)
+        throttle: MeteredThrottle = RateThrottle(
+            limits.concurrency, None, None, adaptive=limits.adaptive
+        )
+        return await judge_shard(plan, shard, scratch, shards, throttle, audit)
+    leased = LeasedThrottle(scheduler_lease(run_id), limits.concurrency)
     async with leased.running():
         return await judge_shard(plan, shard, scratch, shards, leased, audit)
 
@@ -428,14 +432,14 @@ async def _task_main(
         result = await stage()
     else:
         concurrency = plan.cfg.limits.concurrency
-        gate = LeasedGate(scheduler_lease(run_id), concurrency)
-        async with contextlib.AsyncExitStack() as gates:
-            await gates.enter_async_context(gate.running())
+        throttle = LeasedThrottle(scheduler_lease(run_id), concurrency)
+        async with contextlib.AsyncExitStack() as throttles:
+            await throttles.enter_async_context(throttle.running())
             if plan.audit_identity is not None:
-                audit = LeasedGate(scheduler_lease(_audit_run(run_id)), concurrency)
-                await gates.enter_async_context(audit.running())
-                stage = partial(stage, audit_gate=audit)
-            result = await stage(gate=gate)
+                audit = LeasedThrottle(scheduler_lease(_audit_run(run_id)), concurrency)
+                await throttles.enter_async_context(audit.running())
+                stage = partial(stage, audit_throttle=audit)
+            result = await stage(throttle=throttle)
     return hooks.settle(result) if hooks is not None else result
 
 
@@ -472,7 +476,7 @@ def install_coordinator(
 
 
 def remove_coordinator(client: Any, run_id: str) -> dict[str, Any]:
-    """Stop it; its figures: gate statistics, lease calls and permits granted."""
+    """Stop it; its figures: throttle statistics, lease calls and permits granted."""
     figures: dict[str, Any] = client.run_on_scheduler(_uninstall, run_id)
     return figures
 
@@ -500,7 +504,7 @@ def _uninstall(run_id: str, dask_scheduler: Any = None) -> dict[str, Any]:
     dask_scheduler.handlers.pop(_op(run_id), None)
     coordinator = _COORDINATORS.pop(run_id)
     return {
-        "gate": coordinator.stats().as_dict(),
+        "throttle": coordinator.stats().as_dict(),
         "leases": coordinator.leases,
         "permits": coordinator.permits,
     }

@@ -20,17 +20,24 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from connectors.judges import Gate, Judge, JudgeSettings, JudgeStats, audit_settings, create_judge
+from connectors.judges import (
+    Judge,
+    JudgeSettings,
+    JudgeStats,
+    Throttle,
+    audit_settings,
+    create_judge,
+)
 from connectors.judges.base import ItemRequest, JudgeWrapper
 from connectors.judges.prompts import prompt_version_for
 from pipeline.flow.audit import audited_rows
 from pipeline.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
 from pipeline.flow.extractor import load_extractor
-from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from pipeline.flow.rows import RowPlan, attach_keys
 from pipeline.run.driver import AuditCounts, RunPlan, StageResult
 from pipeline.run.notices import record_memo
-from pipeline.run.stage import MeteredGate
+from pipeline.run.stage import MeteredThrottle
 from storage import layout
 from storage.core.errors import ConfigError, JudgeError, UserError
 from storage.core.verdict import JudgeReply
@@ -116,7 +123,7 @@ def plan_slice(
     cfg = plan.cfg
     extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
     prefix = judge_prefix(plan.identity)
-    planner = BatchPlanner(
+    planner = ChunkPlanner(
         cfg, prefix, per_row=False, memo=None, skip_ids=plan.skip_ids, extractor=extractor
     )
     batches = planner.planned(plan.info, skip=plan.skip_parts | skip, only_files=[file])
@@ -136,7 +143,7 @@ def plan_slice(
     return len(first.seen)
 
 
-def _audit_rows(plan: RunPlan, planned: PlannedBatch) -> list[RowPlan]:
+def _audit_rows(plan: RunPlan, planned: PlannedChunk) -> list[RowPlan]:
     """The batch's rows in the audit sample, keyed by the audit judge's identity."""
     assert plan.audit_identity is not None
     j = plan.cfg.judge
@@ -234,7 +241,7 @@ def _judge_of(plan: RunPlan, audit: bool) -> tuple[JudgeSettings, dict[str, obje
 
 
 async def judge_shard(
-    plan: RunPlan, shard: int, scratch: OutPath, shards: int, gate: MeteredGate,
+    plan: RunPlan, shard: int, scratch: OutPath, shards: int, throttle: MeteredThrottle,
     audit: bool = False,
 ) -> StageResult:  # fmt: skip
     """Judge the keys of one shard that no earlier call judged; write each slice's answers.
@@ -242,7 +249,7 @@ async def judge_shard(
     cfg = plan.cfg
     stats, counters = JudgeStats(), RunCounters()
     settings, identity, who = _judge_of(plan, audit)
-    judge = create_judge(settings, gate=gate, stats=stats, seams=plan.seams)
+    judge = create_judge(settings, throttle=throttle, stats=stats, seams=plan.seams)
     try:
         if judge.identity() != identity:
             raise ConfigError(
@@ -270,9 +277,9 @@ async def judge_shard(
     # de-duplication, less the one use per key that this call paid for
     counters.dedup_hits = -counters.judge_calls
     if audit:  # the first judge's counters stay empty: the audit judge's calls are its own
-        return StageResult(RunCounters(), JudgeStats(), gate.stats(),
+        return StageResult(RunCounters(), JudgeStats(), throttle.stats(),
                            audit=AuditCounts(counters, stats))  # fmt: skip
-    return StageResult(counters, stats, gate.stats())
+    return StageResult(counters, stats, throttle.stats())
 
 
 async def _judge_all(
@@ -449,17 +456,17 @@ class ReduceHooks:
         store = _verdicts(self.plan, scratch).writer(0, 1, SHARD_FLUSH_S)
         return AnswersMemo(scratch, self.task, store, failed)
 
-    def judge_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
-        self.judge = self._replay(False, gate, stats)
+    def judge_factory(self, throttle: Throttle, stats: JudgeStats) -> Judge:
+        self.judge = self._replay(False, throttle, stats)
         return self.judge
 
-    def audit_factory(self, gate: Gate, stats: JudgeStats) -> Judge:
-        self.audit_judge = self._replay(True, gate, stats)
+    def audit_factory(self, throttle: Throttle, stats: JudgeStats) -> Judge:
+        self.audit_judge = self._replay(True, throttle, stats)
         return self.audit_judge
 
-    def _replay(self, audit: bool, gate: Gate, stats: JudgeStats) -> ReplayJudge:
+    def _replay(self, audit: bool, throttle: Throttle, stats: JudgeStats) -> ReplayJudge:
         settings, identity, _ = _judge_of(self.plan, audit)
-        inner = create_judge(settings, gate=gate, stats=stats, seams=self.plan.seams)
+        inner = create_judge(settings, throttle=throttle, stats=stats, seams=self.plan.seams)
         failed = self.audit_failed if audit else self.failed
         return ReplayJudge(inner, failed, judge_prefix(identity), self.plan.cfg.judge.verdict_only)
 

@@ -1,6 +1,6 @@
 """`--reason llm` in the batch path: after a batch is scored, the judge rewrites each scored row's
 verdict-built reason into prose. Reason calls are memoized (same memo, own prompt version) and
-run `concurrency` at a time through the judge's rate gate.
+run `concurrency` at a time through the judge's rate throttle.
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from connectors.sources import SourceBatch, SourceInfo, iter_batches
+from connectors.sources import SourceChunk, SourceInfo, iter_batches
 from pipeline.config import Config
 from pipeline.flow.extractor import Extractor, load_extractor
 from pipeline.flow.rows import RowPlan, attach_keys, plan_rows
 from storage.memo import Memo, MemoEntry, MemoStore, default_cache_dir
 
-__all__ = ["BatchPlanner", "PlannedBatch", "open_memo"]
+__all__ = ["ChunkPlanner", "PlannedChunk", "open_memo"]
 
 
 def open_memo(cfg: Config) -> Memo | None:
@@ -25,12 +25,12 @@ def open_memo(cfg: Config) -> Memo | None:
 
 
 @dataclass(slots=True)
-class PlannedBatch:
+class PlannedChunk:
     """One input batch, planned: its rows as read (`batch.frame`), those left after dropping
     the ids already scored (`frame`, `dropped` rows fewer), their plans with memo keys, and
     the verdicts the memo already holds for those keys."""
 
-    batch: SourceBatch
+    batch: SourceChunk
     frame: pl.DataFrame
     dropped: int
     rows: list[RowPlan]
@@ -38,7 +38,7 @@ class PlannedBatch:
     found: dict[str, MemoEntry]
 
 
-class BatchPlanner:
+class ChunkPlanner:
     """Plans batches for one judge identity (`prefix`, see `storage.memo.judge_prefix`)."""
 
     def __init__(
@@ -66,25 +66,25 @@ class BatchPlanner:
         *,
         skip: Collection[str] = (),
         only_files: Collection[int] | None = None,
-    ) -> Iterator[SourceBatch]:
+    ) -> Iterator[SourceChunk]:
         """The input's batches as read (parts in `skip` not read at all)."""
         cfg = self.cfg
         return iter_batches(
             info, cfg.column_map, batch_rows=cfg.run.batch_rows, skip=skip, only_files=only_files
         )
 
-    def plan(self, batch: SourceBatch) -> PlannedBatch:
+    def plan(self, batch: SourceChunk) -> PlannedChunk:
         """Blocking (the memo lookup): call it from a worker thread in async code."""
         frame = batch.frame
         if self.skip_ids is not None:
             frame = frame.filter(~pl.col("id").is_in(self.skip_ids.implode()))
         dropped = batch.frame.height - frame.height
         if frame.is_empty():
-            return PlannedBatch(batch, frame, dropped, [], [], {})
+            return PlannedChunk(batch, frame, dropped, [], [], {})
         rows = plan_rows(frame, self.extractor, self.cfg.run.max_item_chars)
         keys = attach_keys(rows, self.prefix, self.per_row, self.cfg.judge.verdict_only)
         found = self.memo.get_many(keys) if self.memo is not None and keys else {}
-        return PlannedBatch(batch, frame, dropped, rows, keys, found)
+        return PlannedChunk(batch, frame, dropped, rows, keys, found)
 
     def planned(
         self,
@@ -92,12 +92,12 @@ class BatchPlanner:
         *,
         skip: Collection[str] = (),
         only_files: Collection[int] | None = None,
-    ) -> Iterator[PlannedBatch]:
+    ) -> Iterator[PlannedChunk]:
         """Every batch of the input, planned, in order."""
         for batch in self.batches(info, skip=skip, only_files=only_files):
             yield self.plan(batch)
 
-    def next_planned(self, batches: Iterator[SourceBatch]) -> PlannedBatch | None:
+    def next_planned(self, batches: Iterator[SourceChunk]) -> PlannedChunk | None:
         """Read the next batch and plan it (one worker-thread hop for both); None at the end."""
         batch = next(batches, None)
         return None if batch is None else self.plan(batch)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
 from pipeline.flow.reason import build_reason, failed_reason, item_texts_lazy
-from pipeline.flow.rows import BatchJob, RowPlan
+from pipeline.flow.rows import ChunkJob, RowPlan
 from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.core.metric import map_score, map_stage_lazy, rank_column_names
 from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
@@ -238,7 +238,7 @@ def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
     }
 
 
-def scored_table(job: BatchJob, spec: TableSpec) -> pa.Table:
+def scored_table(job: ChunkJob, spec: TableSpec) -> pa.Table:
     """The batch's rows in the documented output schema, built column by column: the verdicts
     of the whole batch go through the Polars stage once, and the list columns are made from the
     flat verdicts and the rows' offsets."""

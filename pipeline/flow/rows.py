@@ -18,7 +18,7 @@ from pipeline.flow.extractor import Extractor
 from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from storage.memo import MemoEntry, item_keys, row_hasher
 
-__all__ = ["BatchJob", "RowPlan", "attach_keys", "plan_rows"]
+__all__ = ["ChunkJob", "RowPlan", "attach_keys", "plan_rows"]
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class RowPlan:
 
 
 @dataclass(slots=True)
-class BatchJob:
+class ChunkJob:
     """One input batch: the key of its part, its rows as read, and their plans."""
 
     key: str

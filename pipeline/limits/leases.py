@@ -1,5 +1,5 @@
 """Cluster-wide RPM/TPM: one `LeaseCoordinator` sets the start time of every request of every
-worker; each task's `LeasedGate` leases start times in blocks and waits for them.
+worker; each task's `LeasedThrottle` leases start times in blocks and waits for them.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pipeline.limits.limiter import AnyioClock, Clock, GateStats, RateGate
+from pipeline.limits.limiter import AnyioClock, Clock, RateThrottle, ThrottleStats
 
 if TYPE_CHECKING:
-    from connectors.judges.base import Gate
+    from connectors.judges.base import Throttle
 
-__all__ = ["Grant", "LeaseCoordinator", "LeaseFn", "LeasedGate", "Report"]
+__all__ = ["Grant", "LeaseCoordinator", "LeaseFn", "LeasedThrottle", "Report"]
 
 MIN_LINGER_S = 0.005  # a lease waits this long for more requests to join it ...
 MAX_LINGER_S = 0.5  # ... and up to this long while the cluster is at its limit
@@ -58,9 +58,9 @@ class _ScheduleClock:
 
 
 class LeaseCoordinator:
-    """Paces a whole cluster: a `RateGate` on a clock that does not wait. An admission returns
+    """Paces a whole cluster: a `RateThrottle` on a clock that does not wait. An admission returns
     the time it would have started, and that time is the permit; RPM spacing, the TPM budget,
-    429 pauses and the adaptive slow-down are exactly those of the local engine's gate. Starts
+    429 pauses and the adaptive slow-down are exactly those of the local engine's throttle. Starts
     are granted up to `horizon_s` ahead: the other requests ask again later."""
 
     def __init__(
@@ -74,7 +74,7 @@ class LeaseCoordinator:
     ) -> None:
         self._clock = _ScheduleClock(clock or AnyioClock())
         self._horizon = horizon_s
-        self._gate = RateGate(_ANY, rpm, tpm, adaptive=adaptive, clock=self._clock)
+        self._throttle = RateThrottle(_ANY, rpm, tpm, adaptive=adaptive, clock=self._clock)
         self.leases = 0
         self.permits = 0
 
@@ -82,23 +82,23 @@ class LeaseCoordinator:
         self, ests: Sequence[int], debt: int = 0, reports: Sequence[Report] = ()
     ) -> Grant:
         for retry_after, epoch in reports:
-            self._gate.rate_limited(retry_after, epoch=-1 if epoch is None else epoch)
+            self._throttle.rate_limited(retry_after, epoch=-1 if epoch is None else epoch)
         if debt:
-            self._gate.used_tokens(0, debt)
-        epoch = self._gate.epoch
+            self._throttle.used_tokens(0, debt)
+        epoch = self._throttle.epoch
         asked = self._clock.real.now()
         starts: list[float] = []
         for est in ests:
             if self._clock.now() - asked >= self._horizon:
                 break
-            async with self._gate.slot(est):
+            async with self._throttle.slot(est):
                 starts.append(self._clock.now() - asked)
         self.leases += 1
         self.permits += len(starts)
         return Grant(tuple(starts), epoch, max(self._clock.now() - asked, 0.0))
 
-    def stats(self) -> GateStats:
-        return self._gate.stats()
+    def stats(self) -> ThrottleStats:
+        return self._throttle.stats()
 
 
 @dataclass(eq=False)
@@ -110,14 +110,14 @@ class _Want:
     error: BaseException | None = None
 
 
-class LeasedGate:
-    """A task's gate under cluster-wide limits. Calls in flight are held here; each start waits
+class LeasedThrottle:
+    """A task's throttle under cluster-wide limits. Calls in flight are held here; each start waits
     for a start time from the coordinator. One leaser task asks for the starts of all waiting
     requests at once; while the cluster is at its limit (starts come back in the future) it
     first waits half that delay, so blocks grow and lease calls stay few. A 429 goes to the
     coordinator with the next lease, sent without waiting (within one wait at most); starts
-    already leased still go, like calls a local gate has admitted.
-    Use `async with gate.running():` around the work."""
+    already leased still go, like calls a local throttle has admitted.
+    Use `async with throttle.running():` around the work."""
 
     def __init__(
         self,
@@ -142,7 +142,7 @@ class LeasedGate:
         self._rate_limited = 0
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[LeasedGate]:
+    async def running(self) -> AsyncIterator[LeasedThrottle]:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._serve)
             try:
@@ -165,9 +165,9 @@ class LeasedGate:
     def used_tokens(self, estimated: int, actual: int) -> None:
         self._debt += actual - estimated  # sent with the next lease
 
-    def stats(self) -> GateStats:
+    def stats(self) -> ThrottleStats:
         """This task's view; pauses, waits and rates are the coordinator's to tell."""
-        return GateStats(admitted=self._admitted, rate_limited=self._rate_limited)
+        return ThrottleStats(admitted=self._admitted, rate_limited=self._rate_limited)
 
     async def _wait_for_start(self, est: int) -> None:
         want = _Want(est)
@@ -219,5 +219,5 @@ class LeasedGate:
 
 if TYPE_CHECKING:
 
-    def _is_a_gate(gate: LeasedGate) -> Gate:
-        return gate
+    def _is_a_throttle(throttle: LeasedThrottle) -> Throttle:
+        return throttle

@@ -1,7 +1,7 @@
 """Admission control for judge HTTP attempts: calls in flight, requests/min, tokens/min.
 
-`RateGate` implements the judges' `Gate`; it runs on a `Clock` (`AnyioClock` by default; tests
-pass a virtual one).
+`RateThrottle` implements the judges' `Throttle`; it runs on a `Clock` (`AnyioClock` by default;
+tests pass a virtual one).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import anyio
 from storage.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from connectors.judges.base import Gate
+    from connectors.judges.base import Throttle
 
-__all__ = ["AnyioClock", "Clock", "GateStats", "RateGate"]
+__all__ = ["AnyioClock", "Clock", "RateThrottle", "ThrottleStats"]
 
 WINDOW_S = 60.0  # the minute of "per minute"
 DEFAULT_PAUSE_S = 1.0  # pause after a 429 without Retry-After; doubles while 429s keep coming
@@ -36,7 +36,7 @@ LONG_RETRY_AFTER_S = 10.0  # a Retry-After this long means the budget is used up
 _SPACING = 1.0 + 1e-9  # keeps float rounding from fitting R + 1 requests into 60 s
 
 Reason = Literal["pause", "rpm", "tpm"]
-# The (gate, epoch) of the current task's latest admission: tells a fresh 429 from a stale one.
+# The (throttle, epoch) of the current task's latest admission: tells a fresh 429 from a stale one.
 _ADMISSION: ContextVar[tuple[object, int] | None] = ContextVar("ctxprec_admission", default=None)
 
 
@@ -62,8 +62,8 @@ class AnyioClock:
 
 
 @dataclass(frozen=True, slots=True)
-class GateStats:
-    """What the gate did during a run, for the run summary."""
+class ThrottleStats:
+    """What the throttle did during a run, for the run summary."""
 
     admitted: int = 0
     rate_limited: int = 0  # 429s reported
@@ -78,7 +78,7 @@ class GateStats:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-class RateGate:
+class RateThrottle:
     """Admission control for one event loop: a FIFO count of places in flight, then one
     FIFO queue. Only its head sleeps, until the 429 pause, the RPM spacing and the TPM budget
     all allow a start; it then admits itself (no await in between) and wakes the next.
@@ -218,9 +218,9 @@ class RateGate:
         """Correct the TPM budget: extra tokens become debt, unused ones come back."""
         self._token_tat += (actual - estimated) * self._sec_per_token
 
-    def stats(self) -> GateStats:
+    def stats(self) -> ThrottleStats:
         """A snapshot of the counters, the current rate and the measured ceiling."""
-        return GateStats(
+        return ThrottleStats(
             **self._counts,
             waited_rpm_s=self._waited["rpm"],
             waited_tpm_s=self._waited["tpm"],
@@ -344,28 +344,28 @@ class _Turn:
 
 
 class _Slot:
-    """`RateGate.slot`: a plain async context manager (a generator-based one costs a
+    """`RateThrottle.slot`: a plain async context manager (a generator-based one costs a
     generator, its frames and a task switch per call)."""
 
-    __slots__ = ("_gate", "_tokens")
+    __slots__ = ("_throttle", "_tokens")
 
-    def __init__(self, gate: RateGate, est_tokens: int) -> None:
-        self._gate, self._tokens = gate, est_tokens
+    def __init__(self, throttle: RateThrottle, est_tokens: int) -> None:
+        self._throttle, self._tokens = throttle, est_tokens
 
     async def __aenter__(self) -> None:
-        gate = self._gate
-        if gate._free and not gate._flight_queue and not gate._queue:
+        throttle = self._throttle
+        if throttle._free and not throttle._flight_queue and not throttle._queue:
             # a free place, nobody waiting, every limit allows a start now: what `_enter` and
             # `_admit` do then, without their two coroutines
-            now = gate._clock.now()
-            if gate._open_at(now):
-                gate._commit(max(self._tokens, 0), False, now)
-                gate._free -= 1
+            now = throttle._clock.now()
+            if throttle._open_at(now):
+                throttle._commit(max(self._tokens, 0), False, now)
+                throttle._free -= 1
                 return
-        await gate._enter(self._tokens)
+        await throttle._enter(self._tokens)
 
     async def __aexit__(self, *exc: object) -> None:
-        self._gate._exit()
+        self._throttle._exit()
 
 
 def _prune(times: deque[float], before: float) -> None:
@@ -383,5 +383,5 @@ def _check_limits(max_in_flight: int, rpm: float | None, tpm: float | None) -> N
 
 if TYPE_CHECKING:
 
-    def _is_a_gate(gate: RateGate) -> Gate:
-        return gate
+    def _is_a_throttle(throttle: RateThrottle) -> Throttle:
+        return throttle

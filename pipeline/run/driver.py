@@ -28,7 +28,7 @@ from pipeline.config import Config
 from pipeline.flow.dispatch import RunCounters, add_counts
 from pipeline.flow.extractor import load_extractor
 from pipeline.flow.reduce import TableSpec
-from pipeline.limits.limiter import GateStats
+from pipeline.limits.limiter import ThrottleStats
 from pipeline.run.estimate import estimate
 from pipeline.run.interrupt import stoppable
 from pipeline.run.notices import memo_notices, run_notices, skipped_formats_line
@@ -122,11 +122,11 @@ class RunPlan:
 
 @dataclass
 class StageResult:
-    """What stages did, summed: counters, judge statistics and gate statistics."""
+    """What stages did, summed: counters, judge statistics and throttle statistics."""
 
     counters: RunCounters
     stats: JudgeStats
-    gate: GateStats
+    throttle: ThrottleStats
     extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
     recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
     audit: AuditCounts | None = None  # --audit-model: what the audit judge did
@@ -387,7 +387,7 @@ def _run_info(
             "dedup_hits": c.dedup_hits,
             "reason_calls": c.reason_calls,
             "judge": stats.as_dict(),
-            "gate": result.gate.as_dict(),
+            "throttle": result.throttle.as_dict(),
             "price": None
             if price is None
             else {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok}

@@ -18,7 +18,7 @@ from connectors.sources import SourceInfo, inspect_input
 from pipeline.analysis.recheck import recheck_cost
 from pipeline.config import Config
 from pipeline.flow.audit import audited_rows
-from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from pipeline.flow.rows import RowPlan, attach_keys
 from storage.core.constants import STATUS_OK
 from storage.core.seams import Seams
@@ -87,7 +87,7 @@ def estimate(
     prefix = judge_prefix(judge.identity())
     per_row = cfg.judge.mode == "row"
     memo = open_memo(cfg)
-    planner = BatchPlanner(cfg, prefix, per_row=per_row, memo=memo, skip_ids=skip_ids)
+    planner = ChunkPlanner(cfg, prefix, per_row=per_row, memo=memo, skip_ids=skip_ids)
     seen: set[int] = set()
     # items_sent: items the calls (and re-asks) carry, what replies are counted by;
     # schema_output_tokens: their replies' tokens as the reply schema gives them
@@ -163,7 +163,7 @@ class _AuditCount:
         return cls(settings.model, judge_prefix(judge.identity()), j.audit_fraction, j.audit_seed,
                    memo)  # fmt: skip
 
-    def count(self, planned: PlannedBatch, per_row: bool, verdict_only: bool) -> None:
+    def count(self, planned: PlannedChunk, per_row: bool, verdict_only: bool) -> None:
         ids = planned.frame.get_column("id").to_list() if planned.rows else []
         picked = [
             planned.rows[i] for i in audited_rows(ids, planned.rows, self.fraction, self.seed)

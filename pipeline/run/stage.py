@@ -16,19 +16,19 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from connectors.judges import Gate, Judge, JudgeStats, audit_settings, create_judge
+from connectors.judges import Judge, JudgeStats, Throttle, audit_settings, create_judge
 from connectors.judges.base import SyncDecider
-from connectors.sources import SourceBatch
+from connectors.sources import SourceChunk
 from pipeline.config import Config
 from pipeline.flow.audit import AuditSide, AuditVerdicts
 from pipeline.flow.dispatch import Dispatcher, RunCounters
 from pipeline.flow.extractor import Extractor, load_extractor
 from pipeline.flow.fanout import resolve_items
 from pipeline.flow.llm_reason import write_llm_reasons
-from pipeline.flow.planning import BatchPlanner, PlannedBatch, open_memo
+from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from pipeline.flow.reduce import scored_table
-from pipeline.flow.rows import BatchJob
-from pipeline.limits.limiter import GateStats, RateGate
+from pipeline.flow.rows import ChunkJob
+from pipeline.limits.limiter import RateThrottle, ThrottleStats
 from pipeline.run.driver import AuditCounts, RunPlan, StageResult
 from pipeline.run.notices import record_memo
 from pipeline.run.partition import partition_tables
@@ -41,13 +41,13 @@ from storage.journal import Journal, open_journal, replay_journals
 from storage.memo import Memo, MemoStore, judge_prefix
 from storage.verdicts import SharedMemo, open_shared
 
-__all__ = ["MeteredGate", "run_stage", "shared_memo"]
+__all__ = ["MeteredThrottle", "run_stage", "shared_memo"]
 
 
-class MeteredGate(Gate, Protocol):
-    """A gate that reports what it did: `RateGate`, or an engine's cluster-wide gate."""
+class MeteredThrottle(Throttle, Protocol):
+    """A throttle that reports what it did: `RateThrottle`, or an engine's cluster-wide throttle."""
 
-    def stats(self) -> GateStats: ...
+    def stats(self) -> ThrottleStats: ...
 
 
 @dataclass
@@ -59,7 +59,7 @@ class _Stage:
     extractor: Extractor | None
     counters: RunCounters
     skip: frozenset[str]
-    planner: BatchPlanner
+    planner: ChunkPlanner
     audit: AuditSide | None = None  # --audit-model: the second judge on a sample of rows
 
 
@@ -68,29 +68,29 @@ async def run_stage(
     *,
     files: Collection[int] | None = None,
     skip: Collection[str] = (),
-    gate: MeteredGate | None = None,
+    throttle: MeteredThrottle | None = None,
     open_memo: Callable[[], MemoStore | None] | None = None,
     counters: RunCounters | None = None,
     progress: str = "off",
-    judge_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
-    audit_factory: Callable[[Gate, JudgeStats], Judge] | None = None,
-    audit_gate: MeteredGate | None = None,
+    judge_factory: Callable[[Throttle, JudgeStats], Judge] | None = None,
+    audit_factory: Callable[[Throttle, JudgeStats], Judge] | None = None,
+    audit_throttle: MeteredThrottle | None = None,
     open_audit_memo: Callable[[], MemoStore | None] | None = None,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
     plan skips and those an earlier attempt of this stage committed. Every engine runs this.
-    The audit judge (`--audit-model`) gets a gate of its own (`audit_gate`, else one with the
-    run's limits) and the stage's memo, or `open_audit_memo`'s when the stage's memo is not a
+    The audit judge (`--audit-model`) gets a throttle of its own (`audit_throttle`, else one with
+    the run's limits) and the stage's memo, or `open_audit_memo`'s when the stage's memo is not a
     memo of every judge (a keyed reduce's answers are the first judge's only)."""
     cfg = plan.cfg
     stats = JudgeStats()
-    gate = gate or RateGate(
+    throttle = throttle or RateThrottle(
         cfg.limits.concurrency, cfg.limits.rpm, cfg.limits.tpm, adaptive=cfg.limits.adaptive
     )
     if judge_factory is not None:  # e.g. a batch-API run's judge that reads batch results
-        judge = judge_factory(gate, stats)
+        judge = judge_factory(throttle, stats)
     else:
-        judge = create_judge(cfg.judge, gate=gate, stats=stats, seams=plan.seams)
+        judge = create_judge(cfg.judge, throttle=throttle, stats=stats, seams=plan.seams)
     if judge.identity() != plan.identity:
         raise ConfigError(
             f"the judge here is {judge.identity()}, the driver's {plan.identity}: give every "
@@ -98,7 +98,7 @@ async def run_stage(
         )
     counters = counters or RunCounters()
     extractor = load_extractor(cfg.columns.extractor) if cfg.columns.extractor else None
-    audit_judge = _audit_judge(plan, audit_factory, audit_gate)
+    audit_judge = _audit_judge(plan, audit_factory, audit_throttle)
     try:
         others = plan.skip_parts | frozenset(skip)
         done = await _done_by_earlier_attempt(plan, files, others, counters)
@@ -115,7 +115,7 @@ async def run_stage(
         )
         skipped = others | done
         prefix = judge_prefix(plan.identity)
-        planner = BatchPlanner(
+        planner = ChunkPlanner(
             cfg,
             prefix,
             per_row=plan.spec.per_row,
@@ -145,7 +145,7 @@ async def run_stage(
             await judge.aclose()
             if audit_judge is not None:
                 await audit_judge.judge.aclose()
-    result = StageResult(counters, stats, gate.stats())
+    result = StageResult(counters, stats, throttle.stats())
     if audit_judge is not None:
         result.audit = AuditCounts(audit_judge.counters, audit_judge.stats, audit_judge.rows)
     return result
@@ -163,21 +163,21 @@ class _AuditJudge:
 
 def _audit_judge(
     plan: RunPlan,
-    factory: Callable[[Gate, JudgeStats], Judge] | None,
-    gate: MeteredGate | None = None,
+    factory: Callable[[Throttle, JudgeStats], Judge] | None,
+    throttle: MeteredThrottle | None = None,
 ) -> _AuditJudge | None:
-    """The audit judge (`--audit-model`), behind a gate of its own (it may be another
+    """The audit judge (`--audit-model`), behind a throttle of its own (it may be another
     provider's, with its own limits): None without one."""
     settings = audit_settings(plan.cfg.judge)
     if settings is None or plan.audit_identity is None:
         return None
     lim = plan.cfg.limits
-    gate = gate or RateGate(lim.concurrency, lim.rpm, lim.tpm, adaptive=lim.adaptive)
+    throttle = throttle or RateThrottle(lim.concurrency, lim.rpm, lim.tpm, adaptive=lim.adaptive)
     stats = JudgeStats()
     if factory is not None:
-        judge = factory(gate, stats)
+        judge = factory(throttle, stats)
     else:
-        judge = create_judge(settings, gate=gate, stats=stats, seams=plan.seams)
+        judge = create_judge(settings, throttle=throttle, stats=stats, seams=plan.seams)
     if judge.identity() != plan.audit_identity:
         raise ConfigError(
             f"the audit judge here is {judge.identity()}, the driver's {plan.audit_identity}: "
@@ -286,7 +286,7 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
     the memo lookup), `_PLANNERS` at a time, reading them one at a time in input order, and
     process up to `in_flight` at once."""
     cfg = run.plan.cfg
-    batches: Iterator[SourceBatch] = run.planner.batches(
+    batches: Iterator[SourceChunk] = run.planner.batches(
         run.plan.info, skip=run.skip, only_files=files
     )
     in_flight = anyio.Semaphore(_batches_in_flight(cfg))
@@ -296,7 +296,7 @@ async def _feed(run: _Stage, files: Collection[int] | None) -> None:
     async def plan_batches(tg: TaskGroup) -> None:
         while not failures:
             await in_flight.acquire()
-            planned: PlannedBatch | None = None
+            planned: PlannedChunk | None = None
             try:
                 async with reading:
                     batch = await anyio.to_thread.run_sync(next, batches, None)
@@ -338,7 +338,7 @@ def _batches_in_flight(cfg: Config) -> int:
     return max(_PLANNERS + 2, min(16, -(-cfg.limits.concurrency * 8 // per_batch) + 1))
 
 
-async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedBatch) -> list[AuditVerdicts]:
+async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedChunk) -> list[AuditVerdicts]:
     """Resolve the batch with the first judge and its audit sample with the audit judge."""
     plans = planned.rows
     picked = side.plan(planned.frame.get_column("id").to_list(), plans)
@@ -353,14 +353,14 @@ async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedBatch) -> li
     return out
 
 
-async def _process_then_release(run: _Stage, planned: PlannedBatch, slot: anyio.Semaphore) -> None:
+async def _process_then_release(run: _Stage, planned: PlannedChunk, slot: anyio.Semaphore) -> None:
     try:
         await _process(run, planned)
     finally:
         slot.release()
 
 
-async def _process(run: _Stage, planned: PlannedBatch) -> None:
+async def _process(run: _Stage, planned: PlannedChunk) -> None:
     plan = run.plan
     batch, frame, plans = planned.batch, planned.frame, planned.rows
     if planned.dropped:
@@ -373,7 +373,7 @@ async def _process(run: _Stage, planned: PlannedBatch) -> None:
         await resolve_items(plans, planned.found, run.dispatcher, plan.spec.per_row)
     else:  # the audit judge's sample of the batch, side by side with the first judge
         audit = await _with_audit(run, run.audit, planned)
-    job = BatchJob(batch.key, frame, plans, audit)
+    job = ChunkJob(batch.key, frame, plans, audit)
     table = await anyio.to_thread.run_sync(scored_table, job, plan.spec)
     if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)

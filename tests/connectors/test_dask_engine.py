@@ -27,7 +27,7 @@ from pipeline.cli.main import main
 from pipeline.config import load_config
 from pipeline.engines.dask import plan_tasks
 from pipeline.flow.audit import audited
-from pipeline.limits.limiter import RateGate
+from pipeline.limits.limiter import RateThrottle
 from pipeline.run.driver import RunOptions, StageResult, prepare_run
 from pipeline.run.stage import run_stage
 from storage.core.seams import Seams
@@ -360,8 +360,8 @@ def test_a_slice_plans_each_key_once_in_parts(hotpot: Path, tmp_path: Path, serv
     assert distinct == len(found) == len(set(found)) == unique
 
     async def judge_all() -> list[StageResult]:
-        gates = [RateGate(4, None, None) for _ in range(4)]
-        return [await keyed.judge_shard(plan, s, scratch, 4, gates[s]) for s in range(4)]
+        throttles = [RateThrottle(4, None, None) for _ in range(4)]
+        return [await keyed.judge_shard(plan, s, scratch, 4, throttles[s]) for s in range(4)]
 
     judged = anyio.run(judge_all)
     assert sum(r.counters.judge_calls for r in judged) == unique

@@ -58,8 +58,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
-class RecordingGate:
-    """A Gate that admits everything and remembers what it was told."""
+class RecordingThrottle:
+    """A Throttle that admits everything and remembers what it was told."""
 
     slots: int = 0
     active: int = 0
@@ -87,7 +87,7 @@ class Rig:
     judge: HttpJudgeBase
     server: FakeJudgeServer
     stats: JudgeStats
-    gate: RecordingGate
+    throttle: RecordingThrottle
 
 
 @contextlib.asynccontextmanager
@@ -100,14 +100,17 @@ async def rig(
     """A fake server plus a judge of `provider` pointed at it (through the registry), waiting
     between attempts on `clock` (a fresh instant one unless given)."""
     async with running_fake_judge(config) as server:
-        stats, gate = JudgeStats(), RecordingGate()
+        stats, throttle = JudgeStats(), RecordingThrottle()
         judge_settings = JudgeSettings(model=f"{provider}/judge-1", base_url=server.url, **settings)
         judge = create_judge(
-            judge_settings, gate=gate, stats=stats, seams=Seams(clock=clock or instant_retries())
+            judge_settings,
+            throttle=throttle,
+            stats=stats,
+            seams=Seams(clock=clock or instant_retries()),
         )
         assert isinstance(judge, HttpJudgeBase)
         try:
-            yield Rig(judge, server, stats, gate)
+            yield Rig(judge, server, stats, throttle)
         finally:
             await judge.aclose()
 
@@ -126,11 +129,11 @@ async def test_verdicts_usage_and_headers(provider: str) -> None:
     assert [x.verdict.relevant for x in replies] == [expected_verdict(t) for t in ITEMS]
     assert len({x.verdict.relevant for x in replies}) == 2  # the sample has both outcomes
     assert r.server.stats.items == Counter(ITEMS)  # each item judged exactly once
-    assert r.stats.requests == r.gate.slots == len(ITEMS)
+    assert r.stats.requests == r.throttle.slots == len(ITEMS)
     assert all(x.input_tokens > 0 and x.output_tokens > 0 for x in replies)
     assert r.stats.input_tokens == sum(x.input_tokens for x in replies)
     assert r.stats.output_tokens == sum(x.output_tokens for x in replies)
-    assert sorted(a for _, a in r.gate.used) == sorted(
+    assert sorted(a for _, a in r.throttle.used) == sorted(
         x.input_tokens + x.output_tokens for x in replies
     )
     expected_auth = f"Bearer {KEY}" if provider == "openai" else KEY
@@ -204,7 +207,7 @@ async def test_transient_failures_are_retried(
         reply = await r.judge.judge_item(req(ITEMS[1]))
     assert reply.verdict.relevant == expected_verdict(ITEMS[1])
     assert r.stats.retries == len(script)
-    assert r.server.stats.total == r.stats.requests == r.gate.slots == len(script) + 1
+    assert r.server.stats.total == r.stats.requests == r.throttle.slots == len(script) + 1
     assert dict(r.stats.errors_by_cause) == causes
     assert not r.stats.failures
 
@@ -228,15 +231,15 @@ async def test_429_waits_what_the_server_says(
     assert retry_clock.waits == [approx]
     assert r.stats.rate_limited == 1
     assert r.stats.retries == 1
-    assert r.gate.rate_limited_calls == [None if outcome == "429_none" else approx]
+    assert r.throttle.rate_limited_calls == [None if outcome == "429_none" else approx]
 
 
 async def test_waits_happen_outside_the_slot() -> None:
     active_during_waits: list[int] = []
-    gates: list[RecordingGate] = []
-    clock = instant_retries(on_sleep=lambda _: active_during_waits.append(gates[0].active))
+    throttles: list[RecordingThrottle] = []
+    clock = instant_retries(on_sleep=lambda _: active_during_waits.append(throttles[0].active))
     async with rig("openai", FakeJudgeConfig(script=["429_seconds", "500"]), clock) as r:
-        gates.append(r.gate)
+        throttles.append(r.throttle)
         await r.judge.judge_item(req(ITEMS[3]))
     assert active_during_waits == [0, 0]
 
@@ -271,7 +274,7 @@ async def test_server_rpm_limit_answers_429_with_retry_after(retry_clock: RetryC
             await r.judge.judge_item(req(ITEMS[2]))
     assert r.server.stats.by_outcome == Counter(ok=2, rpm_429=2)
     assert retry_clock.waits == [60.0]
-    assert r.gate.rate_limited_calls == [60.0, 60.0]
+    assert r.throttle.rate_limited_calls == [60.0, 60.0]
 
 
 @pytest.mark.parametrize(

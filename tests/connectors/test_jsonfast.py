@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from connectors.judges import JudgeStats, NullGate, jsonfast
+from connectors.judges import JudgeStats, NullThrottle, jsonfast
 from connectors.judges.openai import OpenAIJudge
 from storage.core.seams import Seams
 from storage.core.settings import JudgeSettings
@@ -81,7 +81,7 @@ def test_loads_reads_what_json_loads_reads(text: str) -> None:
 
 async def test_the_request_template_follows_every_shape_change() -> None:
     keys = Seams(keys=lambda name: "sk-test")
-    judge = OpenAIJudge("gpt-4o", JudgeSettings(), NullGate(), JudgeStats(), seams=keys)
+    judge = OpenAIJudge("gpt-4o", JudgeSettings(), NullThrottle(), JudgeStats(), seams=keys)
     schema = ("verdict", {"type": "object"})
     messages = [{"role": "user", "content": "u"}]
 

@@ -45,8 +45,8 @@ pytestmark = pytest.mark.usefixtures("judge_keys")
 REQUEST = ItemRequest("Who wrote Dune?", "Frank Herbert", "Dune is a 1965 novel by Frank Herbert.")
 
 
-class RecordingGate:
-    """A gate that admits everything and records what the client tells it."""
+class RecordingThrottle:
+    """A throttle that admits everything and records what the client tells it."""
 
     def __init__(self) -> None:
         self.slots = 0
@@ -69,13 +69,13 @@ def openai_judge(
     model: str = "gpt-4o-mini",
     clock: RetryClock | None = None,
     **settings: Any,
-) -> tuple[OpenAIJudge, JudgeStats, RecordingGate]:
+) -> tuple[OpenAIJudge, JudgeStats, RecordingThrottle]:
     """An OpenAI judge over `transport`, waiting between attempts on `clock` (instant)."""
-    stats, gate = JudgeStats(), RecordingGate()
+    stats, throttle = JudgeStats(), RecordingThrottle()
     judge_settings = JudgeSettings(model=f"openai/{model}", **settings)
     seams = Seams(transport=transport, clock=clock or instant_retries())
-    judge = OpenAIJudge(model, judge_settings, gate, stats, seams=seams)
-    return judge, stats, gate
+    judge = OpenAIJudge(model, judge_settings, throttle, stats, seams=seams)
+    return judge, stats, throttle
 
 
 def anthropic_judge(
@@ -84,7 +84,7 @@ def anthropic_judge(
     stats = JudgeStats()
     settings = JudgeSettings(model="anthropic/claude-haiku-4-5")
     seams = Seams(transport=transport, clock=clock or instant_retries())
-    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingGate(), stats, seams=seams)
+    judge = AnthropicJudge("claude-haiku-4-5", settings, RecordingThrottle(), stats, seams=seams)
     return judge, stats
 
 
@@ -93,15 +93,15 @@ def anthropic_judge(
 
 async def test_429_waits_what_retry_after_says_then_succeeds(retry_clock: RetryClock) -> None:
     transport = MockTransport(replies(rate_limited(2.0), openai_completion(verdict_json(True))))
-    judge, stats, gate = openai_judge(transport, clock=retry_clock)
+    judge, stats, throttle = openai_judge(transport, clock=retry_clock)
     reply = await judge.judge_item(REQUEST)
     assert reply.verdict.relevant is True
     assert retry_clock.waits == [2.0]
     assert stats.retries == 1
     assert stats.rate_limited == 1
     assert stats.requests == 2
-    assert gate.rate_limited_calls == [2.0]
-    assert gate.slots == 2
+    assert throttle.rate_limited_calls == [2.0]
+    assert throttle.slots == 2
     assert dict(stats.errors_by_cause) == {"rate_limited": 1}
     assert transport.requests[0].url == "https://api.openai.com/v1/chat/completions"
     assert transport.requests[0].headers["Authorization"] == f"Bearer {KEY}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.judges import offline
-from connectors.judges.base import ItemRequest, Judge, JudgeStats, NullGate
+from connectors.judges.base import ItemRequest, Judge, JudgeStats, NullThrottle
 from connectors.judges.offline import OfflineJudge
 from connectors.judges.registry import create_judge
 from storage.core.errors import ConfigError
@@ -44,7 +44,7 @@ DISTRACTOR = (
 
 
 def make(variant: str = "") -> OfflineJudge:
-    return OfflineJudge(variant, JudgeSettings(), NullGate(), JudgeStats())
+    return OfflineJudge(variant, JudgeSettings(), NullThrottle(), JudgeStats())
 
 
 async def verdict(query: str, expected: str | None, item: str, variant: str = "") -> bool:

@@ -15,7 +15,7 @@ import pytest
 from connectors.sources import (
     INPUT_ERROR,
     ColumnMap,
-    SourceBatch,
+    SourceChunk,
     SourceInfo,
     inspect_source,
     iter_batches,
@@ -43,7 +43,7 @@ def inspect(spec: Path | str, columns: ColumnMap = COLS, **kw: Any) -> SourceInf
     return inspect_source(spec, columns, use_extractor=kw.pop("use_extractor", False), **kw)
 
 
-def batches(info: SourceInfo, columns: ColumnMap = COLS, **kw: Any) -> list[SourceBatch]:
+def batches(info: SourceInfo, columns: ColumnMap = COLS, **kw: Any) -> list[SourceChunk]:
     return list(iter_batches(info, columns, batch_rows=kw.pop("batch_rows", 100), **kw))
 
 

@@ -5,7 +5,7 @@ send (../shared/providers.md): chat completions, Anthropic messages, and their e
 headers.
 
     transport = MockTransport(replies(rate_limited(2.0), openai_completion('{"relevant": true}')))
-    judge = OpenAIJudge("gpt-4o-mini", settings, gate, stats, seams=Seams(transport=transport))
+    judge = OpenAIJudge("gpt-4o-mini", settings, throttle, stats, seams=Seams(transport=transport))
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pipeline import scorer as scorer_module
 from pipeline.cli.help import default_text
 from pipeline.cli.main import _flags, build_parser
 from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
-from pipeline.limits.limiter import RateGate
+from pipeline.limits.limiter import RateThrottle
 from storage.core.errors import ConfigError
 from storage.core.settings import SECTIONS, settings
 
@@ -98,11 +98,11 @@ def test_the_api_and_the_cli_have_the_same_defaults(monkeypatch: pytest.MonkeyPa
     assert from_cli == Config() == load_config(None, {}, env={})
     gates: list[tuple[object, ...]] = []
 
-    def gate(*args: object, **kw: object) -> RateGate:
+    def gate(*args: object, **kw: object) -> RateThrottle:
         gates.append((*args, kw["adaptive"]))
-        return RateGate(*args, **kw)  # type: ignore[arg-type]
+        return RateThrottle(*args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(scorer_module, "RateGate", gate)
+    monkeypatch.setattr(scorer_module, "RateThrottle", gate)
     scorer = create_context_precision_scorer(options={"context": ["a"]})
     assert scorer.judge.model == from_cli.judge.model
     assert scorer.scale == from_cli.scoring.scale

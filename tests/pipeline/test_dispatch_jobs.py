@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import anyio
 import anyio.lowlevel
 
-from connectors.judges.base import ItemRequest, JudgeStats, JudgeWrapper, NullGate
+from connectors.judges.base import ItemRequest, JudgeStats, JudgeWrapper, NullThrottle
 from connectors.judges.offline import OfflineJudge
 from pipeline.flow.dispatch import Dispatcher, RunCounters
 from storage.core.settings import JudgeSettings
@@ -22,7 +22,7 @@ class SlowJudge(JudgeWrapper):
     """A judge reached over the network: each call gives the event loop a turn."""
 
     def __init__(self) -> None:
-        super().__init__(OfflineJudge("", JudgeSettings(), NullGate(), JudgeStats()))
+        super().__init__(OfflineJudge("", JudgeSettings(), NullThrottle(), JudgeStats()))
         self.judged: list[str] = []
 
     async def judge_item(self, request: ItemRequest) -> JudgeReply:

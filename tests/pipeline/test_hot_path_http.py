@@ -1,5 +1,5 @@
 """The HTTP judge's hot path: a budget of Python steps per judge call keeps the client's work per
-call (request building, the post, reading and parsing the reply, the gate, the dispatcher) from
+call (request building, the post, reading and parsing the reply, the throttle, the dispatcher) from
 growing again (docs/performance.md, "The hot-path guard"). No wall-clock assert: steps, unlike
 seconds, do not depend on the machine or its load."""
 
@@ -37,7 +37,7 @@ from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 # (`HttpClient._attempt` and `_send`, `Dispatcher._judge` and `_taken`, `OpenAIJudge._chat`,
 # `estimate_tokens`). Older figures: 1,906 before the per-call work of branch http2, 2,344 on
 # main before the issue-27 HTTP work; the bare aiohttp loop of bench/bare_client.py, counted the
-# same way: 1,390 (it has no gate, retries, dispatcher, memo keys, estimate or output rows).
+# same way: 1,390 (it has no throttle, retries, dispatcher, memo keys, estimate or output rows).
 BUDGET = 2_180  # the figure (~1,745) +25 %: room for clear code; change only as docs say
 
 _MODULES = (

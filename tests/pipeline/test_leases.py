@@ -1,12 +1,13 @@
-"""Cluster-wide limits on virtual time: the coordinator's start times, several task gates sharing
-one coordinator (spacing, blocks), TPM, and a 429 that pauses every task. No wall-clock asserts."""
+"""Cluster-wide limits on virtual time: the coordinator's start times, several task throttles
+sharing one coordinator (spacing, blocks), TPM, and a 429 that pauses every task. No wall-clock
+asserts."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedGate, LeaseFn, Report
+from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
 from tests.fakes.clock import FakeClock, window_max
 
 RTT_S = 0.002  # one lease call's round trip
@@ -55,23 +56,23 @@ async def test_coordinator_tpm_budget() -> None:
 
 
 async def run_tasks(
-    clock: FakeClock, gates: list[LeasedGate], requests: int, latency: float
+    clock: FakeClock, throttles: list[LeasedThrottle], requests: int, latency: float
 ) -> list[float]:
     starts: list[float] = []
 
-    async def task(gate: LeasedGate) -> None:
-        async with gate.running(), anyio.create_task_group() as tg:
+    async def task(throttle: LeasedThrottle) -> None:
+        async with throttle.running(), anyio.create_task_group() as tg:
             for _ in range(requests):
-                tg.start_soon(one, gate)
+                tg.start_soon(one, throttle)
 
-    async def one(gate: LeasedGate) -> None:
-        async with gate.slot(10):
+    async def one(throttle: LeasedThrottle) -> None:
+        async with throttle.slot(10):
             starts.append(clock.now())
             await clock.sleep(latency)
 
     async with anyio.create_task_group() as tg:
-        for gate in gates:
-            tg.start_soon(task, gate)
+        for throttle in throttles:
+            tg.start_soon(task, throttle)
     return starts
 
 
@@ -79,8 +80,10 @@ async def test_tasks_sharing_a_coordinator_keep_one_rate_and_lease_in_blocks() -
     clock = FakeClock()
     coordinator = LeaseCoordinator(1200, None, adaptive=False, clock=clock)  # 20 a second
     calls: list[int] = []
-    gates = [LeasedGate(lease_fn(coordinator, clock, calls), 8, clock=clock) for _ in range(3)]
-    starts = await run_tasks(clock, gates, requests=120, latency=0.05)
+    throttles = [
+        LeasedThrottle(lease_fn(coordinator, clock, calls), 8, clock=clock) for _ in range(3)
+    ]
+    starts = await run_tasks(clock, throttles, requests=120, latency=0.05)
     assert len(starts) == 360
     assert window_max(starts, width=1.0) <= 21  # 20/s for the three tasks together
     assert window_max(starts, width=60.0) <= 1200
@@ -94,30 +97,32 @@ async def test_a_429_pauses_every_task() -> None:
     clock = FakeClock()
     coordinator = LeaseCoordinator(6000, None, adaptive=False, clock=clock)
     calls: list[int] = []
-    gates = [LeasedGate(lease_fn(coordinator, clock, calls), 4, clock=clock) for _ in range(2)]
+    throttles = [
+        LeasedThrottle(lease_fn(coordinator, clock, calls), 4, clock=clock) for _ in range(2)
+    ]
     starts: list[tuple[int, float]] = []
     told = anyio.Event()
 
-    async def one(index: int, gate: LeasedGate) -> None:
-        async with gate.slot(1):
+    async def one(index: int, throttle: LeasedThrottle) -> None:
+        async with throttle.slot(1):
             starts.append((index, clock.now()))
             if index == 0 and len(starts) == 10:
-                gate.rate_limited(3.0)  # the server said: come back in 3 s
+                throttle.rate_limited(3.0)  # the server said: come back in 3 s
                 told.set()
             await clock.sleep(0.05)
 
-    async def task(index: int, gate: LeasedGate) -> None:
-        async with gate.running(), anyio.create_task_group() as tg:
+    async def task(index: int, throttle: LeasedThrottle) -> None:
+        async with throttle.running(), anyio.create_task_group() as tg:
             for _ in range(30):
-                tg.start_soon(one, index, gate)
+                tg.start_soon(one, index, throttle)
 
     async with anyio.create_task_group() as tg:
-        for i, gate in enumerate(gates):
-            tg.start_soon(task, i, gate)
+        for i, throttle in enumerate(throttles):
+            tg.start_soon(task, i, throttle)
     assert told.is_set()
     t429 = starts[9][1]
     early = [t for _, t in starts[10:] if t < t429 + 3.0]
     assert len(early) <= 8  # only starts leased before the 429 (at most the calls in flight)
     assert {i for i, t in starts if t >= t429 + 3.0} == {0, 1}
     assert coordinator.stats().pauses == 1
-    assert gates[0].stats().rate_limited == 1
+    assert throttles[0].stats().rate_limited == 1

@@ -1,5 +1,5 @@
-"""RateGate on virtual time: in-flight cap, sliding-window RPM, TPM with corrections, 429 pauses,
-AIMD against a simulated rate-limited server, FIFO order. No wall-clock timing asserts."""
+"""RateThrottle on virtual time: in-flight cap, sliding-window RPM, TPM with corrections, 429
+pauses, AIMD against a simulated rate-limited server, FIFO order. No wall-clock timing asserts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from connectors.judges.base import Gate
-from pipeline.limits.limiter import AnyioClock, GateStats, RateGate
+from connectors.judges.base import Throttle
+from pipeline.limits.limiter import AnyioClock, RateThrottle, ThrottleStats
 from storage.core.errors import ConfigError
 from tests.fakes.clock import FakeClock, window_max
 
@@ -97,13 +97,13 @@ async def test_fake_clock_survives_cancelled_sleepers() -> None:
 
 async def test_max_in_flight_never_exceeded_with_200_tasks() -> None:
     clock = FakeClock()
-    gate = RateGate(7, None, None, clock=clock)
+    throttle = RateThrottle(7, None, None, clock=clock)
     rng = random.Random(3)
     in_flight, peak, done = 0, 0, 0
 
     async def call(_: int) -> None:
         nonlocal in_flight, peak, done
-        async with gate.slot(10):
+        async with throttle.slot(10):
             in_flight += 1
             peak = max(peak, in_flight)
             await clock.sleep(rng.uniform(0.1, 2.0))
@@ -112,17 +112,17 @@ async def test_max_in_flight_never_exceeded_with_200_tasks() -> None:
 
     await run_workers(200, call)
     assert (peak, done, in_flight) == (7, 200, 0)
-    assert gate.stats().admitted == 200
+    assert throttle.stats().admitted == 200
 
 
 async def test_places_in_flight_go_to_waiters_in_arrival_order() -> None:
     clock = FakeClock()
-    gate = RateGate(2, None, None, clock=clock)
+    throttle = RateThrottle(2, None, None, clock=clock)
     started: list[int] = []
 
     async def call(i: int) -> None:
         await clock.sleep(i * 0.01)  # arrive in order 0, 1, 2, ...
-        async with gate.slot(1):
+        async with throttle.slot(1):
             started.append(i)
             await clock.sleep(1.0 + (i % 3) * 0.37)
 
@@ -132,17 +132,17 @@ async def test_places_in_flight_go_to_waiters_in_arrival_order() -> None:
 
 async def test_a_waiter_cancelled_before_or_after_its_turn_gives_the_place_on() -> None:
     clock = FakeClock()
-    gate = RateGate(1, None, None, clock=clock)
+    throttle = RateThrottle(1, None, None, clock=clock)
     entered: list[str] = []
     release = anyio.Event()
 
     async def holder() -> None:
-        async with gate.slot(1):
+        async with throttle.slot(1):
             entered.append("holder")
             await release.wait()
 
     async def waiter(name: str) -> None:
-        async with gate.slot(1):
+        async with throttle.slot(1):
             entered.append(name)
 
     async with anyio.create_task_group() as tg:
@@ -159,7 +159,7 @@ async def test_a_waiter_cancelled_before_or_after_its_turn_gives_the_place_on() 
             late.cancel_scope.cancel()  # ... which is cancelled before it runs
         tg.start_soon(waiter, "last")
     assert entered == ["holder", "last"]
-    async with gate.slot(1):  # nothing leaked: the one place is free again
+    async with throttle.slot(1):  # nothing leaked: the one place is free again
         entered.append("again")
     assert entered[-1] == "again"
 
@@ -170,13 +170,13 @@ async def test_a_waiter_cancelled_before_or_after_its_turn_gives_the_place_on() 
 @pytest.mark.parametrize("rpm", [7, 120, 600])
 async def test_rpm_never_exceeded_in_any_sliding_minute(rpm: int) -> None:
     clock = FakeClock()
-    gate = RateGate(32, rpm, None, clock=clock)
+    throttle = RateThrottle(32, rpm, None, clock=clock)
     rng = random.Random(rpm)
     admitted: list[float] = []
 
     async def worker(_: int) -> None:
         while clock.now() < 180.0:
-            async with gate.slot(10):
+            async with throttle.slot(10):
                 admitted.append(clock.now())
                 await clock.sleep(rng.uniform(0.05, 3.0))
 
@@ -184,7 +184,7 @@ async def test_rpm_never_exceeded_in_any_sliding_minute(rpm: int) -> None:
     first_three_minutes = [t for t in admitted if t < 180.0]
     assert window_max(admitted) <= rpm
     assert len(first_three_minutes) >= 0.95 * 3 * rpm
-    assert gate.stats().waited_rpm_s > 0
+    assert throttle.stats().waited_rpm_s > 0
 
 
 # --- tokens per minute ------------------------------------------------------------------------
@@ -192,7 +192,7 @@ async def test_rpm_never_exceeded_in_any_sliding_minute(rpm: int) -> None:
 
 async def test_tpm_respected_with_exact_estimates() -> None:
     clock, tpm = FakeClock(), 20_000
-    gate = RateGate(16, None, tpm, clock=clock)
+    throttle = RateThrottle(16, None, tpm, clock=clock)
     rng = random.Random(5)
     times: list[float] = []
     tokens: list[int] = []
@@ -200,31 +200,31 @@ async def test_tpm_respected_with_exact_estimates() -> None:
     async def worker(_: int) -> None:
         while clock.now() < 180.0:
             est = rng.randint(200, 1500)
-            async with gate.slot(est):
+            async with throttle.slot(est):
                 times.append(clock.now())
                 tokens.append(est)
                 await clock.sleep(rng.uniform(0.2, 2.0))
-            gate.used_tokens(est, est)
+            throttle.used_tokens(est, est)
 
     await run_workers(16, worker)
     assert window_max(times, tokens) <= tpm + 1500  # burst of one request, no more
     spent = sum(n for t, n in zip(times, tokens, strict=True) if t < 180.0)
     assert spent >= 0.9 * 3 * tpm
-    assert gate.stats().waited_tpm_s > 0
+    assert throttle.stats().waited_tpm_s > 0
 
 
 @pytest.mark.parametrize(("estimated", "actual"), [(100, 300), (300, 100)])
 async def test_tpm_corrections_charge_debt_and_return_credit(estimated: int, actual: int) -> None:
     clock, tpm = FakeClock(), 6_000
-    gate = RateGate(1, None, tpm, clock=clock)
+    throttle = RateThrottle(1, None, tpm, clock=clock)
     times: list[float] = []
 
     async def worker(_: int) -> None:
         while clock.now() < 180.0:
-            async with gate.slot(estimated):
+            async with throttle.slot(estimated):
                 times.append(clock.now())
                 await clock.sleep(0.1)
-            gate.used_tokens(estimated, actual)
+            throttle.used_tokens(estimated, actual)
 
     await run_workers(1, worker)
     used = [actual] * len(times)
@@ -239,19 +239,19 @@ async def test_tpm_corrections_charge_debt_and_return_credit(estimated: int, act
 @pytest.mark.parametrize(("retry_after", "pause"), [(2.0, 2.0), (None, 1.0)])
 async def test_rate_limited_pauses_all_admissions(retry_after: float | None, pause: float) -> None:
     clock = FakeClock()
-    gate = RateGate(8, None, None, adaptive=False, clock=clock)
+    throttle = RateThrottle(8, None, None, adaptive=False, clock=clock)
     admitted: list[float] = []
-    async with gate.slot(1):
+    async with throttle.slot(1):
         await clock.sleep(0.25)
-        gate.rate_limited(retry_after)
+        throttle.rate_limited(retry_after)
 
     async def call(_: int) -> None:
-        async with gate.slot(1):
+        async with throttle.slot(1):
             admitted.append(clock.now())
 
     await run_workers(5, call)
     assert admitted == [0.25 + pause] * 5
-    stats = gate.stats()
+    stats = throttle.stats()
     assert (stats.pauses, stats.rate_limited, stats.admitted) == (1, 1, 6)
     assert stats.waited_pause_s == pytest.approx(pause)
     assert stats.current_rpm is None  # not adaptive: the rate is left alone
@@ -259,34 +259,34 @@ async def test_rate_limited_pauses_all_admissions(retry_after: float | None, pau
 
 async def test_adaptive_429_multiplies_rate_by_0_7_once_per_epoch() -> None:
     clock = FakeClock()
-    gate = RateGate(4, 60, None, clock=clock)
+    throttle = RateThrottle(4, 60, None, clock=clock)
     for _ in range(60):  # one minute at exactly 60/min
-        async with gate.slot(1):
+        async with throttle.slot(1):
             pass
-    async with gate.slot(1):  # the 1st 429: below the significant share, no cut
-        gate.rate_limited(0.0)
-    assert gate.stats().current_rpm == 60
+    async with throttle.slot(1):  # the 1st 429: below the significant share, no cut
+        throttle.rate_limited(0.0)
+    assert throttle.stats().current_rpm == 60
     for _ in range(9):  # the server keeps pushing back: 10 of 70 is a significant share
-        async with gate.slot(1):
-            gate.rate_limited(0.0)
-    stats = gate.stats()
+        async with throttle.slot(1):
+            throttle.rate_limited(0.0)
+    stats = throttle.stats()
     rate = stats.current_rpm
     assert rate is not None
     assert stats.pauses == 10
     assert 1.0 <= rate <= 0.7 * 60
-    gate.rate_limited(0.0)  # the same attempt's epoch again: stale, no further cut
-    stats = gate.stats()
+    throttle.rate_limited(0.0)  # the same attempt's epoch again: stale, no further cut
+    stats = throttle.stats()
     assert (stats.current_rpm, stats.pauses, stats.rate_limited) == (rate, 10, 11)
 
 
 async def test_a_few_random_429s_pause_but_do_not_cut_the_rate() -> None:
     clock = FakeClock()
-    gate = RateGate(4, 600, None, clock=clock)
+    throttle = RateThrottle(4, 600, None, clock=clock)
     for i in range(300):
-        async with gate.slot(1):
+        async with throttle.slot(1):
             if i % 50 == 49:  # 2 % of calls: provider noise, not a limit
-                gate.rate_limited(0.5)
-    stats = gate.stats()
+                throttle.rate_limited(0.5)
+    stats = throttle.stats()
     assert stats.rate_limited == stats.pauses == 6
     assert stats.current_rpm == 600  # never cut
     assert stats.waited_pause_s == pytest.approx(5 * 0.5, abs=0.2)  # the 6th is not waited
@@ -295,28 +295,28 @@ async def test_a_few_random_429s_pause_but_do_not_cut_the_rate() -> None:
 @pytest.mark.parametrize("retry_after", [True, False])
 async def test_adaptive_converges_to_unknown_server_limit(retry_after: bool) -> None:
     clock, limit, workers = FakeClock(), 600, 64
-    gate = RateGate(workers, None, None, clock=clock)
+    throttle = RateThrottle(workers, None, None, clock=clock)
     server = SlidingWindowServer(clock, limit, retry_after=retry_after)
     rng = random.Random(11)
 
     async def worker(_: int) -> None:
         while clock.now() < 180.0:
-            async with gate.slot(100):
+            async with throttle.slot(100):
                 ok, wait = server.call()
                 await clock.sleep(rng.uniform(0.5, 1.5) if ok else 0.05)
                 if not ok:
-                    gate.rate_limited(wait)
+                    throttle.rate_limited(wait)
 
     await run_workers(workers, worker)
     after_first_minute = count_between(server.accepted, 60.0, 180.0) / 2
     assert after_first_minute >= 0.9 * limit
     # 429s below a 10 % share are treated as noise (retried, no cut): after the first contact
-    # the gate probes up to the limit and lives with a small share of 429s there
+    # the throttle probes up to the limit and lives with a small share of 429s there
     assert count_between(server.rejected, 60.0, 180.0) <= 0.1 * after_first_minute * 2
     assert len(server.rejected) <= workers * 2 + 0.1 * limit * 3
-    assert gate.stats().ceiling_rpm is not None
+    assert throttle.stats().ceiling_rpm is not None
     # it really slowed down: the rate was cut near the limit
-    current = gate.stats().current_rpm
+    current = throttle.stats().current_rpm
     assert current is not None
     assert current <= 1.2 * limit
     late = sorted(t for t in server.accepted if t >= 60.0)
@@ -325,15 +325,15 @@ async def test_adaptive_converges_to_unknown_server_limit(retry_after: bool) -> 
 
 async def test_adaptive_at_the_configured_limit_never_sees_a_429() -> None:
     clock, limit = FakeClock(), 300
-    gate = RateGate(64, limit, None, clock=clock)
+    throttle = RateThrottle(64, limit, None, clock=clock)
     server = SlidingWindowServer(clock, limit, retry_after=True)
 
     async def worker(_: int) -> None:
         while clock.now() < 180.0:
-            async with gate.slot(100):
+            async with throttle.slot(100):
                 ok, wait = server.call()
                 if not ok:
-                    gate.rate_limited(wait)
+                    throttle.rate_limited(wait)
                 await clock.sleep(1.0)
 
     await run_workers(64, worker)
@@ -346,14 +346,14 @@ async def test_adaptive_at_the_configured_limit_never_sees_a_429() -> None:
 
 async def test_admissions_are_fifo_and_nobody_starves() -> None:
     clock = FakeClock()
-    gate = RateGate(64, 120, 6_000, clock=clock)
+    throttle = RateThrottle(64, 120, 6_000, clock=clock)
     arrivals: list[int] = []
     admissions: list[int] = []
 
     async def call(i: int) -> None:
         await clock.sleep(0.01 * (i + 1))  # distinct arrival times, in index order
         arrivals.append(i)
-        async with gate.slot(1_000 if i % 5 == 0 else 20):  # big requests among small ones
+        async with throttle.slot(1_000 if i % 5 == 0 else 20):  # big requests among small ones
             admissions.append(i)
 
     await run_workers(60, call)
@@ -363,11 +363,11 @@ async def test_admissions_are_fifo_and_nobody_starves() -> None:
 @pytest.mark.parametrize("doomed_position", ["head", "queued"])
 async def test_cancelled_waiter_does_not_block_the_queue(doomed_position: str) -> None:
     clock = FakeClock()
-    gate = RateGate(8, 60, None, clock=clock)  # one admission a second
+    throttle = RateThrottle(8, 60, None, clock=clock)  # one admission a second
     admitted: list[tuple[int, float]] = []
 
     async def call(i: int) -> None:
-        async with gate.slot(1):
+        async with throttle.slot(1):
             admitted.append((i, round(clock.now(), 6)))
 
     async with anyio.create_task_group() as tg:
@@ -394,18 +394,18 @@ def test_bad_limits_raise_config_error(
     max_in_flight: int, rpm: float | None, tpm: float | None
 ) -> None:
     with pytest.raises(ConfigError, match="set"):
-        RateGate(max_in_flight, rpm, tpm)
+        RateThrottle(max_in_flight, rpm, tpm)
 
 
 async def test_real_clock_gate_is_a_gate_and_reports_stats() -> None:
-    gate: Gate = RateGate(2, None, None)
+    throttle: Throttle = RateThrottle(2, None, None)
     for _ in range(3):
-        async with gate.slot(5):
+        async with throttle.slot(5):
             pass
-    gate.used_tokens(5, 7)
-    assert isinstance(gate, RateGate)
-    stats = gate.stats()
-    assert isinstance(stats, GateStats)
+    throttle.used_tokens(5, 7)
+    assert isinstance(throttle, RateThrottle)
+    stats = throttle.stats()
+    assert isinstance(stats, ThrottleStats)
     assert stats.admitted == 3
     assert set(stats.as_dict()) >= {"admitted", "rate_limited", "pauses", "current_rpm"}
     clock = AnyioClock()

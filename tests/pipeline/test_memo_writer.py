@@ -11,7 +11,7 @@ import anyio
 import anyio.lowlevel
 
 import pipeline.flow.dispatch as dispatch
-from connectors.judges.base import JudgeStats, NullGate
+from connectors.judges.base import JudgeStats, NullThrottle
 from connectors.judges.offline import OfflineJudge
 from pipeline.flow.dispatch import Dispatcher, RunCounters
 from storage.core.settings import JudgeSettings
@@ -51,7 +51,7 @@ def verdicts(batch: int) -> list[tuple[str, MemoEntry]]:
 
 
 def offline() -> OfflineJudge:
-    return OfflineJudge("", JudgeSettings(), NullGate(), JudgeStats())
+    return OfflineJudge("", JudgeSettings(), NullThrottle(), JudgeStats())
 
 
 async def settle() -> None:
@@ -90,7 +90,7 @@ async def test_verdicts_of_a_paid_judge_are_written_at_once(tmp_path: Path) -> N
     memo = RecordingMemo(tmp_path / "memo")
     with anyio.fail_after(120):
         async with anyio.create_task_group() as tg:
-            d = Dispatcher(PaidJudge("", JudgeSettings(), NullGate(), JudgeStats()), memo,
+            d = Dispatcher(PaidJudge("", JudgeSettings(), NullThrottle(), JudgeStats()), memo,
                            RunCounters(), concurrency=1, memo_wait=ENDLESS)  # fmt: skip
             assert d.decider is None
             d.start(tg)
@@ -123,7 +123,7 @@ async def test_a_verdict_that_finishes_during_shutdown_is_still_written(tmp_path
     """The Ctrl-C race: a call finishing after shutdown closed the memo stream (and after the
     writer stopped) raised ClosedResourceError, an internal error, and lost the verdict."""
     memo = RecordingMemo(tmp_path / "memo")
-    dispatcher = Dispatcher(PaidJudge("", JudgeSettings(), NullGate(), JudgeStats()), memo,
+    dispatcher = Dispatcher(PaidJudge("", JudgeSettings(), NullThrottle(), JudgeStats()), memo,
                             RunCounters(), 2)  # fmt: skip
     async with anyio.create_task_group() as tg:
         dispatcher.start(tg)

@@ -167,7 +167,7 @@ def test_good_options_reach_the_judge_and_the_gate(fake: FakeJudgeServer) -> Non
         options={"context": ITEMS, "timeout_s": "12.5", "concurrency": 3, "scale": 10},
     )
     assert scorer.judge.settings.timeout_s == 12.5  # type: ignore[attr-defined]
-    assert scorer.judge.gate.max_in_flight == 3  # type: ignore[attr-defined]
+    assert scorer.judge.throttle.max_in_flight == 3  # type: ignore[attr-defined]
     assert scorer.scale == 10.0
 
 
