@@ -15,7 +15,6 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage import fs
@@ -66,7 +65,10 @@ _BUFFER = 1 << 20  # bytes read from the file at a time
 
 
 def _read(files: list[str], id_column: str, names: Mapping[str, str], ids: Sequence[str]) -> Texts:
-    wanted = pa.array(list(ids), pa.string())
+    """The texts of `ids`, matched in Python on each batch's ids (no pyarrow.compute, whose
+    import a score run would otherwise pay for a few rows); a row whose text is not UTF-8 is
+    left out (the report shows its verdicts without the texts)."""
+    wanted = set(ids)
     out: Texts = {}
     for path in files:
         parquet = pq.ParquetFile(path, buffer_size=_BUFFER, pre_buffer=False)
@@ -77,7 +79,7 @@ def _read(files: list[str], id_column: str, names: Mapping[str, str], ids: Seque
         groups = [
             i
             for i in range(parquet.num_row_groups)
-            if pc.any(_matches(parquet.read_row_group(i, [id_column]).column(0), wanted)).as_py()
+            if _found(parquet.read_row_group(i, [id_column]).column(0), wanted)
         ]
         if not groups:
             continue
@@ -86,20 +88,33 @@ def _read(files: list[str], id_column: str, names: Mapping[str, str], ids: Seque
             _BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False
         )
         for batch in batches:
-            found = _matches(batch.column(id_column), wanted)
-            if pc.any(found).as_py():
-                out.update(_texts(pl.from_arrow(batch.filter(found)), id_column, fields))
+            for row in _found(batch.column(id_column), wanted):
+                texts = _texts(batch.slice(row, 1), id_column, fields)
+                if texts is not None:
+                    out[texts.pop("id")] = texts
     return out
 
 
-def _matches(ids: pa.Array | pa.ChunkedArray, wanted: pa.Array) -> Any:
-    return pc.fill_null(pc.is_in(pc.cast(ids, pa.string()), value_set=wanted), False)
+def _found(ids: pa.Array | pa.ChunkedArray, wanted: set[str]) -> list[int]:
+    """The positions of `ids` (as text) that are in `wanted`."""
+    return [i for i, key in enumerate(ids.to_pylist()) if key is not None and str(key) in wanted]
 
 
-def _texts(frame: Any, id_column: str, fields: Mapping[str, str]) -> Texts:
-    exprs = [pl.col(id_column).cast(pl.String).alias("id")]
+def _texts(row: pa.RecordBatch, id_column: str, fields: Mapping[str, str]) -> dict[str, Any] | None:
+    try:
+        (values,) = row.to_pylist()
+    except (UnicodeDecodeError, ValueError, pa.ArrowException):
+        return None
+    got: dict[str, Any] = {"id": str(values[id_column])}
     for field, column in fields.items():
-        kind = pl.List(pl.String) if field == "context" else pl.String
-        exprs.append(pl.col(column).cast(kind, strict=False).alias(field))
-    got = frame.select(exprs)
-    return {str(r.pop("id")): r for r in got.iter_rows(named=True)}
+        value = values[column]
+        if field == "context":
+            items = value if isinstance(value, list) else None
+            got[field] = None if items is None else [_text(item) for item in items]
+        else:
+            got[field] = _text(value)
+    return got
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) or value is None else str(value)
