@@ -113,6 +113,7 @@ def score_dask(
     plan = _portable(run_blocking(partial(prepare_run, str(input), out_path(outdir), cfg, options)))
     try:  # the driver (this process) holds the output folder's lock until the end
         progress = options.progress
+        options.seams.at("tasks", plan.runlog.outdir)  # (the hook stays here, not in `plan`)
         return _run_on_cluster(plan, scheduler, workers, progress, task_rows, started, started_at)
     finally:
         release_outdir(plan)

@@ -110,6 +110,7 @@ class RateThrottle:
         _check_limits(max_in_flight, rpm, tpm)
         self._clock: Clock = clock or AnyioClock()
         self.max_in_flight = max_in_flight
+        self.limits = (max_in_flight, rpm, tpm, adaptive)  # as given: what a run reports
         self._free = max_in_flight  # places in flight not taken
         self._flight_queue: deque[_Turn] = deque()  # tasks waiting for a place, in order
         self._adaptive = adaptive

@@ -47,6 +47,7 @@ FAULT_POINTS = {
     "commit": "the part key, before the stage commits a part (`storage.commit.commit_part`)",
     "part_write": "the target Path, before each part file's atomic write in a commit",
     "finish": "the output folder, before the driver writes the summary, run.json and _SUCCESS",
+    "tasks": "the output folder, when the Dask engine's driver starts the run on the cluster",
 }
 FaultHook = Callable[[str, Any], None]
 

@@ -30,7 +30,7 @@ from pipeline.flow.audit import audited
 from pipeline.limits.limiter import RateThrottle
 from pipeline.run.driver import RunOptions, StageResult, prepare_run
 from pipeline.run.stage import run_stage
-from storage.core.seams import Seams
+from storage.core.seams import DEFAULT, Seams
 from storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
@@ -71,12 +71,18 @@ def split(hotpot: Path, folder: Path, files: int, rows: int, start: int = 0) -> 
 
 
 def score(
-    src: Path, out: Path, url: str, cache: Path, *flags: object, cluster: Client | None = None
+    src: Path,
+    out: Path,
+    url: str,
+    cache: Path,
+    *flags: object,
+    cluster: Client | None = None,
+    seams: Seams = DEFAULT,
 ) -> int:
     engine = ["--engine", "dask", "--scheduler", cluster.scheduler.address] if cluster else []
     judge = ["--model", "openai/judge", "--base-url", url]
     args = ["score", src, "-o", out, *judge, *HOTPOT_MAP, "--cache-dir", cache]
-    return main([*map(str, args), "--progress", "off", *engine, *map(str, flags)])
+    return main([*map(str, args), "--progress", "off", *engine, *map(str, flags)], seams=seams)
 
 
 def table(out: Path) -> pl.DataFrame:
@@ -293,7 +299,6 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     hotpot: Path,
     tmp_path: Path,
     server: str,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from storage.lock import OutdirLock, live_holder
@@ -308,14 +313,13 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     assert "is being written by pid" in capsys.readouterr().err
     assert fake_stats(server)["total"] == 0
     seen = []
-    run_tasks = engine._run_tasks
 
-    def watching(*args: Any, **kw: Any) -> Any:
-        seen.append(live_holder(out))
-        return run_tasks(*args, **kw)
+    def watching(point: str, subject: Any) -> None:
+        if point == "tasks":  # the tasks are about to go to the cluster
+            seen.append(live_holder(out))
 
-    monkeypatch.setattr(engine, "_run_tasks", watching)
-    assert score(src, out, server, tmp_path / "c", cluster=cluster) == 0
+    seams = Seams(fault=watching)
+    assert score(src, out, server, tmp_path / "c", cluster=cluster, seams=seams) == 0
     assert len(seen) == 1
     assert seen[0] is not None
     assert seen[0].pid == os.getpid()

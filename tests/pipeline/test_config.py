@@ -11,7 +11,6 @@ import pytest
 
 from connectors.judges.batch.client import BatchLimits, limits_for
 from pipeline import create_context_precision_scorer, run_evals
-from pipeline import scorer as scorer_module
 from pipeline.cli.help import default_text
 from pipeline.cli.main import _flags, build_parser
 from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
@@ -92,23 +91,18 @@ def test_extractor_replaces_context() -> None:
     assert cfg.columns.extractor == "mod:fn"
 
 
-def test_the_api_and_the_cli_have_the_same_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_and_the_cli_have_the_same_defaults() -> None:
     args = build_parser().parse_args(["score", "in.parquet", "-o", "out"])
     from_cli = load_config(args.config, _flags(args), env={})
     assert from_cli == Config() == load_config(None, {}, env={})
-    gates: list[tuple[object, ...]] = []
-
-    def gate(*args: object, **kw: object) -> RateThrottle:
-        gates.append((*args, kw["adaptive"]))
-        return RateThrottle(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scorer_module, "RateThrottle", gate)
     scorer = create_context_precision_scorer(options={"context": ["a"]})
     assert scorer.judge.model == from_cli.judge.model
     assert scorer.scale == from_cli.scoring.scale
     assert scorer.reason_mode == from_cli.scoring.reason
     limits = from_cli.limits
-    assert gates == [(limits.concurrency, limits.rpm, limits.tpm, limits.adaptive)]
+    throttle = scorer.judge.throttle  # type: ignore[attr-defined]
+    assert isinstance(throttle, RateThrottle)
+    assert throttle.limits == (limits.concurrency, limits.rpm, limits.tpm, limits.adaptive)
     assert limits.concurrency == 32
     default = inspect.signature(run_evals).parameters["concurrency"].default
     assert default == limits.concurrency
