@@ -10,6 +10,7 @@ from connectors.sinks.delta import DeltaSink
 from connectors.sinks.duckdb import DuckDBSink
 from connectors.sinks.iceberg import IcebergSink, parse_identifier
 from storage.core.errors import ConfigError
+from storage.core.seams import DEFAULT, Seams
 
 __all__ = ["Sink", "SinkResult", "parse_sink"]
 
@@ -20,19 +21,19 @@ _FORMS = (
 )
 
 
-def parse_sink(spec: str) -> Sink:
+def parse_sink(spec: str, seams: Seams = DEFAULT) -> Sink:
     """`delta:PATH`, `duckdb:FILE:TABLE` (the table is what follows the last colon) or
     `iceberg:CATALOG/NAMESPACE.TABLE` (a catalog configured the pyiceberg way)."""
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ConfigError(f"sink {spec!r} is not understood; {_FORMS}")
     if kind == "delta":
-        return DeltaSink(rest)
+        return DeltaSink(rest, seams)
     if kind == "duckdb":
         file, sep, table = rest.rpartition(":")
         if not sep or not file or not table:
             raise ConfigError(f"sink {spec!r} names no DuckDB file and table; {_FORMS}")
-        return DuckDBSink(file, table)
+        return DuckDBSink(file, table, seams)
     if kind == "iceberg":
-        return IcebergSink(*parse_identifier(spec, rest))
+        return IcebergSink(*parse_identifier(spec, rest), seams)
     raise ConfigError(f"unknown sink kind {kind!r} in {spec!r}; {_FORMS}")

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.core.errors import ConfigError, OutputError, UserError
+from storage.core.seams import DEFAULT, Seams
 from storage.objpath import ObjPath, OutPath, readable
 
 __all__ = [
@@ -59,7 +60,11 @@ class Sink(Protocol):
 
 
 def read_parts(
-    outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
+    outdir: OutPath,
+    files: Sequence[str],
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    seams: Seams = DEFAULT,
 ) -> pa.RecordBatchReader:
     """One stream over the part files, every batch cast and ordered exactly as `schema`.
 
@@ -98,11 +103,14 @@ def read_parts(
         )
     keep = ds.field("status") != "failed"
     batches = dataset.scanner(columns=schema.names, filter=keep).to_batches()
-    return pa.RecordBatchReader.from_batches(schema, _conform(batches, schema))
+    return pa.RecordBatchReader.from_batches(schema, _conform(batches, schema, seams))
 
 
-def _conform(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
+def _conform(
+    batches: Iterator[pa.RecordBatch], schema: pa.Schema, seams: Seams
+) -> Iterator[pa.RecordBatch]:
+    for index, batch in enumerate(batches):
+        seams.at("sink_batch", index)
         columns = [batch.column(f.name).cast(f.type) for f in schema]
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 

@@ -23,6 +23,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from storage.core.errors import OutputError
+from storage.core.seams import DEFAULT, Seams
 from storage.objpath import OutPath
 
 if TYPE_CHECKING:
@@ -79,8 +80,8 @@ class DeltaSink:
     A concurrent writer that adds data meanwhile makes the commit fail rather than duplicate ids.
     """
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, seams: Seams = DEFAULT) -> None:
+        self.path, self.seams = path, seams
         self.name = f"delta:{_redact(path)}"
 
     def check(self, schema: pa.Schema) -> None:
@@ -100,7 +101,7 @@ class DeltaSink:
     ) -> SinkResult:
         self.check(schema)
         table = self._open()
-        stream, counter = counted(read_parts(outdir, files, schema, partition_by))
+        stream, counter = counted(read_parts(outdir, files, schema, partition_by, self.seams))
         try:
             if table is None:
                 self._create(stream, partition_by)

@@ -23,6 +23,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from storage.core.errors import ConfigError, OutputError
+from storage.core.seams import DEFAULT, Seams
 from storage.objpath import OutPath
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ class DuckDBSink:
     writing process per file, so no other writer can slip ids in between.
     """
 
-    def __init__(self, file: str | Path, table: str) -> None:
+    def __init__(self, file: str | Path, table: str, seams: Seams = DEFAULT) -> None:
+        self.seams = seams
         if not _IDENTIFIER.fullmatch(table):
             raise ConfigError(
                 f"DuckDB table name {table!r} is not a plain identifier; use letters, digits "
@@ -114,7 +116,7 @@ class DuckDBSink:
         self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
     ) -> SinkResult:
         types = _duckdb_types(schema)
-        stream, counter = counted(read_parts(outdir, files, schema, partition_by))
+        stream, counter = counted(read_parts(outdir, files, schema, partition_by, self.seams))
         self.file.parent.mkdir(parents=True, exist_ok=True)
         con = self._connect(read_only=False)
         try:

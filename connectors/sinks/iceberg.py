@@ -22,6 +22,7 @@ from connectors.sinks.base import (
     require_package,
 )
 from storage.core.errors import ConfigError, OutputError
+from storage.core.seams import DEFAULT, Seams
 from storage.objpath import OutPath
 
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ __all__ = ["SNAPSHOT_PROPERTY", "IcebergSink"]
 SNAPSHOT_PROPERTY = "ctxprec.sink"
 # up to this many ids, the id filter is pushed into the scan (pruning files by their id bounds);
 # more are matched in Arrow only, after reading the whole id column
-_ID_FILTER_LIMIT = 10_000
 # a commit that lost a race with another writer is redone on the new table state this often
 _COMMIT_ATTEMPTS = 3
 _FORM = "use iceberg:CATALOG/NAMESPACE.TABLE (e.g. iceberg:lake/analytics.ctxprec_scores)"
@@ -126,7 +126,8 @@ class IcebergSink:
     any other error nothing is committed.
     """
 
-    def __init__(self, catalog: str, identifier: tuple[str, ...]) -> None:
+    def __init__(self, catalog: str, identifier: tuple[str, ...], seams: Seams = DEFAULT) -> None:
+        self.seams = seams
         self.catalog_name = catalog
         self.identifier = identifier
         self.namespace = identifier[:-1]
@@ -145,7 +146,7 @@ class IcebergSink:
         from pyiceberg.exceptions import CommitFailedException
 
         self.check(schema)
-        stream, counter = counted(read_parts(outdir, files, schema, partition_by))
+        stream, counter = counted(read_parts(outdir, files, schema, partition_by, self.seams))
         try:
             rows = _first_per_id(stream.read_all())
         except Exception as exc:
@@ -254,6 +255,7 @@ class IcebergSink:
         if table is not None:
             self._raise_if_cannot_take(table, _iceberg_schema(schema))
             held = self._held(table, rows)
+            self.seams.at("sink_held", held)
             rows = rows.filter(pc.invert(pc.is_in(rows["id"], held)))
         if rows.num_rows == 0:
             return 0
@@ -293,14 +295,14 @@ class IcebergSink:
 
     def _held(self, table: Table, rows: pa.Table) -> pa.Array:
         """The ids of `rows` that the table already holds, in any partition: the table's id
-        column is read (up to `_ID_FILTER_LIMIT` ids, files whose id bounds exclude them all are
+        column is read (up to `seams.sink_id_filter` ids, files whose id bounds exclude them all are
         skipped) and matched against the run's ids in Arrow."""
         import pyarrow.compute as pc
         from pyiceberg.expressions import AlwaysTrue
 
         ids = rows["id"].combine_chunks()
         where: BooleanExpression = AlwaysTrue()
-        if rows.num_rows <= _ID_FILTER_LIMIT:
+        if rows.num_rows <= self.seams.sink_id_filter:
             where = _id_in(ids)
         held: list[pa.Array] = []
         for batch in table.scan(row_filter=where, selected_fields=("id",)).to_arrow_batch_reader():

@@ -48,6 +48,8 @@ FAULT_POINTS = {
     "part_write": "the target Path, before each part file's atomic write in a commit",
     "finish": "the output folder, before the driver writes the summary, run.json and _SUCCESS",
     "tasks": "the output folder, when the Dask engine's driver starts the run on the cluster",
+    "sink_batch": "the batch's index, before a sink takes each batch of the run's parts",
+    "sink_held": "the ids an Iceberg table holds already, read just before its commit",
 }
 FaultHook = Callable[[str, Any], None]
 
@@ -60,6 +62,7 @@ class Seams:
     memo_wait: float = 2.0
     plan_part_chars: int = 32_000_000
     lock_settle_s: float = 1.0
+    sink_id_filter: int = 10_000  # ids an Iceberg sink pushes into its scan, at most
     fault: FaultHook | None = None
 
     def at(self, point: str, subject: Any = None) -> None:

@@ -21,8 +21,9 @@ from pyiceberg.table import Table
 from connectors.sinks import SinkResult, parse_sink
 from connectors.sinks.iceberg import SNAPSHOT_PROPERTY, IcebergSink
 from storage.core.errors import ConfigError, OutputError
+from storage.core.seams import Seams
 from storage.schema import output_schema
-from tests.connectors.test_sinks import DAYS, SCHEMA, _breaking, scored, write_run
+from tests.connectors.test_sinks import DAYS, SCHEMA, scored, vanishing, write_run
 from tests.fakes.inputs import REPO
 from tests.fakes.s3_server import S3Server
 
@@ -257,7 +258,7 @@ def test_failed_rows_are_held_back_until_scored(lake: Lake, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("existing", [True, False], ids=["existing-table", "first-use"])
 def test_failed_append_leaves_the_table_as_it_was(
-    lake: Lake, existing: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    lake: Lake, existing: bool, tmp_path: Path
 ) -> None:
     sink = parse_sink(lake.spec)
     if existing:
@@ -267,28 +268,25 @@ def test_failed_append_leaves_the_table_as_it_was(
         before = lake.table().metadata.current_snapshot_id
     files = write_run(tmp_path / "run2", scored(range(10, 60), 0.75), ("dt",), parts=4)
     pulled: list[int] = []
-    module = sys.modules["connectors.sinks.iceberg"]
-    real = module.read_parts
-    monkeypatch.setattr(module, "read_parts", _breaking(real, pulled))
 
     with pytest.raises(OutputError, match="vanished mid-load") as info:
-        sink.append(tmp_path / "run2", files, SCHEMA, ["dt"])
+        parse_sink(lake.spec, vanishing(pulled)).append(tmp_path / "run2", files, SCHEMA, ["dt"])
 
-    assert pulled
+    assert pulled == [0, 1]  # one batch was taken before the stream failed
     assert "as it was" in str(info.value)
     if existing:
         assert lake.table().metadata.current_snapshot_id == before
         assert len(lake.ids()) == 20
     else:
         assert not lake.exists()
-    monkeypatch.setattr(module, "read_parts", real)  # the rerun, files intact, loads all once
+    # the rerun, files intact, loads all once
     rerun = sink.append(tmp_path / "run2", files, SCHEMA, ["dt"])
     assert rerun.rows_added == (40 if existing else 50)
     assert len(lake.ids()) == (60 if existing else 50)
 
 
 def test_a_commit_that_loses_a_race_is_redone_without_duplicates(
-    lake: Lake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    lake: Lake, tmp_path: Path
 ) -> None:
     """Another writer commits ids 30..39 after this append looked at the table and before it
     commits: its commit fails on the stale snapshot, is redone, and skips those ids."""
@@ -297,20 +295,18 @@ def test_a_commit_that_loses_a_race_is_redone_without_duplicates(
         tmp_path / "run1", write_run(tmp_path / "run1", scored(range(30), 0.25), ()), SCHEMA, []
     )
     rival = scored(range(30, 40), 0.5)
-    real_held = IcebergSink._held
     calls: list[int] = []
 
-    def held_then_rival_commits(self: IcebergSink, table: Table, *args: Any) -> pa.Array:
-        found = real_held(self, table, *args)
-        if not calls:
-            lake.table().append(rival)  # another process, committing first
-        calls.append(len(found))
-        return found
+    def rival_commits_first(point: str, held: Any) -> None:
+        if point == "sink_held":  # this append has read the ids the table holds
+            if not calls:
+                lake.table().append(rival)  # another process, committing first
+            calls.append(len(held))
 
-    monkeypatch.setattr(IcebergSink, "_held", held_then_rival_commits)
     files = write_run(tmp_path / "run2", scored(range(30, 70), 0.75), ())
+    racing = parse_sink(lake.spec, Seams(fault=rival_commits_first))
 
-    result = sink.append(tmp_path / "run2", files, SCHEMA, [])
+    result = racing.append(tmp_path / "run2", files, SCHEMA, [])
 
     assert calls == [0, 10]  # looked twice: the second time it saw the rival's ids
     assert (result.rows_added, result.rows_skipped) == (30, 10)
@@ -363,13 +359,10 @@ def test_a_new_column_evolves_the_table(lake: Lake, tmp_path: Path) -> None:
     assert lake.read_back(new_schema.names).slice(10)["label_score"].to_pylist() == [None] * 2
 
 
-def test_many_ids_are_matched_after_the_scan(
-    lake: Lake, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_many_ids_are_matched_after_the_scan(lake: Lake, tmp_path: Path) -> None:
     """Past the limit of ids pushed into the scan, the run's partitions are scanned and the ids
     matched in Arrow: the same result."""
-    monkeypatch.setattr("connectors.sinks.iceberg._ID_FILTER_LIMIT", 5)
-    sink = parse_sink(lake.spec)
+    sink = parse_sink(lake.spec, Seams(sink_id_filter=5))
     sink.append(
         tmp_path / "a", write_run(tmp_path / "a", scored(range(40), 0.25), ["dt"]), SCHEMA, ["dt"]
     )

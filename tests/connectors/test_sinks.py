@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from connectors.sinks import Sink, SinkResult, parse_sink
 from pipeline.run.partition import partition_tables
 from storage.commit import commit_part
 from storage.core.errors import ConfigError, OutputError
+from storage.core.seams import DEFAULT, Seams
 from storage.runlog import RunLog
 from storage.schema import output_schema
 from tests.fakes.inputs import REPO
@@ -75,10 +76,10 @@ def write_run(
 
 
 # -- the two engines, read with their own readers ------------------------------------------------
-def target(kind: str, tmp_path: Path) -> Sink:
+def target(kind: str, tmp_path: Path, seams: Seams = DEFAULT) -> Sink:
     if kind == "delta":
-        return parse_sink(f"delta:{tmp_path / 'lake' / 'scores'}")
-    return parse_sink(f"duckdb:{tmp_path / 'wh' / 'evals.duckdb'}:scores")
+        return parse_sink(f"delta:{tmp_path / 'lake' / 'scores'}", seams)
+    return parse_sink(f"duckdb:{tmp_path / 'wh' / 'evals.duckdb'}:scores", seams)
 
 
 def read_back(kind: str, tmp_path: Path) -> pa.Table:
@@ -262,30 +263,23 @@ def test_duckdb_table_types(tmp_path: Path) -> None:
 
 
 # -- failures leave the table as it was -----------------------------------------------------------
-def _breaking(
-    real: Callable[..., pa.RecordBatchReader], pulled: list[int]
-) -> Callable[..., pa.RecordBatchReader]:
-    """`read_parts` whose stream raises after its first batch, as if a file vanished mid-load."""
+def vanishing(pulled: list[int]) -> Seams:
+    """Seams whose hook makes a sink's stream of the run's parts fail after its first batch, as
+    if a part file vanished mid-load; `pulled` gets the index of each batch taken."""
 
-    def read(
-        outdir: Path, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
-    ) -> pa.RecordBatchReader:
-        reader = real(outdir, files, schema, partition_by)
+    def hook(point: str, index: object) -> None:
+        if point == "sink_batch":
+            assert isinstance(index, int)
+            pulled.append(index)
+            if index == 1:
+                raise OSError("part-00001.parquet vanished mid-load")
 
-        def batches() -> Iterator[pa.RecordBatch]:
-            batch = reader.read_next_batch()
-            pulled.append(batch.num_rows)
-            yield batch
-            raise OSError("part-00001.parquet vanished mid-load")
-
-        return pa.RecordBatchReader.from_batches(schema, batches())
-
-    return read
+    return Seams(fault=hook)
 
 
 @pytest.mark.parametrize("existing", [True, False], ids=["existing-table", "first-use"])
 def test_failed_append_leaves_the_table_as_it_was(
-    kind: str, existing: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    kind: str, existing: bool, tmp_path: Path
 ) -> None:
     sink = target(kind, tmp_path)
     if existing:
@@ -295,14 +289,11 @@ def test_failed_append_leaves_the_table_as_it_was(
         before = (delta_version(tmp_path) if kind == "delta" else None, row_count(kind, tmp_path))
     files = write_run(tmp_path / "run2", scored(range(10, 60), 0.75), ("dt",), parts=4)
     pulled: list[int] = []
-    module = f"connectors.sinks.{kind}"
-    monkeypatch.setattr(f"{module}.read_parts", _breaking(sys.modules[module].read_parts, pulled))
 
     with pytest.raises(OutputError, match="vanished mid-load") as info:
-        sink.append(tmp_path / "run2", files, SCHEMA, ["dt"])
+        target(kind, tmp_path, vanishing(pulled)).append(tmp_path / "run2", files, SCHEMA, ["dt"])
 
-    assert pulled
-    assert pulled[0] > 0
+    assert pulled == [0, 1]  # one batch was taken before the stream failed
     assert "as it was" in str(info.value)
     assert "Traceback" not in str(info.value)
     if existing:
@@ -310,7 +301,7 @@ def test_failed_append_leaves_the_table_as_it_was(
         assert after == before
     else:
         assert not table_exists(kind, tmp_path)
-    monkeypatch.undo()  # the rerun, with the files intact, loads everything once
+    # the rerun, with the files intact, loads everything once
     rerun = sink.append(tmp_path / "run2", files, SCHEMA, ["dt"])
     assert rerun.rows_added == (40 if existing else 50)
     assert row_count(kind, tmp_path) == (60 if existing else 50)
