@@ -16,7 +16,7 @@ from storage import confine, layout, statefile
 from storage.atomic import TMP_PREFIX, is_temp
 from storage.core.errors import OutputError, StateDamagedError
 from storage.layout import COMMITTED, PENDING
-from storage.objpath import ObjPath, OutPath, out_path
+from storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "check_claimable",
@@ -24,7 +24,6 @@ __all__ = [
     "foreign_files",
     "has_manifest",
     "incomplete_parts",
-    "local_outdir",
     "missing_rows_line",
     "part_files",
     "read_manifest",
@@ -34,12 +33,6 @@ __all__ = [
     "remove_torn",
     "warn_foreign",
 ]
-
-
-def local_outdir(outdir: str | OutPath) -> OutPath:
-    """The output folder: a local path, or an object-store prefix (s3://, gs://, az://,
-    abfs[s]://); other URLs are refused before anything is created (`storage.objpath`)."""
-    return out_path(outdir)
 
 
 def has_manifest(outdir: OutPath) -> bool:

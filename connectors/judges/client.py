@@ -24,6 +24,7 @@ from connectors.judges.retry import (
     classify,
     classify_exception,
     error_detail,
+    run_refusal,
 )
 from connectors.judges.secrets import redact, redacted_headers, register_secret
 from connectors.judges.shapes import RequestShape
@@ -143,20 +144,10 @@ class HttpClient(abc.ABC):
             _log.warning("%s: adapting for the rest of the run: %s", self.model, change)
         self.stats.adaptations[change] = self.stats.adaptations.get(change, 0) + 1
 
-    def _refusal(self, err: JudgeError) -> str | None:
-        """The message (cause and fix) when `err` means no call of this run can succeed."""
-        status, env = err.status, self.key_env
-        if err.cause == "quota_exhausted":
-            return (f"the account is out of quota or credit: {err}. Fix: add credit or raise the "
-                    f"spend limit of the account behind ${env} (or use another key)")  # fmt: skip
-        if status == 401:
-            return f"the API key was refused ({err}). Fix: put a valid key in ${env}"
-        if status == 403:
-            return (f"this key may not use the model: {err}. Fix: use a key or project with "
-                    "access to it, or another --model")  # fmt: skip
-        if status == 404:
-            return (f"unknown model or wrong endpoint: {err}. Fix: check --model and the base "
-                    f"URL ({self._url})")  # fmt: skip
+    def _rejects_everything(self, err: JudgeError) -> str | None:
+        """The refusal when the server has rejected the same request shape too often to adapt
+        (the refusals by status alone are `retry.run_refusal`'s)."""
+        status = err.status
         if status in (400, 422) and err.cause == f"http_{status}" and not self._accepted:
             key = error_detail(err.body or str(err))
             self._same_400[key] += 1
@@ -213,14 +204,15 @@ class HttpClient(abc.ABC):
                 if self._refused is not None:
                     raise self._refused from err
                 self.stats.errors_by_cause[err.cause] += 1
-                if err.status in (401, 403, 404) or err.cause == "quota_exhausted":
-                    raise self._refuse(self._refusal(err) or str(err)) from err
+                refusal = run_refusal(err, self.key_env, self._url)
+                if refusal is not None:
+                    raise self._refuse(refusal) from err
                 if rebuild is not None and adaptations < _MAX_ADAPTATIONS and err.status:
                     fresh = self._adapt(err, payload, rebuild)
                     if fresh != payload:
                         payload, adaptations = fresh, adaptations + 1
                         continue
-                refusal = self._refusal(err)
+                refusal = self._rejects_everything(err)
                 if refusal is not None:
                     raise self._refuse(refusal) from err
                 wait = self._wait_for(err, retries, started)

@@ -55,6 +55,7 @@ __all__ = [
     "error_detail",
     "parse_retry_after",
     "request_id",
+    "run_refusal",
 ]
 
 MAX_WAIT_S = 600.0
@@ -157,6 +158,25 @@ _HINTS = {
     403: "; this key may not use this model or endpoint",
     404: "; check the model name and the base URL",
 }
+
+
+def run_refusal(err: JudgeError, key_env: str, url: str) -> str | None:
+    """The message (cause and fix) when `err`'s status alone means no call of this run can
+    succeed: out of quota, 401, 403, 404. The one place the retry-or-refuse decision is made by
+    status (`classify` above makes those errors fatal; a client refuses the run on them)."""
+    status = err.status
+    if err.cause == "quota_exhausted":
+        return (f"the account is out of quota or credit: {err}. Fix: add credit or raise the "
+                f"spend limit of the account behind ${key_env} (or use another key)")  # fmt: skip
+    if status == 401:
+        return f"the API key was refused ({err}). Fix: put a valid key in ${key_env}"
+    if status == 403:
+        return (f"this key may not use the model: {err}. Fix: use a key or project with "
+                "access to it, or another --model")  # fmt: skip
+    if status == 404:
+        return (f"unknown model or wrong endpoint: {err}. Fix: check --model and the base "
+                f"URL ({url})")  # fmt: skip
+    return None
 
 
 def _error_object(body: str) -> Any:

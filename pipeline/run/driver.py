@@ -45,7 +45,6 @@ from storage.ownership import (
     check_claimable,
     drop_incomplete,
     incomplete_parts,
-    local_outdir,
     missing_rows_line,
     warn_foreign,
 )
@@ -149,14 +148,14 @@ class AuditCounts:
 
 async def prepare_run(
     input: str,
-    outdir: str | OutPath,
+    outdir: OutPath,
     cfg: Config,
     options: RunOptions = RunOptions(),
 ) -> RunPlan:
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
-    incremental run skips. On any error the lock is given back."""
-    outdir = local_outdir(outdir)  # a local Path, or an ObjPath in an object store
+    incremental run skips. On any error the lock is given back. `outdir` was converted once,
+    where it came in (`storage.objpath.out_path`: the CLI's parser, the Python API's entry)."""
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched

@@ -9,7 +9,7 @@ import pytest
 
 from storage import ownership
 from storage.core.errors import OutputError
-from storage.objpath import ObjPath
+from storage.objpath import ObjPath, out_path
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
     USER_FILES_INSIDE,
@@ -81,12 +81,12 @@ def test_empty_folders_and_bare_state_are_claimable(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["hdfs://nn/x", "http://h/x", "hf://datasets/x"])
 def test_unknown_urls_are_refused(url: str) -> None:
     with pytest.raises(OutputError, match="is not a storage ctxprec writes to"):
-        ownership.local_outdir(url)
+        out_path(url)
 
 
 @pytest.mark.parametrize("url", ["s3://bkt/k/out", "s3:/bkt/k/out"])
 def test_object_store_urls_are_object_paths(url: str) -> None:
-    got = ownership.local_outdir(url)
+    got = out_path(url)
     assert isinstance(got, ObjPath)
     assert got.path == "bkt/k/out"
     assert str(got) == "s3://bkt/k/out"
@@ -94,9 +94,9 @@ def test_object_store_urls_are_object_paths(url: str) -> None:
 
 
 def test_local_paths_pass() -> None:
-    assert ownership.local_outdir("out/x") == Path("out/x")
-    assert ownership.local_outdir("file:///data/out") == Path("/data/out")
-    assert ownership.local_outdir(Path("file:///data/out")) == Path("/data/out")
+    assert out_path("out/x") == Path("out/x")
+    assert out_path("file:///data/out") == Path("/data/out")
+    assert out_path(Path("file:///data/out")) == Path("/data/out")
 
 
 @pytest.mark.parametrize("suffix", [".pending", ".json"])
