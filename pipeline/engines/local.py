@@ -45,7 +45,9 @@ async def run_score(
         memo = None  # an object-store OUTDIR keeps verdicts for a resume on another machine
         if isinstance(plan.runlog.outdir, ObjPath):
             memo = partial(shared_memo, plan)
-        result = await run_stage(plan, counters=counters, progress=options.progress, open_memo=memo)
+        result = await run_stage(
+            plan, counters=counters, progress=options.progress, open_memo=memo, keep_texts=True
+        )
         if cfg.run.recheck > 0:  # --recheck: the judge against itself, once the stage is done
             result.recheck = await recheck_run(
                 cfg,

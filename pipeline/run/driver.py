@@ -49,6 +49,7 @@ from storage.ownership import (
     warn_foreign,
 )
 from storage.report.charts import CHARTS_INSTALL, charts_available, preload
+from storage.report.rows import RunTexts
 from storage.report.summary import build_summary, write_summary
 from storage.runlog import RunLog, fingerprint_of
 from storage.schema import SCHEMA_VERSION, output_schema
@@ -129,6 +130,7 @@ class StageResult:
     extra: dict[str, Any] = field(default_factory=dict)  # an engine's own figures
     recheck: dict[str, Any] | None = None  # --recheck: the judge's self-agreement
     audit: AuditCounts | None = None  # --audit-model: what the audit judge did
+    texts: RunTexts | None = None  # the report's texts kept by a stage run in this process
 
 
 @dataclass
@@ -346,7 +348,7 @@ def finish_run(
     """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
     run_info = _run_info(plan, result, started_at, wall, engine)
     plan.seams.at("finish", plan.runlog.outdir)
-    summary, sink_errors = _finish(plan, run_info)
+    summary, sink_errors = _finish(plan, run_info, result.texts)
     rows = summary.get("rows", {})
     return RunResult(
         plan.runlog.outdir,
@@ -433,7 +435,9 @@ def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:
     }}  # fmt: skip
 
 
-def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _finish(
+    run: RunPlan, run_info: dict[str, Any], kept: RunTexts | None = None
+) -> tuple[dict[str, Any], list[str]]:
     outdir = run.runlog.outdir
     # a worker killed while writing (its task done again elsewhere) left a temp file or a part
     # that no commit names: gone before readers of OUTDIR/*.parquet see the run as finished
@@ -459,6 +463,8 @@ def _finish(run: RunPlan, run_info: dict[str, Any]) -> tuple[dict[str, Any], lis
         ks=run.cfg.scoring.ks,
     )
     texts = input_texts(run.runlog.describe)  # the item texts summary.html shows
+    if kept is not None:  # those this run kept as it scored, the input read back for the rest
+        texts = kept.lookup(texts)
     write_summary(outdir, summary, charts=run.cfg.output.charts, texts=texts)
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
+import polars as pl
 from anyio.abc import TaskGroup
 
 from connectors.judges import Judge, JudgeStats, Throttle, audit_settings, create_judge
 from connectors.judges.base import SyncDecider
-from connectors.sources import SourceChunk
+from connectors.sources import INPUT_ERROR, SourceChunk
 from pipeline.config import Config
 from pipeline.flow.audit import AuditSide, AuditVerdicts
 from pipeline.flow.dispatch import Dispatcher, RunCounters
@@ -39,6 +40,7 @@ from storage.core.constants import STATUS_FAILED
 from storage.core.errors import ConfigError, UserError
 from storage.journal import Journal, open_journal, replay_journals
 from storage.memo import Memo, MemoStore, judge_prefix
+from storage.report.rows import RunTexts
 from storage.verdicts import SharedMemo, open_shared
 
 __all__ = ["MeteredThrottle", "run_stage", "shared_memo"]
@@ -61,6 +63,7 @@ class _Stage:
     skip: frozenset[str]
     planner: ChunkPlanner
     audit: AuditSide | None = None  # --audit-model: the second judge on a sample of rows
+    texts: RunTexts | None = None  # the texts summary.html may open, kept as rows are scored
 
 
 async def run_stage(
@@ -76,6 +79,7 @@ async def run_stage(
     audit_factory: Callable[[Throttle, JudgeStats], Judge] | None = None,
     audit_throttle: MeteredThrottle | None = None,
     open_audit_memo: Callable[[], MemoStore | None] | None = None,
+    keep_texts: bool = False,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
     plan skips and those an earlier attempt of this stage committed. Every engine runs this.
@@ -127,6 +131,8 @@ async def run_stage(
         if audit_judge is not None:
             own = journal if audit_memo is memo else None
             stage.audit = _audit_side(plan, audit_judge, audit_memo, own)
+        if keep_texts and extractor is None:
+            stage.texts = RunTexts(INPUT_ERROR)
         finished = False
         try:
             await _execute(stage, files, stats, progress)
@@ -145,7 +151,7 @@ async def run_stage(
             await judge.aclose()
             if audit_judge is not None:
                 await audit_judge.judge.aclose()
-    result = StageResult(counters, stats, throttle.stats())
+    result = StageResult(counters, stats, throttle.stats(), texts=stage.texts)
     if audit_judge is not None:
         result.audit = AuditCounts(audit_judge.counters, audit_judge.stats, audit_judge.rows)
     return result
@@ -353,6 +359,15 @@ async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedChunk) -> li
     return out
 
 
+def _scored(run: _Stage, job: ChunkJob) -> Any:
+    """The chunk's output table (a worker thread); its texts kept for the report."""
+    table = scored_table(job, run.plan.spec)
+    if run.texts is not None:
+        scores, statuses = (pl.Series(table.column(c)) for c in ("score", "status"))
+        run.texts.add(job.frame, scores, statuses)
+    return table
+
+
 async def _process_then_release(run: _Stage, planned: PlannedChunk, slot: anyio.Semaphore) -> None:
     try:
         await _process(run, planned)
@@ -374,7 +389,7 @@ async def _process(run: _Stage, planned: PlannedChunk) -> None:
     else:  # the audit judge's sample of the batch, side by side with the first judge
         audit = await _with_audit(run, run.audit, planned)
     job = ChunkJob(batch.key, frame, plans, audit)
-    table = await anyio.to_thread.run_sync(scored_table, job, plan.spec)
+    table = await anyio.to_thread.run_sync(_scored, run, job)
     if plan.cfg.scoring.reason == "llm":
         table = await _llm_reasons(run, table, plans)
     failed = sum(1 for p in plans if p.status == STATUS_FAILED)

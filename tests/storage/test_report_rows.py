@@ -8,16 +8,19 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
+from connectors.sources import INPUT_ERROR
 from pipeline.cli.main import main
 from storage.core.metric import average_precision, map_score, round_half_up
-from storage.report.rows import item_gains, report_rows
+from storage.report.rows import SAMPLE, WORST, RunTexts, Texts, _choose, item_gains, report_rows
 from storage.report.summary import build_summary, write_summary
 from storage.schema import output_schema
 from tests.fakes.folders import commit
@@ -140,3 +143,92 @@ def test_texts_kept_with_passthrough_need_no_input(tmp_path: Path) -> None:
     assert "Shakespeare wrote Hamlet." in page
     s = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
     assert f'data-figure="mean">{s["score"]["mean"]:g}<' in page
+
+
+def _chunks(rng: random.Random, n: int) -> tuple[pl.DataFrame, list[float], list[str]]:
+    ids = [f"r{rng.randrange(10**9):09d}" for _ in range(n)]
+    scores = [rng.choice([0.0, 0.0, 0.25, 0.5, 1.0, rng.random()]) for _ in range(n)]
+    statuses = [rng.choice(["ok"] * 20 + ["failed", "empty_context"]) for _ in range(n)]
+    frame = pl.DataFrame(
+        {"id": ids, "query": [f"q{i}" for i in range(n)], "context": [[f"c{i}"] for i in range(n)]}
+    )
+    return frame, scores, statuses
+
+
+def test_a_run_keeps_the_texts_of_every_row_its_report_opens() -> None:
+    """Chunks of any size, ties in the scores, failed rows: every id the report picks over the
+    whole output is among the texts kept chunk by chunk, so the input is not read again; ids
+    the run did not keep (an earlier run's rows) go to the fallback."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        frame, scores, statuses = _chunks(rng, 4000)
+        kept = RunTexts(INPUT_ERROR)
+        start = 0
+        while start < frame.height:
+            size = rng.randrange(1, 700)
+            stop = start + size
+            kept.add(
+                frame[start:stop], pl.Series(scores[start:stop]), pl.Series(statuses[start:stop])
+            )
+            start = stop
+        whole = pl.DataFrame(
+            {
+                "id": frame.get_column("id"),
+                "score": [
+                    s if st == "ok" else None for s, st in zip(scores, statuses, strict=True)
+                ],
+                "status": statuses,
+                "_file": ["f"] * frame.height,
+            }
+        )
+        sections, _ = _choose(whole.lazy(), WORST, SAMPLE)
+        wanted = [i for group in sections.values() for i in group]
+        asked: list[Sequence[str]] = []
+
+        def fallback(ids: Sequence[str], asked: list[Sequence[str]] = asked) -> Texts:
+            asked.append(list(ids))
+            return {}
+
+        texts = kept.lookup(fallback)(wanted)
+        assert asked == []
+        assert sorted(texts) == sorted(wanted)
+        row = frame.row(frame.get_column("id").to_list().index(wanted[0]), named=True)
+        assert texts[wanted[0]] == {"query": row["query"], "context": row["context"]}
+        kept.lookup(fallback)(["not-this-run"])
+        assert asked == [["not-this-run"]]
+
+
+def test_the_runs_page_equals_the_page_read_back_from_its_input(tmp_path: Path) -> None:
+    """The run's summary.html (texts kept as it scored, 43 chunks) is the one `ctxprec summary`
+    writes from the input read back; a JSON Lines input, which is not read back, shows its
+    texts in the run's page too."""
+    rng = random.Random(11)
+    n = 300
+    rows = {
+        "id": [f"q{i:04d}" for i in range(n)],
+        "query": [f"question {i}?" for i in range(n)],
+        "expected_output": [f"answer {i}" for i in range(n)],
+        "contexts": [
+            [f"answer {i} is here" if rng.random() < 0.4 else f"other {i}.{j}" for j in range(5)]
+            for i in range(n)
+        ],
+    }
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table(rows), src)
+    assert score(src, "-o", tmp_path / "out", "--batch-rows", "7") == 0
+    page = (tmp_path / "out" / "summary.html").read_bytes()
+    assert page.count(b'<details class="row"') == 100
+    assert main(["summary", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "summary.html").read_bytes() == page
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        "".join(
+            json.dumps(dict(zip(rows, values, strict=True))) + "\n"
+            for values in zip(*rows.values(), strict=True)
+        ),
+        encoding="utf-8",
+    )
+    assert score(lines, "-o", tmp_path / "out-jsonl", "--batch-rows", "7") == 0
+    shown = (tmp_path / "out-jsonl" / "summary.html").read_text(encoding="utf-8")
+    assert "Item texts are not in the output" not in shown
+    assert shown.count("question ") >= 100
