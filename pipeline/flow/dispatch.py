@@ -175,12 +175,22 @@ class Dispatcher:
         return True
 
     async def submit_item(self, key: str, request: ItemRequest) -> ItemOutcome:
+        outcome = self.reserve(key)
+        await self.send_item(key, request, outcome)
+        return outcome
+
+    def reserve(self, key: str) -> ItemOutcome:
+        """`key`'s call, in flight from now on: a row that meets the same item while the call
+        waits to be sent (`send_item`) waits on this outcome instead of calling again."""
         outcome = ItemOutcome()
         self._pending[key] = outcome
         self.credit(key)
         self.counters.judge_calls += 1
-        await self._send_job(_Job(key, request, None, (key,), (outcome,)))
         return outcome
+
+    async def send_item(self, key: str, request: ItemRequest, outcome: ItemOutcome) -> None:
+        """The call `reserve` took for `key`, to the workers."""
+        await self._send_job(_Job(key, request, None, (key,), (outcome,)))
 
     async def _send_job(self, job: _Job) -> None:
         """Into the job stream: at once while fewer than `_job_cap` jobs wait for a worker (no

@@ -109,11 +109,19 @@ async def _lookup(
         return
     missing: list[int] = []
     known_now = dispatcher.known
+    # item by item (an HTTP judge): a missing item's call is reserved as soon as it is found
+    # missing, before any await, so a duplicate of it (later in this row, or in a batch
+    # resolved while this one sends its calls) waits on that call instead of making another
+    reserve = dispatcher.reserve if dispatcher.decider is None and not per_row else None
     for i, key in enumerate(plan.keys):
         if key in found and _from_memo(plan, i, key, found, dispatcher):
             continue
         known = known_now(key)
-        if known is None:
+        if known is None and reserve is not None:
+            plan.paid[i] = True
+            plan.waits.append((i, reserve(key)))
+            missing.append(i)
+        elif known is None:
             missing.append(i)
             plan.paid[i] = True
         elif isinstance(known, ItemOutcome):
@@ -127,8 +135,10 @@ async def _lookup(
         for i in missing:
             request = ItemRequest(plan.query, plan.expected, plan.items[i])
             plan.entries[i] = await dispatcher.decide_now(plan.keys[i], request)
-    elif missing:
-        await _submit(plan, missing, dispatcher, per_row)
+    elif reserve is not None:
+        await _send_reserved(plan, missing, dispatcher)
+    elif missing:  # --mode row: one call for the row (its outcomes are reserved as it is sent)
+        await _submit_row(plan, missing, dispatcher)
 
 
 async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCounters) -> None:
@@ -153,15 +163,19 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
             counters.rows_judged += 1
 
 
-async def _submit(plan: RowPlan, missing: list[int], dispatcher: Dispatcher, per_row: bool) -> None:
+async def _send_reserved(plan: RowPlan, missing: list[int], dispatcher: Dispatcher) -> None:
+    """The calls `_lookup` reserved for the row's missing items, to the workers."""
     assert plan.query is not None
-    if per_row:
-        keys = [plan.keys[i] for i in range(len(plan.items))]
-        outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
-        plan.waits.extend((i, outcomes[i]) for i in missing)
-        taken = set(missing)
-        plan.extra.extend(o for i, o in enumerate(outcomes) if i not in taken)
-        return
+    outcomes = dict(plan.waits)
     for i in missing:
         request = ItemRequest(plan.query, plan.expected, plan.items[i])
-        plan.waits.append((i, await dispatcher.submit_item(plan.keys[i], request)))
+        await dispatcher.send_item(plan.keys[i], request, outcomes[i])
+
+
+async def _submit_row(plan: RowPlan, missing: list[int], dispatcher: Dispatcher) -> None:
+    assert plan.query is not None
+    keys = [plan.keys[i] for i in range(len(plan.items))]
+    outcomes = await dispatcher.submit_row(plan.query, plan.expected, plan.items, keys)
+    plan.waits.extend((i, outcomes[i]) for i in missing)
+    taken = set(missing)
+    plan.extra.extend(o for i, o in enumerate(outcomes) if i not in taken)
