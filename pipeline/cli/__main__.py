@@ -2,9 +2,10 @@
 
 import sys
 
-from pipeline.cli.main import main
-
 if __name__ == "__main__":
-    from ctxprec_entry import leave
+    from ctxprec_entry import hold_signals, leave
+
+    hold_signals()  # before the CLI's imports: a stop signal during them ends the command cleanly
+    from pipeline.cli.main import main
 
     sys.exit(leave(main()))

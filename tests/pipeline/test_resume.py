@@ -4,6 +4,8 @@ again; the result equals an uninterrupted run and finished judge calls are not r
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -18,6 +20,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from ctxprec_entry import INTERRUPTED
+from pipeline.cli import main as cli_main
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.runs import fake_stats, judge_process
 
@@ -27,10 +31,12 @@ CONCURRENCY = 8
 
 
 def command(src: Path, out: Path, concurrency: int = CONCURRENCY) -> list[str]:
+    """`python -m pipeline.cli score ...`: the `ctxprec` command, start-up included (a stop
+    signal during its imports ends it as a stop does later: `ctxprec_entry.hold_signals`)."""
     return [
         sys.executable,
         "-m",
-        "pipeline.cli.main",
+        "pipeline.cli",
         "score",
         str(src),
         "-o",
@@ -255,3 +261,36 @@ def test_signals_at_many_moments_end_cleanly_and_keep_every_finished_verdict(
     assert table(out).equals(table(clean_out))
     # a stopped run repeats at most the calls in flight when it stopped
     assert unique_calls <= resumed_calls <= unique_calls + stops * CONCURRENCY
+
+
+def test_a_signal_during_start_up_is_a_clean_stop(src: Path, tmp_path: Path, server: str) -> None:
+    """SIGINT or SIGTERM while the command is still importing (before the CLI's handlers are
+    installed): the resume line and 130 / 143, nothing written, never a traceback; the line is
+    the one a stop prints later."""
+    env = environment(server, tmp_path / "cache")
+    ended = 0
+    for n, delay in enumerate((0.12, 0.16, 0.2, 0.25, 0.3, 0.4)):
+        sig = (signal.SIGINT, signal.SIGTERM)[n % 2]
+        out = tmp_path / f"out{n}"
+        proc = subprocess.Popen(
+            command(src, out), cwd=REPO, env=env, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(delay)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert "Traceback" not in err, err
+        assert "internal error" not in err, err
+        assert proc.returncode == (130 if sig == signal.SIGINT else 143), err
+        assert err.strip().endswith(INTERRUPTED), err
+        assert not (out / "_SUCCESS").exists()
+        ended += 1
+    assert ended == 6
+    assert INTERRUPTED in _interrupted_line()
+
+
+def _interrupted_line() -> str:
+    """What pipeline.cli.main prints when a stop ends a command."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stderr(buffer):
+        assert cli_main._interrupted() == 130
+    return buffer.getvalue()
