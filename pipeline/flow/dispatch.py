@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -188,9 +188,9 @@ class Dispatcher:
         self.counters.judge_calls += 1
         return outcome
 
-    async def send_item(self, key: str, request: ItemRequest, outcome: ItemOutcome) -> None:
-        """The call `reserve` took for `key`, to the workers."""
-        await self._send_job(_Job(key, request, None, (key,), (outcome,)))
+    def send_item(self, key: str, request: ItemRequest, outcome: ItemOutcome) -> Awaitable[None]:
+        """The call `reserve` took for `key`, to the workers (await it)."""
+        return self._send_job(_Job(key, request, None, (key,), (outcome,)))
 
     async def _send_job(self, job: _Job) -> None:
         """Into the job stream: at once while fewer than `_job_cap` jobs wait for a worker (no

@@ -113,14 +113,14 @@ async def _lookup(
     # missing, before any await, so a duplicate of it (later in this row, or in a batch
     # resolved while this one sends its calls) waits on that call instead of making another
     reserve = dispatcher.reserve if dispatcher.decider is None and not per_row else None
+    reserved: list[tuple[int, ItemOutcome]] = []
     for i, key in enumerate(plan.keys):
         if key in found and _from_memo(plan, i, key, found, dispatcher):
             continue
         known = known_now(key)
         if known is None and reserve is not None:
             plan.paid[i] = True
-            plan.waits.append((i, reserve(key)))
-            missing.append(i)
+            reserved.append((i, reserve(key)))
         elif known is None:
             missing.append(i)
             plan.paid[i] = True
@@ -135,8 +135,9 @@ async def _lookup(
         for i in missing:
             request = ItemRequest(plan.query, plan.expected, plan.items[i])
             plan.entries[i] = await dispatcher.decide_now(plan.keys[i], request)
-    elif reserve is not None:
-        await _send_reserved(plan, missing, dispatcher)
+    elif reserved:
+        plan.waits.extend(reserved)
+        await _send_reserved(plan, reserved, dispatcher)
     elif missing:  # --mode row: one call for the row (its outcomes are reserved as it is sent)
         await _submit_row(plan, missing, dispatcher)
 
@@ -163,13 +164,14 @@ async def _collect(plans: MemoryObjectReceiveStream[RowPlan], counters: RunCount
             counters.rows_judged += 1
 
 
-async def _send_reserved(plan: RowPlan, missing: list[int], dispatcher: Dispatcher) -> None:
+async def _send_reserved(
+    plan: RowPlan, reserved: list[tuple[int, ItemOutcome]], dispatcher: Dispatcher
+) -> None:
     """The calls `_lookup` reserved for the row's missing items, to the workers."""
     assert plan.query is not None
-    outcomes = dict(plan.waits)
-    for i in missing:
+    for i, outcome in reserved:
         request = ItemRequest(plan.query, plan.expected, plan.items[i])
-        await dispatcher.send_item(plan.keys[i], request, outcomes[i])
+        await dispatcher.send_item(plan.keys[i], request, outcome)
 
 
 async def _submit_row(plan: RowPlan, missing: list[int], dispatcher: Dispatcher) -> None:
