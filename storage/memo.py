@@ -264,8 +264,16 @@ class Memo:
     that is not diskcache 5's table is refused (OutputError naming `way_out`)."""
 
     def __init__(
-        self, directory: Path, *, way_out: str = NO_MEMO_WAY_OUT, step_rows: int = _STEP_ROWS
+        self,
+        directory: Path,
+        *,
+        way_out: str = NO_MEMO_WAY_OUT,
+        step_rows: int = _STEP_ROWS,
+        json_sql: bool = True,
     ):
+        """`step_rows` and `json_sql` are seams: the rows of one JSON INSERT, and whether to use
+        SQLite's JSON functions where it has them (False: the IN (...) and multi-row forms an
+        SQLite without them gets)."""
         self.directory = directory
         self.step_rows = step_rows  # rows of one JSON INSERT (a bigger write is several)
         opened = open_db(directory, way_out)
@@ -280,7 +288,7 @@ class Memo:
         self._opening = threading.Lock()
         self._writing = threading.Lock()  # one transaction at a time on the writer connection
         con = self._con
-        self._json_writes = con is not None and _has_json(con)
+        self._json_writes = json_sql and con is not None and _has_json(con)
         self._json_reads = self._json_writes  # turned off too if a read finds no JSON functions
         self.older_entries = con is not None and con.execute(_OLDER).fetchone() is not None
 

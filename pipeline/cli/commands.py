@@ -103,6 +103,7 @@ def _collector_for_a_run() -> Iterator[None]:
 
 def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     cfg = _config(args)
+    seams.at("config", cfg)
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run = choose(cfg, _engine(args))

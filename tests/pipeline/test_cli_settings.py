@@ -4,8 +4,9 @@ once a command loads one."""
 
 from __future__ import annotations
 
-import argparse
+import gc
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,17 +16,25 @@ from pipeline.cli.main import main
 from storage.core.seams import Seams
 
 
-def _fails_inside(args: argparse.Namespace, seams: Seams) -> int:
-    """A command with a bug: it loads its config, then fails with no UserError."""
-    cli._config(args)
-    raise RuntimeError("a bug")
+def _bug(point: str, subject: object) -> None:
+    """A command with a bug: `score` loads its config, then fails with no UserError."""
+    if point == "config":
+        raise RuntimeError("a bug")
+
+
+def buggy(argv: list[str]) -> int:
+    """`ctxprec ARGV` whose score command fails as a bug would, once its config is loaded."""
+    return main(argv, seams=Seams(fault=_bug))
 
 
 @pytest.fixture
-def buggy_score(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cli.COMMANDS, "score", f"{__name__}:_fails_inside")
+def buggy_score(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CTXPREC_DEBUG", raising=False)
     monkeypatch.delenv("CTXPREC_LOG_LEVEL", raising=False)
+    yield
+    # the score command stopped before its run, which gives the collector back as it was; the
+    # objects the CLI froze as it loaded the command's modules go back to the collector here
+    gc.unfreeze()
 
 
 def _handlers() -> list[logging.Handler]:
@@ -36,7 +45,7 @@ def _handlers() -> list[logging.Handler]:
 def test_an_internal_error_shows_no_traceback_by_default(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["score", "in.parquet", "-o", "out"]) == 3
+    assert buggy(["score", "in.parquet", "-o", "out"]) == 3
     err = capsys.readouterr().err
     assert "ctxprec: internal error: RuntimeError: a bug" in err
     assert "Traceback" not in err
@@ -47,7 +56,7 @@ def test_ctxprec_debug_from_the_environment_shows_the_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CTXPREC_DEBUG", "1")
-    assert main(["score", "in.parquet", "-o", "out"]) == 3
+    assert buggy(["score", "in.parquet", "-o", "out"]) == 3
     assert "Traceback" in capsys.readouterr().err
 
 
@@ -58,7 +67,7 @@ def test_debug_from_a_config_file_shows_the_traceback(
     config = tmp_path / "c.toml"
     config.write_text('[run]\ndebug = true\nlog_level = "info"\n', encoding="utf-8")
     try:
-        assert main(["score", "in.parquet", "-o", "out", "--config", str(config)]) == 3
+        assert buggy(["score", "in.parquet", "-o", "out", "--config", str(config)]) == 3
         assert len(_handlers()) == 1
     finally:
         cli._setup_logging(None)
@@ -71,7 +80,7 @@ def test_a_value_that_is_no_boolean_is_refused_by_the_loader(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("CTXPREC_DEBUG", "maybe")
-    assert main(["score", "in.parquet", "-o", "out"]) == 2
+    assert buggy(["score", "in.parquet", "-o", "out"]) == 2
     assert "CTXPREC_DEBUG (environment) must be a boolean" in capsys.readouterr().err
 
 
@@ -81,7 +90,7 @@ def test_the_log_level_from_the_environment_sets_one_handler(
 ) -> None:
     monkeypatch.setenv("CTXPREC_LOG_LEVEL", "debug")
     try:
-        main(["score", "in.parquet", "-o", "out"])  # set before the command, again by _config
+        buggy(["score", "in.parquet", "-o", "out"])  # set before the command, again by _config
         assert len(_handlers()) == 1
         assert logging.getLogger("ctxprec").level == logging.DEBUG
     finally:

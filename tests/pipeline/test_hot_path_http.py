@@ -132,17 +132,15 @@ def test_a_commands_modules_load_with_the_collector_paused_then_frozen(
         encoding="utf-8",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(cli.COMMANDS, "probe", "ctxprec_gc_probe:run")
-    monkeypatch.setitem(cli.COMMANDS, "broken", "ctxprec_no_such_module:run")
     frozen = gc.get_freeze_count()
     try:
         assert gc.isenabled()
-        assert cli._command("probe")(argparse.Namespace(), DEFAULT) == 0
+        assert cli._load_frozen("ctxprec_gc_probe").run(argparse.Namespace(), DEFAULT) == 0
         assert sys.modules["ctxprec_gc_probe"].ENABLED is False  # off while it loaded
         assert gc.isenabled()
         assert gc.get_freeze_count() > frozen
         with pytest.raises(ImportError):
-            cli._command("broken")
+            cli._load_frozen("ctxprec_no_such_module")
         assert gc.isenabled()
     finally:
         gc.unfreeze()  # this test process's objects go back to the collector

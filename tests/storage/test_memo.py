@@ -92,9 +92,7 @@ def test_batched_writes_are_diskcache_raw_rows_that_diskcache_reads_as_bytes(
     assert not list((tmp_path / "m").rglob("*.val"))
 
 
-def test_writes_and_reads_are_one_statement_per_chunk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_writes_and_reads_are_one_statement_per_chunk(tmp_path: Path) -> None:
     """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
     per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
     in as one INSERT (a handful of multi-row ones for an SQLite without JSON functions) and are
@@ -116,23 +114,23 @@ def test_writes_and_reads_are_one_statement_per_chunk(
     statements.clear()
     assert memo.get_many(keys) == dict(entries)
     assert len([s for s in statements if s.startswith("SELECT")]) == 1  # keys as a JSON array
-    # an SQLite without JSON functions: one SELECT per 900 keys, the same entries
-    monkeypatch.setattr(memo_module, "_SELECT_ORDERED", "SELECT no_such_function(?, ?)")
-    statements.clear()
-    assert memo.get_many(keys) == dict(entries)
-    assert len([s for s in statements if s.startswith("SELECT")]) == 3  # 2,001 keys: 3 chunks
-    odd = [(f"a{memo_module._SEP}{i}", (True, f"odd {i}", 0, 0)) for i in range(3)]
-    memo.set_many(odd)
-    assert memo.get_many([k for k, _ in odd] + keys[:5]) == dict(odd + entries[:5])
-
-    without_json = Memo(tmp_path / "m2")
-    without_json._json_writes = False
+    # an SQLite without JSON functions: multi-row INSERTs, one SELECT per 900 keys
+    without_json = Memo(tmp_path / "m2", json_sql=False)
     statements.clear()
     assert without_json._con is not None
     without_json._con.set_trace_callback(statements.append)
     assert without_json.set_many(entries) == 2_000
     inserts = {s for s in statements if s.startswith("INSERT")}
     assert len(inserts) == -(-2_000 // memo_module._INSERT_ROWS)  # 15, not 2,000
+    reader = without_json._take_reader()
+    reader.set_trace_callback(statements.append)
+    without_json._readers.put(reader)
+    statements.clear()
+    assert without_json.get_many(keys) == dict(entries)
+    assert len([s for s in statements if s.startswith("SELECT")]) == 3  # 2,001 keys: 3 chunks
+    odd = [(f"a{memo_module._SEP}{i}", (True, f"odd {i}", 0, 0)) for i in range(3)]
+    without_json.set_many(odd)
+    assert without_json.get_many([k for k, _ in odd] + keys[:5]) == dict(odd + entries[:5])
     assert without_json.get_many(keys) == dict(entries)
     memo.close()
     without_json.close()
@@ -153,8 +151,7 @@ def test_a_write_mixing_stored_and_new_keys_replaces_the_stored_ones(
     with diskcache.Cache(str(folder)) as cache:
         cache.set("old1", (False, "from diskcache", 5, 6))
         cache.set("old3", (False, "r" * 100_000, 0, 0))  # kept in a file of its own
-    memo = Memo(folder, step_rows=step)
-    memo._json_writes = json_writes
+    memo = Memo(folder, step_rows=step, json_sql=json_writes)
     memo.set_many([("old2", (False, "first write", 0, 0))])
     assert memo._con is not None
     before = dict(memo._con.execute("SELECT key, store_time FROM Cache").fetchall())
@@ -276,8 +273,7 @@ def test_planted_rows_are_misses_never_unpickled(tmp_path: Path) -> None:
                 (mode, name, value, key),
             )
     for json_reads in (True, False):
-        memo = Memo(folder)
-        memo._json_reads = json_reads
+        memo = Memo(folder, json_sql=json_reads)
         assert memo.get_many(keys) == {k: (True, k, 1, 1) for k in keys[4:]}
         assert memo.unreadable == 4
         memo.close()
