@@ -160,16 +160,18 @@ class RunTexts:
         self._lock = threading.Lock()
         self._texts: Texts = {}
 
-    def add(self, frame: pl.DataFrame, scores: pl.Series, statuses: pl.Series) -> None:
+    def add(
+        self, frame: pl.DataFrame, scores: Sequence[float | None], statuses: Sequence[str]
+    ) -> None:
         """One chunk: its input rows as read (id, query, expected, context) and their scores
         and statuses in the same order. Call it from a worker thread (a Python pass over the
         chunk's rows: ~0.3 ms for 1,000)."""
-        if frame.height != scores.len() or "context" not in frame.columns:
+        if frame.height != len(scores) or "context" not in frame.columns:
             return
         column = frame.get_column("id").cast(pl.String)
         ids = column.to_list()
         hashes = column.hash(_SEED).to_list()
-        rows = zip(ids, hashes, scores.to_list(), statuses.to_list(), strict=True)
+        rows = zip(ids, hashes, scores, statuses, strict=True)
         with self._lock:
             low, hashed, failed = self._low, self._hashed, self._failed
             for key, h, score, status in rows:

@@ -167,9 +167,7 @@ def test_a_run_keeps_the_texts_of_every_row_its_report_opens() -> None:
         while start < frame.height:
             size = rng.randrange(1, 700)
             stop = start + size
-            kept.add(
-                frame[start:stop], pl.Series(scores[start:stop]), pl.Series(statuses[start:stop])
-            )
+            kept.add(frame[start:stop], scores[start:stop], statuses[start:stop])
             start = stop
         whole = pl.DataFrame(
             {
