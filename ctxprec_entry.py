@@ -23,7 +23,7 @@ import threading
 import time
 from types import ModuleType
 
-__all__ = ["check_packages", "hold_signals", "main"]
+__all__ = ["check_packages", "hold_signals", "main", "release_signals"]
 
 PACKAGES = ("storage", "connectors", "pipeline")  # leaf first: each imports those before it
 CLASH_EXIT = 2  # an environment problem found before any judge call, like a bad config
@@ -108,16 +108,28 @@ def hold_signals() -> None:
     more on a loaded machine, and a signal then was a KeyboardInterrupt traceback or a bare kill.
     Nothing has been read or written yet, so the command ends at once, as a stop does later:
     the resume line and exit 130 (143 for SIGTERM)."""
-
-    def stop(signum: int, frame: object) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
-        with contextlib.suppress(OSError, ValueError):
-            print(INTERRUPTED, file=sys.stderr, flush=True)
-        os._exit(143 if signum == signal.SIGTERM else 130)
-
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
+        signal.signal(sig, _stop_at_start)
+
+
+def release_signals() -> None:
+    """Python's own handling again where `hold_signals`' handler is back in place (the CLI
+    gives back the handlers it found when a command ends without a stop): a signal after the
+    command is not a stop of it."""
+    for sig, default in (
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGTERM, signal.SIG_DFL),
+    ):
+        if signal.getsignal(sig) is _stop_at_start:
+            signal.signal(sig, default)
+
+
+def _stop_at_start(signum: int, frame: object) -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    with contextlib.suppress(OSError, ValueError):
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+    os._exit(143 if signum == signal.SIGTERM else 130)
 
 
 def main() -> int:
@@ -131,6 +143,7 @@ def main() -> int:
         return 0
     cli = importlib.import_module("pipeline.cli.main")
     code: int = cli.main()
+    release_signals()
     return leave(code)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,24 @@ def test_a_live_non_daemon_thread_gets_the_normal_exit(tmp_path: Path) -> None:
     done = _entry(code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["after main 0", "thread joined"]
+
+
+def test_the_start_up_signal_handlers_are_given_back_after_the_command() -> None:
+    """`hold_signals` covers the CLI's imports only: once a command has ended without a stop
+    (the CLI gave back the handlers it found, which were these), Python's own handling is back;
+    a stopped command's ignored signals stay ignored."""
+    import ctxprec_entry
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ctxprec_entry.hold_signals()
+        assert signal.getsignal(signal.SIGINT) is ctxprec_entry._stop_at_start
+        ctxprec_entry.release_signals()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stop under way ignores later signals
+        ctxprec_entry.release_signals()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
