@@ -118,12 +118,12 @@ async def _lookup(
         if key in found and _from_memo(plan, i, key, found, dispatcher):
             continue
         known = known_now(key)
-        if known is None and reserve is not None:
+        if known is None:
             plan.paid[i] = True
-            reserved.append((i, reserve(key)))
-        elif known is None:
-            missing.append(i)
-            plan.paid[i] = True
+            if reserve is not None:
+                reserved.append((i, reserve(key)))
+            else:
+                missing.append(i)
         elif isinstance(known, ItemOutcome):
             counters.dedup_hits += 1
             plan.waits.append((i, known))
