@@ -229,7 +229,7 @@ def _compile_checkout() -> None:
     _COMPILED.append(True)
     targets = [str(ROOT / d) for d in ("pipeline", "connectors", "storage", "tests")]
     subprocess.run(
-        [PYTHON, "-m", "compileall", "-q", str(ROOT / "ctxprec_entry.py"), *targets],
+        [PYTHON, "-m", "compileall", "-q", *targets],
         check=False,
         stdout=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},

@@ -6,10 +6,10 @@ The strong (audit) judge's verdicts are the truth: the human labels of the Hotpo
 rows tiled `--tile` times with new ids. In each seeded world the first judge flips them item by
 item (misses `--miss` of the relevant items, calls `--false` of the others relevant) and its
 verdicts go through the MAP stage every run uses (storage/core/metric.py); the audit sample is
-the product's own (`pipeline.flow.audit.audited`: sha256 of `audit:{seed}:{row_id}` below F,
+the product's own (`ctxprec.flow.audit.audited`: sha256 of `audit:{seed}:{row_id}` below F,
 with the world's seed as `--audit-seed`); the audited rows' `audit_score` is `map_score` of
 the strong verdicts, as the reduce stage computes it; and the estimate is the one summary.json holds
-(`storage.report.estimate.corrected_estimate` on the `score` and `audit_score` columns). The
+(`ctxprec.storage.report.estimate.corrected_estimate` on the `score` and `audit_score` columns). The
 truth is the strong judge's mean `audit_score` over every row. Prints, per fraction audited:
 how often the corrected CI and the first judge's own CI cover the truth, and their mean widths.
 
@@ -34,9 +34,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._common import DATA, write_result  # noqa: E402
-from pipeline.flow.audit import audited  # noqa: E402
-from storage.core.metric import map_score, map_stage  # noqa: E402
-from storage.report.estimate import audit_reference, corrected_estimate  # noqa: E402
+from ctxprec.flow.audit import audited  # noqa: E402
+from ctxprec.storage.core.metric import map_score, map_stage  # noqa: E402
+from ctxprec.storage.report.estimate import audit_reference, corrected_estimate  # noqa: E402
 
 FRACTIONS = (0.02, 0.05, 0.10, 0.20)
 REFERENCE = audit_reference("strong")

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.judges.base import ItemRequest  # noqa: E402
-from connectors.judges.prompts import ITEM_SCHEMA, item_messages  # noqa: E402
+from ctxprec.connectors.judges.base import ItemRequest  # noqa: E402
+from ctxprec.connectors.judges.prompts import ITEM_SCHEMA, item_messages  # noqa: E402
 
 
 def requests_of(path: Path, limit: int, read: str = "file") -> Iterator[ItemRequest]:

@@ -27,7 +27,7 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from storage.core.agreement import cohen_kappa  # noqa: E402
+from ctxprec.storage.core.agreement import cohen_kappa  # noqa: E402
 from tests.fakes.inputs import HOTPOT, HOTPOT_MAP  # noqa: E402
 from tests.fakes.runs import fake_stats, judge_process  # noqa: E402
 
@@ -40,7 +40,7 @@ MODES = [("item", False), ("item", True), ("row", False), ("row", True)]
 
 
 def run(src: Path, out: Path, url: str, mode: str, bare: bool) -> None:
-    cmd = [sys.executable, "-m", "pipeline.cli.main", "score", str(src), "-o", str(out),
+    cmd = [sys.executable, "-m", "ctxprec.cli.main", "score", str(src), "-o", str(out),
            "--model", "openai/gpt-4o-mini", *HOTPOT_MAP, "--mode", mode, "--no-memo",
            "--progress", "off", *(["--verdict-only"] if bare else [])]  # fmt: skip
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-bench",

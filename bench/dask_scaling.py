@@ -43,7 +43,7 @@ from _common import (
 )
 from distributed import Client, LocalCluster
 
-from pipeline.engines.dask import install_coordinator, remove_coordinator, scheduler_lease
+from ctxprec.engines.dask import install_coordinator, remove_coordinator, scheduler_lease
 
 FILES = 4
 LATENCY_MS = 100

@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from connectors.judges.base import ItemRequest, JudgeStats, NullThrottle  # noqa: E402
-from connectors.judges.offline import OfflineJudge  # noqa: E402
-from storage.core.metric import map_score  # noqa: E402
-from storage.core.settings import JudgeSettings  # noqa: E402
+from ctxprec.connectors.judges.base import ItemRequest, JudgeStats, NullThrottle  # noqa: E402
+from ctxprec.connectors.judges.offline import OfflineJudge  # noqa: E402
+from ctxprec.storage.core.metric import map_score  # noqa: E402
+from ctxprec.storage.core.settings import JudgeSettings  # noqa: E402
 
 __all__ = ["Scores", "main", "score"]
 

@@ -24,8 +24,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._common import DATA  # noqa: E402
-from storage.core.metric import map_stage  # noqa: E402
-from storage.core.ppi import estimate_block, ppi_fit  # noqa: E402
+from ctxprec.storage.core.metric import map_stage  # noqa: E402
+from ctxprec.storage.core.ppi import estimate_block, ppi_fit  # noqa: E402
 
 SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)
 

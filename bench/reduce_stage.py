@@ -1,4 +1,4 @@
-"""The MAP reduce stage: `storage.core.metric.map_stage` (Polars) vs a plain Python loop.
+"""The MAP reduce stage: `ctxprec.storage.core.metric.map_stage` (Polars) vs a plain Python loop.
 
 Both score the same verdicts (numpy-generated, ~30 % relevant, `--items` per row): the stage on a
 pre-built DataFrame of one row per item (construction excluded), the loop as
@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 from _common import CpuAudit, load_line, print_block, verdict, write_result
 
-from storage.core.metric import average_precision, map_stage, round_half_up
+from ctxprec.storage.core.metric import average_precision, map_stage, round_half_up
 
 GOAL_VERDICTS_PER_S = 20e6
 GOAL_SPEEDUP = 30.0

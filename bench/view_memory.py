@@ -93,7 +93,7 @@ def make_output(root: Path, name: str, rows: int, shift: int) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "pipeline.cli.main",
+        "ctxprec.cli.main",
         "score",
         str(ROOT / "examples" / "sample.parquet"),
     ]
@@ -122,7 +122,7 @@ def rss(pid: int) -> dict[str, float]:
 
 
 def measure(a: Path, b: Path, rows: int) -> list[tuple[str, float, float]]:
-    cmd = [sys.executable, "-m", "pipeline.cli.main", "view", str(a), str(b), "--port", "0"]
+    cmd = [sys.executable, "-m", "ctxprec.cli.main", "view", str(a), str(b), "--port", "0"]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert server.stdout is not None
     url = re.search(r"http://\S+/", server.stdout.readline()).group(0).rstrip("/")  # type: ignore[union-attr]

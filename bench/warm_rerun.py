@@ -76,11 +76,11 @@ def references(data: Path, cache: Path, limit: int) -> dict[str, Any]:
     import diskcache
     import pyarrow.parquet as pq
 
-    from connectors.judges import JudgeStats, NullThrottle
-    from connectors.judges.offline import OfflineJudge
-    from connectors.judges.prompts import prompt_version_for
-    from storage.core.settings import JudgeSettings
-    from storage.memo import item_keys, judge_prefix, row_hasher
+    from ctxprec.connectors.judges import JudgeStats, NullThrottle
+    from ctxprec.connectors.judges.offline import OfflineJudge
+    from ctxprec.connectors.judges.prompts import prompt_version_for
+    from ctxprec.storage.core.settings import JudgeSettings
+    from ctxprec.storage.memo import item_keys, judge_prefix, row_hasher
 
     table = pq.read_table(data, columns=["query", "expected_output", "contexts"])
     judge = OfflineJudge("default", JudgeSettings(), NullThrottle(), JudgeStats())

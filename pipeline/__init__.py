@@ -1,8 +1,11 @@
-"""ctxprec's flow and public API: the batch entry point (`score`, `run_score`), the per-row
-scorer and `run_evals`, the configuration, the metric and the exception tree.
+"""ctxprec: the flow and the public API — the batch entry point (`score`, `run_score`), the
+per-row scorer and `run_evals`, the configuration, the metric and the exception tree.
+
+This package is the repository's `pipeline/` folder; `connectors/` and `storage/` are its
+sub-packages `ctxprec.connectors` and `ctxprec.storage` (pyproject.toml's package-dir).
 
 The names load on first use (PEP 562): `ctxprec --version` and `--help` import this package on
-their way to `pipeline.cli.main` and must not pay for Polars, aiohttp and the judges (about 1 s).
+their way to `ctxprec.cli.main` and must not pay for Polars, aiohttp and the judges (about 1 s).
 `_EXPORTS` is checked like an import by tests/test_layers.py.
 """
 
@@ -12,12 +15,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.analysis.compare import compare_outputs
-    from pipeline.config import Config, load_config
-    from pipeline.engines.choice import score
-    from pipeline.engines.local import run_score
-    from pipeline.run.driver import RunOptions, RunResult
-    from pipeline.scorer import (
+    from ctxprec.analysis.compare import compare_outputs
+    from ctxprec.config import Config, load_config
+    from ctxprec.engines.choice import score
+    from ctxprec.engines.local import run_score
+    from ctxprec.run.driver import RunOptions, RunResult
+    from ctxprec.scorer import (
         ContextPrecisionScorer,
         EvalItem,
         EvalResult,
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
         create_context_precision_scorer,
         run_evals,
     )
-    from storage.core.errors import (
+    from ctxprec.storage.core.errors import (
         ConfigError,
         CtxprecError,
         InputError,
@@ -34,37 +37,36 @@ if TYPE_CHECKING:
         ScoreFailedError,
         UserError,
     )
-    from storage.core.metric import map_score, map_stage, rank_metrics, round_half_up
+    from ctxprec.storage.core.metric import map_score, map_stage, rank_metrics, round_half_up
 
 # name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    "compare_outputs": "pipeline.analysis.compare",
-    "Config": "pipeline.config",
-    "load_config": "pipeline.config",
-    "RunOptions": "pipeline.run.driver",
-    "RunResult": "pipeline.run.driver",
-    "run_score": "pipeline.engines.local",
-    "score": "pipeline.engines.choice",
-    "ContextPrecisionScorer": "pipeline.scorer",
-    "EvalItem": "pipeline.scorer",
-    "EvalResult": "pipeline.scorer",
-    "ScoreResult": "pipeline.scorer",
-    "create_context_precision_scorer": "pipeline.scorer",
-    "run_evals": "pipeline.scorer",
-    "ConfigError": "storage.core.errors",
-    "CtxprecError": "storage.core.errors",
-    "InputError": "storage.core.errors",
-    "JudgeError": "storage.core.errors",
-    "OutputError": "storage.core.errors",
-    "ScoreFailedError": "storage.core.errors",
-    "UserError": "storage.core.errors",
-    "map_score": "storage.core.metric",
-    "map_stage": "storage.core.metric",
-    "rank_metrics": "storage.core.metric",
-    "round_half_up": "storage.core.metric",
+    "compare_outputs": "ctxprec.analysis.compare",
+    "Config": "ctxprec.config",
+    "load_config": "ctxprec.config",
+    "RunOptions": "ctxprec.run.driver",
+    "RunResult": "ctxprec.run.driver",
+    "run_score": "ctxprec.engines.local",
+    "score": "ctxprec.engines.choice",
+    "ContextPrecisionScorer": "ctxprec.scorer",
+    "EvalItem": "ctxprec.scorer",
+    "EvalResult": "ctxprec.scorer",
+    "ScoreResult": "ctxprec.scorer",
+    "create_context_precision_scorer": "ctxprec.scorer",
+    "run_evals": "ctxprec.scorer",
+    "ConfigError": "ctxprec.storage.core.errors",
+    "CtxprecError": "ctxprec.storage.core.errors",
+    "InputError": "ctxprec.storage.core.errors",
+    "JudgeError": "ctxprec.storage.core.errors",
+    "OutputError": "ctxprec.storage.core.errors",
+    "ScoreFailedError": "ctxprec.storage.core.errors",
+    "UserError": "ctxprec.storage.core.errors",
+    "map_score": "ctxprec.storage.core.metric",
+    "map_stage": "ctxprec.storage.core.metric",
+    "rank_metrics": "ctxprec.storage.core.metric",
+    "round_half_up": "ctxprec.storage.core.metric",
 }
 
-__ctxprec__ = True  # this package is ctxprec's: the console script checks it (ctxprec_entry.py)
 __all__ = [
     "Config",
     "ConfigError",
@@ -96,7 +98,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+        raise AttributeError(f"module 'ctxprec' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # the next access is a plain attribute
     return value

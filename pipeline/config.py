@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.catalog import known_price, provider_table
-from storage.core.errors import ConfigError
-from storage.core.settings import (
+from ctxprec.connectors.judges.catalog import known_price, provider_table
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.settings import (
     SECTIONS,
     ColumnMap,
     ColumnsSettings,

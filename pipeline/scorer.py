@@ -15,23 +15,30 @@ from typing import Any
 import anyio
 import numpy as np
 
-from connectors.judges import ItemRequest, Judge, JudgeSettings, JudgeStats, Verdict, create_judge
-from connectors.judges.prompts import (
+from ctxprec.config import API_OPTIONS, Config, load_config
+from ctxprec.connectors.judges import (
+    ItemRequest,
+    Judge,
+    JudgeSettings,
+    JudgeStats,
+    Verdict,
+    create_judge,
+)
+from ctxprec.connectors.judges.prompts import (
     CRITERION,
     CRITERION_QUERY_ONLY,
     prompt_version_for,
     reason_prompt,
 )
-from pipeline.config import API_OPTIONS, Config, load_config
-from pipeline.flow.llm_reason import keep_built_reason
-from pipeline.flow.reason import build_reason
-from pipeline.limits.limiter import RateThrottle
-from pipeline.limits.pool import each
-from storage.core.errors import ConfigError, JudgeError, ScoreFailedError
-from storage.core.metric import map_score
-from storage.core.ppi import estimate_block, ppi_fit
-from storage.core.settings import LimitsSettings
-from storage.memo import Memo, judge_prefix, memo_key
+from ctxprec.flow.llm_reason import keep_built_reason
+from ctxprec.flow.reason import build_reason
+from ctxprec.limits.limiter import RateThrottle
+from ctxprec.limits.pool import each
+from ctxprec.storage.core.errors import ConfigError, JudgeError, ScoreFailedError
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.core.ppi import estimate_block, ppi_fit
+from ctxprec.storage.core.settings import LimitsSettings
+from ctxprec.storage.memo import Memo, judge_prefix, memo_key
 
 __all__ = [
     "ContextPrecisionScorer",

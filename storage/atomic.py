@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from storage.core.errors import OutputError
-from storage.objpath import ObjPath, OutPath
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "TMP_PREFIX",

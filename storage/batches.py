@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from storage import confine, layout, statefile
-from storage.atomic import atomic_write_text
+from ctxprec.storage import confine, layout, statefile
+from ctxprec.storage.atomic import atomic_write_text
 
 __all__ = ["BatchStore", "ChunkWriter"]
 

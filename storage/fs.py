@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from storage.core.errors import InputError
-from storage.core.settings import StorageSettings  # the [storage] section
+from ctxprec.storage.core.errors import InputError
+from ctxprec.storage.core.settings import StorageSettings  # the [storage] section
 
 __all__ = [
     "SCHEMES",

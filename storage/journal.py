@@ -29,9 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from storage.layout import JOURNAL_NEW, JOURNAL_SUFFIX, journal_dir, journal_file, journal_new
-from storage.memo import MemoEntry
-from storage.memo_codec import MAX_REASON_BYTES, MAX_TOKENS
+from ctxprec.storage.layout import (
+    JOURNAL_NEW,
+    JOURNAL_SUFFIX,
+    journal_dir,
+    journal_file,
+    journal_new,
+)
+from ctxprec.storage.memo import MemoEntry
+from ctxprec.storage.memo_codec import MAX_REASON_BYTES, MAX_TOKENS
 
 __all__ = ["Journal", "Replay", "open_journal", "replay_journals"]
 

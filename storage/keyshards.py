@@ -21,11 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from storage import layout
-from storage.atomic import atomic_write
-from storage.memo import MemoEntry
-from storage.objpath import OutPath, readable
-from storage.verdicts import VerdictStore
+from ctxprec.storage import layout
+from ctxprec.storage.atomic import atomic_write
+from ctxprec.storage.memo import MemoEntry
+from ctxprec.storage.objpath import OutPath, readable
+from ctxprec.storage.verdicts import VerdictStore
 
 __all__ = [
     "Answer",

@@ -1,6 +1,7 @@
 """Where everything lives in an output folder (OUTDIR), each path named once; every reader and
 writer asks here (as simonw/llm names each of its paths once: `user_dir()`, `logs_db_path()`).
-Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`).
+Works alike for a local `Path` and an object-store `ObjPath` (`ctxprec.storage.objpath`).
+Modules are named from the `ctxprec` package down.
 
     OUTDIR/
       <part files>                      named by the commit records (`storage.commit`)
@@ -12,7 +13,7 @@ Works alike for a local `Path` and an object-store `ObjPath` (`storage.objpath`)
         manifest.json                   which run the folder holds (`storage.runlog`)
         run.json                        the run's figures and history
         estimate.json                   the estimate saved before the run
-        sink-<digest>.json              what each sink has loaded (`pipeline.run.publish`)
+        sink-<digest>.json              what each sink has loaded (`run.publish`)
         lock                            the live writer (`storage.lock`)
         parts/<key>.json, <key>.pending commit and pending records (`storage.commit`)
         verdicts/<digest>/              the verdicts of one input file (`storage.verdicts`)
@@ -32,10 +33,10 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TypeVar
 
-from storage.report.charts import CHART_FILES, TREND_CHART
+from ctxprec.storage.report.charts import CHART_FILES, TREND_CHART
 
-if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (storage.objpath)
-    from storage.objpath import ObjPath, OutPath
+if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (ctxprec.storage.objpath)
+    from ctxprec.storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "CHARTS",
@@ -150,7 +151,7 @@ def chart(outdir: P, name: str) -> P:
 
 def fixed_files() -> set[str]:
     """The files ctxprec writes by fixed name into OUTDIR, relative to it (ours only in a
-    folder that holds a manifest: `storage.ownership`)."""
+    folder that holds a manifest: `ctxprec.storage.ownership`)."""
     charts = (f"{CHARTS}/{name}" for name in (*CHART_FILES, TREND_CHART))
     return {_SUCCESS, _SUMMARY_JSON, _SUMMARY_MD, _SUMMARY_HTML, *charts}
 
@@ -292,7 +293,8 @@ def shuffle_requests(scratch: P, shard: int) -> P:
 
 
 def shuffle_request_file(scratch: P, shard: int, task: int, part: int) -> P:
-    """One request file `t<task>-<part>.arrow` of a key shard (`storage.keyshards.task_of`)."""
+    """One request file `t<task>-<part>.arrow` of a key shard
+    (`ctxprec.storage.keyshards.task_of`)."""
     return shuffle_requests(scratch, shard) / f"t{task:06d}-{part:05d}.arrow"
 
 
@@ -342,7 +344,8 @@ def memo_db(folder: Path) -> Path:
 
 
 def journal_dir(folder: Path) -> Path:
-    """The verdict journals in a memo folder (`storage.journal`): one per running paid run."""
+    """The verdict journals in a memo folder (`ctxprec.storage.journal`): one per running paid
+    run."""
     return folder / "journal"
 
 

@@ -3,7 +3,7 @@
 A memo folder may come from anyone who can write to it (a shared or copied folder, an OUTDIR),
 so a stored value is untrusted data: it decodes to a verdict or it is not one (a miss, judged
 again). The layout is 21 bytes of header and the reason as UTF-8 with no NUL character (so the
-memo's batched read can join reasons with NUL and split them back: `storage.memo`):
+memo's batched read can join reasons with NUL and split them back: `ctxprec.storage.memo`):
 
     magic b"cpv2" | relevant: 1 byte, 0 or 1 | input tokens: u64 LE | output tokens: u64 LE | reason
 
@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import Final
 
-from storage.core.verdict import JudgeReply
+from ctxprec.storage.core.verdict import JudgeReply
 
 __all__ = [
     "HEADER_COLUMNS",
@@ -33,7 +33,7 @@ __all__ = [
     "entry_of",
 ]
 
-# (relevant, reason, input_tokens, output_tokens): read its fields by name (storage.memo)
+# (relevant, reason, input_tokens, output_tokens): read its fields by name (ctxprec.storage.memo)
 MemoEntry = tuple[bool, str, int, int]
 
 _HEADER: Final = struct.Struct("<4sBQQ")
@@ -42,7 +42,7 @@ HEADER_SIZE: Final = _HEADER.size
 MAX_REASON_BYTES: Final = 32_000  # a judge's reason is clipped to 1,000 characters; an LLM row
 # reason is prose of a few sentences: a longer value is not one of ours
 MAX_VALUE_BYTES: Final = HEADER_SIZE + MAX_REASON_BYTES
-MAX_TOKENS: Final = 2**56 - 1  # a u64 whose top byte is 0 (checked in SQL: `storage.memo`)
+MAX_TOKENS: Final = 2**56 - 1  # a u64 whose top byte is 0 (checked in SQL: `ctxprec.storage.memo`)
 
 
 def entry_of(reply: JudgeReply) -> MemoEntry:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from storage.core.errors import OutputError
-from storage.layout import memo_db
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.layout import memo_db
 
 OPEN_LOCK: Final = "ctxprec-open.lock"  # taken while a process opens (or creates) the memo
 

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from storage import confine, layout, statefile
-from storage.atomic import TMP_PREFIX, is_temp
-from storage.core.errors import OutputError, StateDamagedError
-from storage.layout import COMMITTED, PENDING
-from storage.objpath import ObjPath, OutPath
+from ctxprec.storage import confine, layout, statefile
+from ctxprec.storage.atomic import TMP_PREFIX, is_temp
+from ctxprec.storage.core.errors import OutputError, StateDamagedError
+from ctxprec.storage.layout import COMMITTED, PENDING
+from ctxprec.storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "check_claimable",

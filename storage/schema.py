@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from storage.core.metric import rank_column_names
-from storage.core.settings import DEFAULT_KS
+from ctxprec.storage.core.metric import rank_column_names
+from ctxprec.storage.core.settings import DEFAULT_KS
 
 __all__ = [
     "SCHEMA_VERSION",

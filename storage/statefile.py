@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage import confine
-from storage.core.errors import StateDamagedError
-from storage.objpath import ObjPath, OutPath
+from ctxprec.storage import confine
+from ctxprec.storage.core.errors import StateDamagedError
+from ctxprec.storage.objpath import ObjPath, OutPath
 
 __all__ = [
     "BATCH_STATE_CAP",

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from storage import layout
-from storage.atomic import atomic_write
-from storage.confine import is_regular
-from storage.memo import MemoEntry, MemoStore
-from storage.objpath import OutPath, readable
+from ctxprec.storage import layout
+from ctxprec.storage.atomic import atomic_write
+from ctxprec.storage.confine import is_regular
+from ctxprec.storage.memo import MemoEntry, MemoStore
+from ctxprec.storage.objpath import OutPath, readable
 
 __all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.retry import RetryClock
+from ctxprec.connectors.judges.retry import RetryClock
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import HOTPOT, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import re
 
-from pipeline.cli.main import COMMANDS, build_parser
+from ctxprec.cli.main import COMMANDS, build_parser
 from tests.fakes.inputs import REPO
 
 

@@ -1,6 +1,9 @@
 """The house drawn from its imports: every arrow points down.
 
-    pipeline  ->  connectors  ->  storage  ->  storage.core (the leaf)
+    ctxprec  ->  ctxprec.connectors  ->  ctxprec.storage  ->  ctxprec.storage.core (the leaf)
+
+(`ctxprec` is the repository's pipeline/ folder, `ctxprec.connectors` its connectors/ and
+`ctxprec.storage` its storage/: pyproject.toml's package-dir.)
 
 A module may import its own layer and the layers below it, never one above; the leaf imports no
 other ctxprec package; no module imports a ctxprec module inside a function (the old way to
@@ -8,10 +11,10 @@ dodge a cycle) — `if TYPE_CHECKING:` blocks are the one exception, and they ob
 too. Module-level imports between ctxprec modules form no cycle.
 
 Start-up needs one more kind of import: a module-level *table* naming modules to load on first
-use (`pipeline._EXPORTS`, PEP 562; the CLI's subcommand table `pipeline.cli.main.COMMANDS`), so that
-`ctxprec --version` loads no Polars. A table is an import in all but syntax, so its targets obey
-the layers like imports; a ctxprec module named as a literal in an importlib call is refused.
-"""
+use (`ctxprec._EXPORTS`, PEP 562; the entry's `ctxprec.__main__._LOADS`; the CLI's subcommand
+table `ctxprec.cli.main.COMMANDS`), so that `ctxprec --version` loads no Polars. A table is an
+import in all but syntax, so its targets obey the layers like imports; a ctxprec module named as a
+literal in an importlib call is refused."""
 
 from __future__ import annotations
 
@@ -25,26 +28,36 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "connectors", "storage")
+# repository folder -> the package it is installed as
+FOLDERS = {"pipeline": "ctxprec", "connectors": "ctxprec.connectors", "storage": "ctxprec.storage"}
+PACKAGES = ("ctxprec",)  # the one top-level name: imports of anything else are not ctxprec's
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def layer(module: str) -> int:
-    """0 = storage.core (the leaf), 1 = storage, 2 = connectors, 3 = pipeline."""
-    if module == "storage.core" or module.startswith("storage.core."):
-        return 0
-    return {"storage": 1, "connectors": 2, "pipeline": 3}[module.split(".")[0]]
+    """0 = ctxprec.storage.core (the leaf), 1 = ctxprec.storage, 2 = ctxprec.connectors,
+    3 = the rest of ctxprec (pipeline/)."""
+    leaf_up = ("ctxprec.storage.core", "ctxprec.storage", "ctxprec.connectors")
+    for number, package in enumerate(leaf_up):
+        if within(module, package):
+            return number
+    assert within(module, "ctxprec"), module
+    return 3
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join([FOLDERS[folder], *(parts[:-1] if parts[-1] == "__init__" else parts)])
 
 
 def modules() -> dict[str, Path]:
     return {
         module_name(p): p
-        for pkg in PACKAGES
-        for p in sorted((ROOT / pkg).rglob("*.py"))
+        for folder in FOLDERS
+        for p in sorted((ROOT / folder).rglob("*.py"))
         if "__pycache__" not in p.parts
     }
 
@@ -81,7 +94,7 @@ def imports(path: Path, module: str) -> Iterator[tuple[str, int, str]]:
             elif isinstance(child, ast.ImportFrom):
                 target = _resolve(child, module, path.name == "__init__.py")
                 yield target, child.lineno, here
-                for alias in child.names:  # `from storage import fs` imports storage.fs
+                for alias in child.names:  # `from storage import fs` imports ctxprec.storage.fs
                     yield f"{target}.{alias.name}", child.lineno, here
             yield from walk(child, here)
 
@@ -116,7 +129,7 @@ def test_no_function_level_project_imports(module: str) -> None:
 
 def test_leaf_imports_no_other_ctxprec_package() -> None:
     leaf = [m for m in ALL if layer(m) == 0]
-    assert "storage.core.errors" in leaf
+    assert "ctxprec.storage.core.errors" in leaf
     outside = [
         f"{m} line {line}: {target}"
         for m in leaf
@@ -157,27 +170,41 @@ def test_module_imports_form_no_cycle() -> None:
 
 def test_the_checker_sees_a_wrong_arrow(tmp_path: Path) -> None:
     """The AST walk finds an upward import, a function-level one and a relative one (the probe
-    is read as the module storage._layers_probe from tmp_path: nothing is written in the tree)."""
+    is read as the module ctxprec.storage._layers_probe from tmp_path: nothing is written in
+    the tree)."""
     bad = tmp_path / "_layers_probe.py"
     source = (
-        "from pipeline.engines.local import score\n"
-        "def f():\n    from storage.core import errors\n"
+        "from ctxprec.engines.local import score\n"
+        "def f():\n    from ctxprec.storage.core import errors\n"
         "from .core.errors import UserError\n"
     )
     bad.write_text(source, encoding="utf-8")
-    found = list(imports(bad, "storage._layers_probe"))
-    assert ("pipeline.engines.local", 1, "module") in found
-    assert ("storage.core.errors", 3, "function") in found
-    assert ("storage.core.errors", 4, "module") in found
+    found = list(imports(bad, "ctxprec.storage._layers_probe"))
+    assert ("ctxprec.engines.local", 1, "module") in found
+    assert ("ctxprec.storage.core.errors", 3, "function") in found
+    assert ("ctxprec.storage.core.errors", 4, "module") in found
 
 
 # module -> its table of lazily loaded names ({name: "module" or "module:attribute"})
-LAZY_TABLES = {"pipeline": "_EXPORTS", "pipeline.cli.main": "COMMANDS"}
+LAZY_TABLES = {"ctxprec": "_EXPORTS", "ctxprec.__main__": "_LOADS", "ctxprec.cli.main": "COMMANDS"}
+
+
+def table_of(module: str, table: str) -> dict[str, str]:
+    """The literal assigned to `table` at `module`'s top level, read without importing it
+    (importing ctxprec.__main__ would hold this process's stop signals)."""
+    for node in ast.parse(ALL[module].read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == table and node.value is not None:
+            value: dict[str, str] = ast.literal_eval(node.value)
+            return value
+    raise AssertionError(f"{module} has no literal {table}")
 
 
 @pytest.mark.parametrize(("module", "table"), sorted(LAZY_TABLES.items()))
 def test_lazy_tables_point_down_and_resolve(module: str, table: str) -> None:
-    entries = getattr(importlib.import_module(module), table)
+    entries = table_of(module, table)
     assert entries
     for name, target in entries.items():
         target_module, _, attr = target.partition(":")
@@ -187,7 +214,7 @@ def test_lazy_tables_point_down_and_resolve(module: str, table: str) -> None:
 
 
 def test_no_ctxprec_module_is_imported_by_a_literal_name() -> None:
-    """`importlib.import_module("pipeline.x")` outside a table would dodge every check above."""
+    """`importlib.import_module("ctxprec.x")` outside a table would dodge every check above."""
 
     def by_name(path: Path) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -211,10 +238,14 @@ def test_no_ctxprec_module_is_imported_by_a_literal_name() -> None:
 def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
     """`ctxprec --version` and `--help` stay fast: no Polars, PyArrow, aiohttp, Dask, judge."""
     heavy = ["polars", "pyarrow", "aiohttp", "dask", "distributed", "numpy", "matplotlib"]
-    heavy += ["connectors.judges.openai", "connectors.judges.offline", "pipeline.engines.local"]
+    heavy += [
+        "ctxprec.connectors.judges.openai",
+        "ctxprec.connectors.judges.offline",
+        "ctxprec.engines.local",
+    ]
     probe = (
         "import sys\n"
-        "from pipeline.cli.main import main\n"
+        "from ctxprec.cli.main import main\n"
         "try:\n"
         f"    main({argv!r})\n"
         "except SystemExit:\n"
@@ -228,17 +259,31 @@ def test_start_up_loads_no_heavy_library(argv: list[str]) -> None:
 
 
 def test_version_through_the_console_script_loads_only_the_version() -> None:
-    """`ctxprec --version` (the console script, ctxprec_entry) answers without the parser."""
+    """`ctxprec --version` (the console script, ctxprec.__main__) answers without the parser."""
     probe = (
         "import sys\n"
-        "import ctxprec_entry\n"
+        "from ctxprec.__main__ import main\n"
         "sys.argv = ['ctxprec', '--version']\n"
-        "code = ctxprec_entry.main()\n"
-        "print(code, 'pipeline.cli.main' in sys.modules, 'polars' in sys.modules)\n"
+        "code = main()\n"
+        "print(code, 'ctxprec.cli.main' in sys.modules, 'polars' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    from pipeline.version import __version__
+    from ctxprec.version import __version__
 
     assert out.stdout.splitlines() == [f"ctxprec {__version__}", "0 False False"]
+
+
+def test_every_package_folder_is_shipped() -> None:
+    """pyproject.toml lists the packages (setuptools cannot find them under a package-dir map):
+    a package folder on disk that the list leaves out would be missing from the wheel."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(setuptools["tool"]["setuptools"]["packages"])
+    on_disk = {m for m, p in ALL.items() if p.name == "__init__.py"}
+    assert listed == on_disk
+    assert setuptools["tool"]["setuptools"]["package-dir"] == {
+        package: folder for folder, package in FOLDERS.items()
+    }

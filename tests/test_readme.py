@@ -68,7 +68,7 @@ def test_readme_reader_of_exactly_ctxprecs_parts(tmp_path: Path) -> None:
     assert command is not None
     args = command.group(1).replace("examples/", f"{REPO}/examples/").split()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = [sys.executable, "-m", "pipeline.cli.main", *args, "--progress", "off"]
+    run = [sys.executable, "-m", "ctxprec.cli.main", *args, "--progress", "off"]
     done = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     for rel in ("mine.parquet", ".backup/old.parquet", "dt=x/y.parquet"):

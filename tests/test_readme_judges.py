@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 from tests.fakes.inputs import SAMPLE, documentation
 from tests.fakes.strict import StrictConfig, StrictThread
 

@@ -1,6 +1,6 @@
 """Relevance judges: the protocol, the provider registry and the versioned prompts."""
 
-from connectors.judges.base import (
+from ctxprec.connectors.judges.base import (
     ItemRequest,
     Judge,
     JudgeStats,
@@ -8,15 +8,15 @@ from connectors.judges.base import (
     Throttle,
     estimate_tokens,
 )
-from connectors.judges.registry import (
+from ctxprec.connectors.judges.registry import (
     audit_settings,
     create_judge,
     provider_names,
     register_provider,
     split_model,
 )
-from storage.core.settings import JudgeSettings
-from storage.core.verdict import JudgeReply, Verdict
+from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "ItemRequest",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.judges.client import json_int
-from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.shapes import RequestShape, anthropic_shape, learn_anthropic
-from connectors.judges.transport import normalize_base_url
+from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.conversation import HttpJudgeBase, Message, Schema
+from ctxprec.connectors.judges.shapes import RequestShape, anthropic_shape, learn_anthropic
+from ctxprec.connectors.judges.transport import normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "AnthropicJudge"]
 

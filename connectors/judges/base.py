@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from storage.core.errors import JudgeError
-from storage.core.verdict import JudgeReply, Verdict
+from ctxprec.storage.core.errors import JudgeError
+from ctxprec.storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "ItemRequest",

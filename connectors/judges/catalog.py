@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from connectors.judges.secrets import checked_base_url, is_loopback, register_secret
-from storage.core.errors import ConfigError
-from storage.core.seams import KeySource  # where API keys are read (the environment by default)
-from storage.core.settings import Price
+from ctxprec.connectors.judges.secrets import checked_base_url, is_loopback, register_secret
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.seams import (
+    KeySource,  # where API keys are read (the environment by default)
+)
+from ctxprec.storage.core.settings import Price
 
 __all__ = [
     "DATA_FILE",

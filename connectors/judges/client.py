@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from connectors.judges import jsonfast
-from connectors.judges.base import JudgeStats, Throttle
-from connectors.judges.retry import (
+from ctxprec.connectors.judges import jsonfast
+from ctxprec.connectors.judges.base import JudgeStats, Throttle
+from ctxprec.connectors.judges.retry import (
     RetryClock,
     RetryPolicy,
     classify,
@@ -26,12 +26,17 @@ from connectors.judges.retry import (
     error_detail,
     run_refusal,
 )
-from connectors.judges.secrets import redact, redacted_headers, register_secret
-from connectors.judges.shapes import RequestShape
-from connectors.judges.transport import AiohttpTransport, HttpRequest, HttpResponse, Transport
-from storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
-from storage.core.seams import DEFAULT, Clock, Seams
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges.secrets import redact, redacted_headers, register_secret
+from ctxprec.connectors.judges.shapes import RequestShape
+from ctxprec.connectors.judges.transport import (
+    AiohttpTransport,
+    HttpRequest,
+    HttpResponse,
+    Transport,
+)
+from ctxprec.storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+from ctxprec.storage.core.seams import DEFAULT, Clock, Seams
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = ["HttpClient", "json_int"]
 

@@ -14,17 +14,23 @@ from typing import Any, TypeVar
 
 import anyio
 
-from connectors.judges import prompts
-from connectors.judges.base import ItemRequest, JudgeStats, RowItemsError, Throttle, estimate_tokens
-from connectors.judges.catalog import ProviderSpec, builtin_providers
-from connectors.judges.client import HttpClient
-from connectors.judges.parse import parse_row_verdicts, parse_verdict
-from connectors.judges.secrets import redact
-from connectors.judges.shapes import BUDGET_CAP, RequestShape
-from storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
-from storage.core.seams import DEFAULT, Seams
-from storage.core.settings import JudgeSettings
-from storage.core.verdict import JudgeReply, Verdict
+from ctxprec.connectors.judges import prompts
+from ctxprec.connectors.judges.base import (
+    ItemRequest,
+    JudgeStats,
+    RowItemsError,
+    Throttle,
+    estimate_tokens,
+)
+from ctxprec.connectors.judges.catalog import ProviderSpec, builtin_providers
+from ctxprec.connectors.judges.client import HttpClient
+from ctxprec.connectors.judges.parse import parse_row_verdicts, parse_verdict
+from ctxprec.connectors.judges.secrets import redact
+from ctxprec.connectors.judges.shapes import BUDGET_CAP, RequestShape
+from ctxprec.storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.core.verdict import JudgeReply, Verdict
 
 __all__ = ["HttpJudgeBase", "Message", "Row", "Schema"]
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, pairwise
 
-from connectors.judges.base import ItemRequest, JudgeStats, Throttle
-from storage.core.errors import ConfigError
-from storage.core.settings import JudgeSettings
-from storage.core.verdict import JudgeReply, Verdict
+from ctxprec.connectors.judges.base import ItemRequest, JudgeStats, Throttle
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.core.verdict import JudgeReply, Verdict
 
 __all__ = [
     "HEURISTIC_VERSION",

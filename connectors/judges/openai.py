@@ -10,10 +10,10 @@ import functools
 from typing import Any
 from urllib.parse import urlsplit
 
-from connectors.judges.client import json_int
-from connectors.judges.conversation import HttpJudgeBase, Message, Schema
-from connectors.judges.shapes import RequestShape, learn_openai, openai_shape
-from connectors.judges.transport import normalize_base_url
+from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.conversation import HttpJudgeBase, Message, Schema
+from ctxprec.connectors.judges.shapes import RequestShape, learn_openai, openai_shape
+from ctxprec.connectors.judges.transport import normalize_base_url
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIJudge"]
 

@@ -9,9 +9,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from connectors.judges import jsonfast
-from storage.core.errors import JudgeParseError
-from storage.core.verdict import Verdict
+from ctxprec.connectors.judges import jsonfast
+from ctxprec.storage.core.errors import JudgeParseError
+from ctxprec.storage.core.verdict import Verdict
 
 __all__ = ["VERDICT_KEYS", "parse_row_verdicts", "parse_verdict"]
 

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from connectors.judges.base import ItemRequest
+from ctxprec.connectors.judges.base import ItemRequest
 
 __all__ = [
     "CRITERION",

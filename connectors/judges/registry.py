@@ -11,11 +11,11 @@ import dataclasses
 import importlib
 from typing import Protocol
 
-from connectors.judges.base import Judge, JudgeStats, NullThrottle, Throttle
-from connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
-from storage.core.errors import ConfigError
-from storage.core.seams import DEFAULT, Seams
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges.base import Judge, JudgeStats, NullThrottle, Throttle
+from ctxprec.connectors.judges.catalog import ProviderSpec, ProviderTable, lookup, providers
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = [
     "JudgeFactory",
@@ -36,12 +36,12 @@ class JudgeFactory(Protocol):
 
 # name -> "module:attribute" (imported lazily) or a factory registered by a plugin
 _PROVIDERS: dict[str, str | JudgeFactory] = {
-    "offline": "connectors.judges.offline:OfflineJudge",
+    "offline": "ctxprec.connectors.judges.offline:OfflineJudge",
 }
 # a registry provider's API kind -> its judge class (called with spec=the provider)
 _KINDS = {
-    "openai-chat": "connectors.judges.openai:OpenAIJudge",
-    "anthropic-messages": "connectors.judges.anthropic:AnthropicJudge",
+    "openai-chat": "ctxprec.connectors.judges.openai:OpenAIJudge",
+    "anthropic-messages": "ctxprec.connectors.judges.anthropic:AnthropicJudge",
 }
 
 

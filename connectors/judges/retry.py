@@ -40,9 +40,9 @@ import aiohttp
 import anyio
 import anyio.lowlevel
 
-from connectors.judges import jsonfast
-from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
-from storage.core.printable import printable
+from ctxprec.connectors.judges import jsonfast
+from ctxprec.storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+from ctxprec.storage.core.printable import printable
 
 __all__ = [
     "MAX_WAIT_S",
@@ -292,8 +292,8 @@ def classify_exception(exc: BaseException) -> JudgeError | None:
 
 
 class RetryClock:
-    """Sleep and clock used between attempts (`storage.core.seams.Clock`), given to a judge or
-    batch client in its seams (`create_judge(..., seams=Seams(clock=))`). An instant one (tests)
+    """Sleep and clock used between attempts (`ctxprec.storage.core.seams.Clock`), given to a judge
+    or batch client in its seams (`create_judge(..., seams=Seams(clock=))`). An instant one (tests)
     only advances a virtual offset on sleep (retry budgets still add up); records each wait."""
 
     def __init__(

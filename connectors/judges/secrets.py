@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlsplit
 
-from storage.core.errors import ConfigError
-from storage.core.printable import printable
-from storage.core.redact import without_url_secrets
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.printable import printable
+from ctxprec.storage.core.redact import without_url_secrets
 
 __all__ = [
     "REDACTED",

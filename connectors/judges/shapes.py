@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from connectors.judges import jsonfast
+from ctxprec.connectors.judges import jsonfast
 
 __all__ = [
     "EFFORTS",

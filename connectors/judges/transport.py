@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from connectors.judges import jsonfast
-from storage.core.errors import JudgeFatalError
+from ctxprec.connectors.judges import jsonfast
+from ctxprec.storage.core.errors import JudgeFatalError
 
 __all__ = [
     "AiohttpTransport",

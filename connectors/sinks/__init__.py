@@ -5,12 +5,12 @@ The engines are imported only when a sink is used, so importing this package sta
 
 from __future__ import annotations
 
-from connectors.sinks.base import Sink, SinkResult
-from connectors.sinks.delta import DeltaSink
-from connectors.sinks.duckdb import DuckDBSink
-from connectors.sinks.iceberg import IcebergSink, parse_identifier
-from storage.core.errors import ConfigError
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.connectors.sinks.base import Sink, SinkResult
+from ctxprec.connectors.sinks.delta import DeltaSink
+from ctxprec.connectors.sinks.duckdb import DuckDBSink
+from ctxprec.connectors.sinks.iceberg import IcebergSink, parse_identifier
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.seams import DEFAULT, Seams
 
 __all__ = ["Sink", "SinkResult", "parse_sink"]
 

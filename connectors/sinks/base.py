@@ -14,9 +14,9 @@ from typing import NoReturn, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.core.errors import ConfigError, OutputError, UserError
-from storage.core.seams import DEFAULT, Seams
-from storage.objpath import ObjPath, OutPath, readable
+from ctxprec.storage.core.errors import ConfigError, OutputError, UserError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.objpath import ObjPath, OutPath, readable
 
 __all__ = [
     "RowCounter",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from connectors.sinks.base import (
+from ctxprec.connectors.sinks.base import (
     SinkResult,
     check_creatable,
     counted,
@@ -22,9 +22,9 @@ from connectors.sinks.base import (
     read_parts,
     require_package,
 )
-from storage.core.errors import ConfigError, OutputError
-from storage.core.seams import DEFAULT, Seams
-from storage.objpath import OutPath
+from ctxprec.storage.core.errors import ConfigError, OutputError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.objpath import OutPath
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection

@@ -1,8 +1,8 @@
 """Input readers: the streaming source (Parquet, JSON Lines, CSV; files, folders, globs, Hive
 datasets, local or in an object store)."""
 
-from connectors.sources.lookup import input_texts
-from connectors.sources.stream import (
+from ctxprec.connectors.sources.lookup import input_texts
+from ctxprec.connectors.sources.stream import (
     SourceChunk,
     SourceInfo,
     inspect_input,
@@ -11,8 +11,8 @@ from connectors.sources.stream import (
     read_ids,
     resolve_inputs,
 )
-from connectors.sources.validate import INPUT_ERROR
-from storage.core.settings import DEFAULT_EXPECTED, ColumnMap
+from ctxprec.connectors.sources.validate import INPUT_ERROR
+from ctxprec.storage.core.settings import DEFAULT_EXPECTED, ColumnMap
 
 __all__ = [
     "DEFAULT_EXPECTED",

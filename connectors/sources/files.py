@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from storage import fs, layout
-from storage.core.errors import InputError
-from storage.core.settings import StorageSettings
+from ctxprec.storage import fs, layout
+from ctxprec.storage.core.errors import InputError
+from ctxprec.storage.core.settings import StorageSettings
 
 __all__ = [
     "FORMATS",

@@ -21,11 +21,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from connectors.sources.files import InputFile
-from connectors.sources.validate import canonical_type, detail
-from storage import fs
-from storage.core.errors import InputError
-from storage.core.settings import StorageSettings
+from ctxprec.connectors.sources.files import InputFile
+from ctxprec.connectors.sources.validate import canonical_type, detail
+from ctxprec.storage import fs
+from ctxprec.storage.core.errors import InputError
+from ctxprec.storage.core.settings import StorageSettings
 
 __all__ = [
     "TextScan",

@@ -17,8 +17,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage import fs
-from storage.report.rows import TextLookup, Texts, text_columns
+from ctxprec.storage import fs
+from ctxprec.storage.report.rows import TextLookup, Texts, text_columns
 
 __all__ = ["input_texts"]
 

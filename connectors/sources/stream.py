@@ -14,8 +14,8 @@ from urllib.parse import unquote
 import polars as pl
 import pyarrow as pa
 
-from connectors.sources.files import InputFile, NotRead, find_inputs
-from connectors.sources.formats import (
+from ctxprec.connectors.sources.files import InputFile, NotRead, find_inputs
+from ctxprec.connectors.sources.formats import (
     TextScan,
     decode_lists,
     open_parquet,
@@ -23,7 +23,7 @@ from connectors.sources.formats import (
     scan_text,
     text_batches,
 )
-from connectors.sources.validate import (
+from ctxprec.connectors.sources.validate import (
     INPUT_ERROR,
     NORMALIZED_TYPES,
     ColumnTypes,
@@ -38,9 +38,9 @@ from connectors.sources.validate import (
     merge_columns,
     path_parts,
 )
-from storage.core.constants import HIVE_NULL
-from storage.core.errors import ConfigError, InputError
-from storage.core.settings import (  # roles derived from [columns]
+from ctxprec.storage.core.constants import HIVE_NULL
+from ctxprec.storage.core.errors import ConfigError, InputError
+from ctxprec.storage.core.settings import (  # roles derived from [columns]
     DEFAULT_EXPECTED,
     ColumnMap,
     ColumnsSettings,

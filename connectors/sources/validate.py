@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import polars as pl
 import pyarrow as pa
 
-from connectors.sources.files import InputFile
-from storage.core.errors import InputError
-from storage.core.figures import counted
-from storage.schema import output_schema
+from ctxprec.connectors.sources.files import InputFile
+from ctxprec.storage.core.errors import InputError
+from ctxprec.storage.core.figures import counted
+from ctxprec.storage.schema import output_schema
 
 __all__ = [
     "INPUT_ERROR",

@@ -1,5 +1,5 @@
 """MkDocs hook: docs/cli.md's reference is generated from the `ctxprec` argparse parser at build
-time (`pipeline.cli.main.build_parser`), so it cannot drift from the code. The page holds the
+time (`ctxprec.cli.main.build_parser`), so it cannot drift from the code. The page holds the
 marker `<!-- cli-reference -->`; this hook puts every command's usage, description, options and
 epilog in its place."""
 
@@ -20,7 +20,7 @@ def reference() -> str:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     os.environ["COLUMNS"] = "80"  # argparse wraps help to the terminal: the page's width
-    from pipeline.cli.main import build_parser
+    from ctxprec.cli.main import build_parser
 
     parser = build_parser()
     out = [_section("ctxprec", parser, level=2)]

@@ -14,18 +14,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
-from pipeline.analysis.evidence import side_evidence
-from pipeline.analysis.paired import TIE_EPS, paired_figures
-from storage import layout
-from storage.core.agreement import agreement_figures, mcnemar
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.errors import OutputError, UserError
-from storage.core.figures import round_figure
-from storage.core.options import CompareOptions
-from storage.fs import is_uri
-from storage.objpath import ObjPath, OutPath, local_copies, out_path
-from storage.ownership import part_files, read_manifest
+from ctxprec.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
+from ctxprec.analysis.evidence import side_evidence
+from ctxprec.analysis.paired import TIE_EPS, paired_figures
+from ctxprec.storage import layout
+from ctxprec.storage.core.agreement import agreement_figures, mcnemar
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.errors import OutputError, UserError
+from ctxprec.storage.core.figures import round_figure
+from ctxprec.storage.core.options import CompareOptions
+from ctxprec.storage.fs import is_uri
+from ctxprec.storage.objpath import ObjPath, OutPath, local_copies, out_path
+from ctxprec.storage.ownership import part_files, read_manifest
 
 __all__ = [
     "CompareOptions",
@@ -62,7 +62,8 @@ class Side:
 
 def local_output(source: str) -> OutPath:
     """The output folder `source` names: a local folder or an object-store URI (s3://, gs://,
-    az://, abfs[s]://, file://, read through `storage.fs`); other URLs are refused (exit 2)."""
+    az://, abfs[s]://, file://, read through `ctxprec.storage.fs`); other URLs are refused (exit
+    2)."""
     scheme, sep, _ = source.partition("://")
     if sep and not is_uri(source) and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
         raise UserError(

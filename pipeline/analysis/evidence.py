@@ -12,12 +12,12 @@ from typing import Any
 
 import polars as pl
 
-from connectors.sources import input_texts
-from storage import layout
-from storage.objpath import OutPath, local_copies
-from storage.ownership import part_files
-from storage.report.page import clip
-from storage.report.rows import ranked_items, text_columns, text_exprs, with_keys
+from ctxprec.connectors.sources import input_texts
+from ctxprec.storage import layout
+from ctxprec.storage.objpath import OutPath, local_copies
+from ctxprec.storage.ownership import part_files
+from ctxprec.storage.report.page import clip
+from ctxprec.storage.report.rows import ranked_items, text_columns, text_exprs, with_keys
 
 __all__ = ["side_evidence"]
 

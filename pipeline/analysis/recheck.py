@@ -20,25 +20,25 @@ import anyio
 import numpy as np
 import polars as pl
 
-from connectors.judges import ItemRequest, JudgeStats, create_judge
-from connectors.judges.base import estimate_tokens
-from connectors.judges.prompts import item_messages, row_messages
-from connectors.sources import SourceInfo
-from pipeline.config import Config
-from pipeline.flow.dispatch import add_counts
-from pipeline.flow.extractor import load_extractor
-from pipeline.flow.planning import ChunkPlanner
-from pipeline.flow.rows import RowPlan
-from pipeline.limits.limiter import RateThrottle
-from pipeline.limits.pool import each
-from storage.core.agreement import agreement_figures
-from storage.core.constants import STATUS_OK
-from storage.core.errors import JudgeError
-from storage.core.sample import in_sample
-from storage.core.seams import DEFAULT, Seams
-from storage.memo import judge_prefix
-from storage.objpath import OutPath, local_copies
-from storage.ownership import part_files
+from ctxprec.config import Config
+from ctxprec.connectors.judges import ItemRequest, JudgeStats, create_judge
+from ctxprec.connectors.judges.base import estimate_tokens
+from ctxprec.connectors.judges.prompts import item_messages, row_messages
+from ctxprec.connectors.sources import SourceInfo
+from ctxprec.flow.dispatch import add_counts
+from ctxprec.flow.extractor import load_extractor
+from ctxprec.flow.planning import ChunkPlanner
+from ctxprec.flow.rows import RowPlan
+from ctxprec.limits.limiter import RateThrottle
+from ctxprec.limits.pool import each
+from ctxprec.storage.core.agreement import agreement_figures
+from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.core.errors import JudgeError
+from ctxprec.storage.core.sample import in_sample
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.memo import judge_prefix
+from ctxprec.storage.objpath import OutPath, local_copies
+from ctxprec.storage.ownership import part_files
 
 __all__ = ["recheck_cost", "recheck_run", "sampled"]
 

@@ -1,5 +1,5 @@
-"""Phase 2 of a batch-API run (`pipeline.batchapi.run`): submit the chunk files phase 1 wrote
-(`pipeline.batchapi.scan`), poll with backoff, and collect each batch that ends at once: replies
+"""Phase 2 of a batch-API run (`ctxprec.batchapi.run`): submit the chunk files phase 1 wrote
+(`ctxprec.batchapi.scan`), poll with backoff, and collect each batch that ends at once: replies
 are read by the judge's own reader and the tolerant parser and written to the memo; retryable
 lines (expired, cancelled, 5xx, batches failed as a whole) go into a new batch (bounded rounds)
 or online (`--batch-fallback online`); the others fail their items with the provider's cause.
@@ -18,26 +18,26 @@ from typing import Any, TextIO
 
 import anyio
 
-from connectors.judges import audit_settings
-from connectors.judges.batch.api import create_batch_client
-from connectors.judges.batch.client import BatchClient, RemoteBatch
-from pipeline.batchapi.figures import batch_costs
-from pipeline.batchapi.scan import write_missing_lines
-from pipeline.flow.dispatch import RunCounters
-from pipeline.flow.planning import open_memo
-from pipeline.run.driver import RunPlan
-from pipeline.run.notices import record_memo
-from storage import layout
-from storage.batches import BatchStore, ChunkWriter
-from storage.core.errors import (
+from ctxprec.batchapi.figures import batch_costs
+from ctxprec.batchapi.scan import write_missing_lines
+from ctxprec.connectors.judges import audit_settings
+from ctxprec.connectors.judges.batch.api import create_batch_client
+from ctxprec.connectors.judges.batch.client import BatchClient, RemoteBatch
+from ctxprec.flow.dispatch import RunCounters
+from ctxprec.flow.planning import open_memo
+from ctxprec.run.driver import RunPlan
+from ctxprec.run.notices import record_memo
+from ctxprec.storage import layout
+from ctxprec.storage.batches import BatchStore, ChunkWriter
+from ctxprec.storage.core.errors import (
     BatchesPendingError,
     JudgeError,
     JudgeFatalError,
     JudgeParseError,
     JudgeRetryableError,
 )
-from storage.core.options import DEFAULT_ROUNDS, BatchOptions
-from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
+from ctxprec.storage.core.options import DEFAULT_ROUNDS, BatchOptions
+from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
 
 __all__ = ["DEFAULT_ROUNDS", "BatchCollector", "BatchOptions", "collect_all"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config import Config
-from pipeline.run.estimate import per_1k_rows
-from storage.core.settings import Price
+from ctxprec.config import Config
+from ctxprec.run.estimate import per_1k_rows
+from ctxprec.storage.core.settings import Price
 
 __all__ = [
     "batch_costs",

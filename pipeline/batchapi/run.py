@@ -30,7 +30,10 @@ from typing import Any
 
 import anyio
 
-from connectors.judges import (
+from ctxprec.batchapi.collect import BatchCollector, BatchOptions, collect_all
+from ctxprec.batchapi.figures import batch_estimate, batch_prices
+from ctxprec.config import Config
+from ctxprec.connectors.judges import (
     ItemRequest,
     Judge,
     JudgeReply,
@@ -39,19 +42,16 @@ from connectors.judges import (
     create_judge,
     prompts,
 )
-from connectors.judges.base import JudgeWrapper, Throttle
-from connectors.judges.batch.api import check_batch_support
-from pipeline.batchapi.collect import BatchCollector, BatchOptions, collect_all
-from pipeline.batchapi.figures import batch_estimate, batch_prices
-from pipeline.config import Config
-from pipeline.flow.dispatch import RunCounters, add_counts
-from pipeline.run.driver import LocalRun, RunOptions, RunResult, local_run, run_blocking
-from pipeline.run.stage import run_stage
-from storage import layout
-from storage.core.errors import ConfigError, JudgeFatalError
-from storage.core.settings import Price
-from storage.memo import memo_key
-from storage.objpath import ObjPath, OutPath, out_path
+from ctxprec.connectors.judges.base import JudgeWrapper, Throttle
+from ctxprec.connectors.judges.batch.api import check_batch_support
+from ctxprec.flow.dispatch import RunCounters, add_counts
+from ctxprec.run.driver import LocalRun, RunOptions, RunResult, local_run, run_blocking
+from ctxprec.run.stage import run_stage
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import ConfigError, JudgeFatalError
+from ctxprec.storage.core.settings import Price
+from ctxprec.storage.memo import memo_key
+from ctxprec.storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = ["check_batch_provider", "run_batch_score", "score_batch"]
 

@@ -1,18 +1,18 @@
-"""Phase 1 of a batch-API run (`pipeline.batchapi.run`): which judge calls are missing, written as
+"""Phase 1 of a batch-API run (`ctxprec.batchapi.run`): which judge calls are missing, written as
 batch lines into chunk files in OUTDIR (within the provider's limits), ready to be submitted.
 """
 
 from __future__ import annotations
 
-from connectors.judges import ItemRequest
-from connectors.judges.batch.client import BatchClient, custom_id_for
-from pipeline.flow.audit import sample_plans
-from pipeline.flow.planning import ChunkPlanner, PlannedChunk
-from pipeline.flow.rows import RowPlan, attach_keys
-from pipeline.run.driver import RunPlan
-from storage.batches import BatchStore, ChunkWriter
-from storage.core.constants import STATUS_OK
-from storage.memo import Memo, MemoEntry, judge_prefix
+from ctxprec.connectors.judges import ItemRequest
+from ctxprec.connectors.judges.batch.client import BatchClient, custom_id_for
+from ctxprec.flow.audit import sample_plans
+from ctxprec.flow.planning import ChunkPlanner, PlannedChunk
+from ctxprec.flow.rows import RowPlan, attach_keys
+from ctxprec.run.driver import RunPlan
+from ctxprec.storage.batches import BatchStore, ChunkWriter
+from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.memo import Memo, MemoEntry, judge_prefix
 
 __all__ = ["write_missing_lines"]
 
@@ -29,7 +29,7 @@ def write_missing_lines(
     """Stream the input as a run does and write a batch line for every call the memo does not
     hold, no live batch already carries (`live`) and no earlier batch failed; blocking I/O.
     With `audit`, the calls of the audit judge (`prefix` its identity's): every item of the
-    rows of its sample (`pipeline.flow.audit`), the rows the online stage would audit."""
+    rows of its sample (`ctxprec.flow.audit`), the rows the online stage would audit."""
     per_row, judge, limits = plan.spec.per_row, client.judge, client.limits
     assert memo is not None
     first = judge_prefix(plan.identity) if audit else prefix

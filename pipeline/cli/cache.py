@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import load_config, parse_duration
-from storage import layout
-from storage.core.errors import UserError
-from storage.core.seams import DEFAULT, Seams
-from storage.memo import Memo, default_cache_dir
+from ctxprec.config import load_config, parse_duration
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.memo import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
 

@@ -1,4 +1,4 @@
-"""What each `ctxprec` subcommand does once its command line is parsed (`pipeline.cli.main` parses
+"""What each `ctxprec` subcommand does once its command line is parsed (`ctxprec.cli.main` parses
 it and imports this module only for a command that runs: the imports here are the heavy ones).
 """
 
@@ -16,35 +16,40 @@ from typing import Any
 
 import polars as pl
 
-from connectors.sources import input_texts
-from pipeline.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
-from pipeline.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
-from pipeline.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
-from pipeline.batchapi.run import check_batch_provider
-from pipeline.cli.batches import list_batches, render_batches
-from pipeline.cli.main import _NOT_FOR_ESTIMATE, _config
-from pipeline.config import load_config, parse_duration
-from pipeline.engines.choice import Engine, choose
-from pipeline.run.driver import RunOptions
-from pipeline.run.estimate import estimate, render_estimate
-from storage import confine, layout, statefile
-from storage.atomic import atomic_write_text
-from storage.core.constants import INPUT_CAUSE, STATUS_FAILED
-from storage.core.errors import UserError
-from storage.core.figures import counted, figure_text, round_figure
-from storage.core.options import BatchOptions, CompareOptions
-from storage.core.seams import Seams
-from storage.core.settings import DEFAULT_KS
-from storage.dataset import scored_ids
-from storage.objpath import out_path, with_options
-from storage.ownership import check_claimable, incomplete_parts, missing_rows_line, read_manifest
-from storage.report.audit import audit_lines
-from storage.report.charts import CHARTS_INSTALL, charts_available
-from storage.report.compare import check_compare_target, render_text, write_compare
-from storage.report.estimate import estimate_sentence
-from storage.report.summary import build_summary, seconds, write_summary
-from storage.report.trend import trend_text
-from storage.status import unfinished
+from ctxprec.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
+from ctxprec.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
+from ctxprec.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
+from ctxprec.batchapi.run import check_batch_provider
+from ctxprec.cli.batches import list_batches, render_batches
+from ctxprec.cli.main import _NOT_FOR_ESTIMATE, _config
+from ctxprec.config import load_config, parse_duration
+from ctxprec.connectors.sources import input_texts
+from ctxprec.engines.choice import Engine, choose
+from ctxprec.run.driver import RunOptions
+from ctxprec.run.estimate import estimate, render_estimate
+from ctxprec.storage import confine, layout, statefile
+from ctxprec.storage.atomic import atomic_write_text
+from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.figures import counted, figure_text, round_figure
+from ctxprec.storage.core.options import BatchOptions, CompareOptions
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.core.settings import DEFAULT_KS
+from ctxprec.storage.dataset import scored_ids
+from ctxprec.storage.objpath import out_path, with_options
+from ctxprec.storage.ownership import (
+    check_claimable,
+    incomplete_parts,
+    missing_rows_line,
+    read_manifest,
+)
+from ctxprec.storage.report.audit import audit_lines
+from ctxprec.storage.report.charts import CHARTS_INSTALL, charts_available
+from ctxprec.storage.report.compare import check_compare_target, render_text, write_compare
+from ctxprec.storage.report.estimate import estimate_sentence
+from ctxprec.storage.report.summary import build_summary, seconds, write_summary
+from ctxprec.storage.report.trend import trend_text
+from ctxprec.storage.status import unfinished
 
 __all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
 
@@ -59,7 +64,7 @@ def _prepared(
     def command(args: argparse.Namespace, seams: Seams) -> int:
         for name in ("output", "outdir"):
             value = getattr(args, name, None)
-            # an OutdirArg (a str); not isinstance(OutdirArg): under `python -m pipeline.cli.main`
+            # an OutdirArg (a str); not isinstance(OutdirArg): under `python -m ctxprec.cli.main`
             # the parser's class is __main__'s, not this import's
             if isinstance(value, str):
                 setattr(args, name, out_path(str(value)))

@@ -10,15 +10,15 @@ import sys
 from importlib import resources
 from typing import Any
 
-from storage.core.errors import UserError
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_config_command", "example_configs", "run_config_command"]
 
 
 def example_configs() -> dict[str, str]:
     """{name: TOML text} of every example config in the installed package."""
-    folder = resources.files("pipeline") / "configs"
+    folder = resources.files("ctxprec") / "configs"
     return {
         entry.name.removesuffix(".toml"): entry.read_text(encoding="utf-8")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)

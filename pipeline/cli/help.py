@@ -9,7 +9,7 @@ import difflib
 import re
 from typing import Any, NoReturn
 
-from storage.core.settings import ColumnMap, settings
+from ctxprec.storage.core.settings import ColumnMap, settings
 
 __all__ = ["Parser", "default_text", "show_defaults"]
 

@@ -29,26 +29,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.secrets import RedactingFilter
-from pipeline.cli.cache import add_cache_command
-from pipeline.cli.config import add_config_command, example_configs
-from pipeline.cli.help import Parser, show_defaults
-from pipeline.cli.providers import add_providers_command
-from pipeline.cli.sample import add_sample_command
-from pipeline.config import FLAGS, Config, env_setting, flag_type, load_config
-from pipeline.run.interrupt import Stop
-from pipeline.version import __version__
-from storage.core.errors import (
+from ctxprec.cli.cache import add_cache_command
+from ctxprec.cli.config import add_config_command, example_configs
+from ctxprec.cli.help import Parser, show_defaults
+from ctxprec.cli.process import INTERRUPTED, leave
+from ctxprec.cli.providers import add_providers_command
+from ctxprec.cli.sample import add_sample_command
+from ctxprec.config import FLAGS, Config, env_setting, flag_type, load_config
+from ctxprec.connectors.judges.secrets import RedactingFilter
+from ctxprec.run.interrupt import Stop
+from ctxprec.storage.core.errors import (
     BatchesPendingError,
     CtxprecError,
     JudgeError,
     JudgeRefusedRunError,
     UserError,
 )
-from storage.core.options import BatchOptions, CompareOptions
-from storage.core.printable import printable
-from storage.core.seams import DEFAULT, Seams
-from storage.core.settings import settings
+from ctxprec.storage.core.options import BatchOptions, CompareOptions
+from ctxprec.storage.core.printable import printable
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import settings
+from ctxprec.version import __version__
 
 __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 
@@ -58,16 +59,16 @@ __all__ = ["COMMANDS", "OutdirArg", "build_parser", "main"]
 # its heavy imports live in that module. tests/test_layers.py checks every target like an import.
 # Each is called as `function(args, seams)` (`main`'s seams; most commands touch none of them).
 COMMANDS: dict[str, str] = {
-    "score": "pipeline.cli.commands:cmd_score",
-    "summary": "pipeline.cli.commands:cmd_summary",
-    "estimate": "pipeline.cli.commands:cmd_estimate",
-    "compare": "pipeline.cli.commands:cmd_compare",
-    "batches": "pipeline.cli.commands:cmd_batches",
-    "cache": "pipeline.cli.cache:run_cache_command",
-    "providers": "pipeline.cli.providers:run_providers_command",
-    "config": "pipeline.cli.config:run_config_command",
-    "sample": "pipeline.cli.sample:run_sample_command",
-    "view": "pipeline.cli.view:run_view_command",
+    "score": "ctxprec.cli.commands:cmd_score",
+    "summary": "ctxprec.cli.commands:cmd_summary",
+    "estimate": "ctxprec.cli.commands:cmd_estimate",
+    "compare": "ctxprec.cli.commands:cmd_compare",
+    "batches": "ctxprec.cli.commands:cmd_batches",
+    "cache": "ctxprec.cli.cache:run_cache_command",
+    "providers": "ctxprec.cli.providers:run_providers_command",
+    "config": "ctxprec.cli.config:run_config_command",
+    "sample": "ctxprec.cli.sample:run_sample_command",
+    "view": "ctxprec.cli.view:run_view_command",
 }
 
 SETTINGS = {s.key: s for s in settings()}
@@ -275,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 class OutdirArg(str):
     """An OUTDIR argument as given: a local folder, or an s3:// gs:// az:// abfs[s]:// file://
-    URI. The command turns it into a path (`storage.objpath.out_path`) before it runs, so that
-    parsing the command line loads no storage library."""
+    URI. The command turns it into a path (`ctxprec.storage.objpath.out_path`) before it runs, so
+    that parsing the command line loads no storage library."""
 
 
 def _outdir(text: str) -> Any:
@@ -501,11 +502,7 @@ def main(argv: Sequence[str] | None = None, *, seams: Seams = DEFAULT) -> int:
 
 
 def _interrupted() -> int:
-    print(
-        "ctxprec: interrupted; finished parts and verdicts are kept; run the same command "
-        "again to resume",
-        file=sys.stderr,
-    )
+    print(INTERRUPTED, file=sys.stderr)
     return 130
 
 
@@ -563,6 +560,4 @@ def _main(argv: Sequence[str] | None, seams: Seams) -> int:
 
 
 if __name__ == "__main__":
-    from ctxprec_entry import leave
-
     sys.exit(leave(main()))

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.catalog import ProviderSpec, prices_taken, providers
-from pipeline.config import load_config
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.config import load_config
+from ctxprec.connectors.judges.catalog import ProviderSpec, prices_taken, providers
+from ctxprec.storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_providers_command", "provider_rows", "render_providers", "run_providers_command"]
 

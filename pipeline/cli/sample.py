@@ -12,8 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from storage.core.errors import OutputError
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.core.seams import DEFAULT, Seams
 
 __all__ = ["add_sample_command", "run_sample_command", "sample_bytes"]
 
@@ -22,7 +22,7 @@ SAMPLE_NAME = "sample.parquet"  # in the package's data folder; the default name
 
 def sample_bytes() -> bytes:
     """The bundled sample Parquet file, as shipped in the installed package."""
-    return (resources.files("pipeline") / "data" / SAMPLE_NAME).read_bytes()
+    return (resources.files("ctxprec") / "data" / SAMPLE_NAME).read_bytes()
 
 
 def add_sample_command(sub: Any) -> None:

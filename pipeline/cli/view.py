@@ -12,12 +12,12 @@ from functools import partial
 
 import anyio
 
-from pipeline.run.interrupt import stoppable
-from pipeline.view import is_loopback, serve
-from storage.core.seams import DEFAULT, Seams
-from storage.objpath import out_path
-from storage.report.table import RowTable
-from storage.status import unfinished
+from ctxprec.run.interrupt import stoppable
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.objpath import out_path
+from ctxprec.storage.report.table import RowTable
+from ctxprec.storage.status import unfinished
+from ctxprec.view import is_loopback, serve
 
 __all__ = ["run_view_command"]
 

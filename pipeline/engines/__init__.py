@@ -2,6 +2,6 @@
 the whole input, in this process); `dask` spreads the same stage over a Dask cluster (`pip
 install 'ctxprec[dask]'`), with `keyed` judging each distinct key once."""
 
-from pipeline.engines.dask import INSTALL_HINT, TASK_ROWS, score_dask
+from ctxprec.engines.dask import INSTALL_HINT, TASK_ROWS, score_dask
 
 __all__ = ["INSTALL_HINT", "TASK_ROWS", "score_dask"]

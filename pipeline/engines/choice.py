@@ -1,6 +1,6 @@
 """Which engine runs a score: the one place it is decided, for the CLI (`ctxprec score`) and the
 Python API (`pipeline.score`). The local engine (`local.score_local`), the Dask engine
-(`dask.score_dask`) or the provider's batch API (`pipeline.batchapi.run.score_batch`), and the
+(`dask.score_dask`) or the provider's batch API (`ctxprec.batchapi.run.score_batch`), and the
 combinations that cannot run, refused before anything is read or paid for.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.batchapi.run import check_batch_provider, score_batch
-from pipeline.config import AUDIT_OPTIONS, Config, with_audit
-from pipeline.engines.dask import score_dask
-from pipeline.engines.local import score_local
-from pipeline.run.driver import RunOptions, RunResult
-from storage.core.errors import UserError
-from storage.core.options import BatchOptions
+from ctxprec.batchapi.run import check_batch_provider, score_batch
+from ctxprec.config import AUDIT_OPTIONS, Config, with_audit
+from ctxprec.engines.dask import score_dask
+from ctxprec.engines.local import score_local
+from ctxprec.run.driver import RunOptions, RunResult
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.options import BatchOptions
 
 __all__ = ["Engine", "Runner", "choose", "score"]
 

@@ -20,13 +20,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from connectors.judges import JudgeStats, audit_settings
-from pipeline.config import Config
-from pipeline.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
-from pipeline.flow.dispatch import RunCounters, add_counts
-from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
-from pipeline.limits.limiter import RateThrottle, ThrottleStats
-from pipeline.run.driver import (
+from ctxprec.config import Config
+from ctxprec.connectors.judges import JudgeStats, audit_settings
+from ctxprec.engines.keyed import SHARD_ROWS, ReduceHooks, judge_shard, keyed, plan_slice
+from ctxprec.flow.dispatch import RunCounters, add_counts
+from ctxprec.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
+from ctxprec.limits.limiter import RateThrottle, ThrottleStats
+from ctxprec.run.driver import (
     AuditCounts,
     RunOptions,
     RunPlan,
@@ -37,13 +37,13 @@ from pipeline.run.driver import (
     release_outdir,
     run_blocking,
 )
-from pipeline.run.stage import MeteredThrottle, run_stage
-from storage import layout
-from storage.core.errors import ConfigError, UserError
-from storage.keyshards import remove_tree, shard_count, shuffle_dir
-from storage.memo import Memo, MemoStore, default_cache_dir
-from storage.objpath import OutPath, out_path
-from storage.verdicts import SharedMemo, VerdictStore, verdict_dir
+from ctxprec.run.stage import MeteredThrottle, run_stage
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import ConfigError, UserError
+from ctxprec.storage.keyshards import remove_tree, shard_count, shuffle_dir
+from ctxprec.storage.memo import Memo, MemoStore, default_cache_dir
+from ctxprec.storage.objpath import OutPath, out_path
+from ctxprec.storage.verdicts import SharedMemo, VerdictStore, verdict_dir
 
 __all__ = [
     "TASK_RETRIES",

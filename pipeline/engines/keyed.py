@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from connectors.judges import (
+from ctxprec.connectors.judges import (
     Judge,
     JudgeSettings,
     JudgeStats,
@@ -28,20 +28,20 @@ from connectors.judges import (
     audit_settings,
     create_judge,
 )
-from connectors.judges.base import ItemRequest, JudgeWrapper
-from connectors.judges.prompts import prompt_version_for
-from pipeline.flow.audit import audited_rows
-from pipeline.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
-from pipeline.flow.extractor import load_extractor
-from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
-from pipeline.flow.rows import RowPlan, attach_keys
-from pipeline.run.driver import AuditCounts, RunPlan, StageResult
-from pipeline.run.notices import record_memo
-from pipeline.run.stage import MeteredThrottle
-from storage import layout
-from storage.core.errors import ConfigError, JudgeError, UserError
-from storage.core.verdict import JudgeReply
-from storage.keyshards import (
+from ctxprec.connectors.judges.base import ItemRequest, JudgeWrapper
+from ctxprec.connectors.judges.prompts import prompt_version_for
+from ctxprec.flow.audit import audited_rows
+from ctxprec.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
+from ctxprec.flow.extractor import load_extractor
+from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
+from ctxprec.flow.rows import RowPlan, attach_keys
+from ctxprec.run.driver import AuditCounts, RunPlan, StageResult
+from ctxprec.run.notices import record_memo
+from ctxprec.run.stage import MeteredThrottle
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import ConfigError, JudgeError, UserError
+from ctxprec.storage.core.verdict import JudgeReply
+from ctxprec.storage.keyshards import (
     Answer,
     Request,
     ShardedVerdicts,
@@ -52,9 +52,9 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import REASON, RELEVANT, Memo, MemoEntry, entry_of, judge_prefix, memo_key
-from storage.objpath import OutPath
-from storage.verdicts import VerdictStore
+from ctxprec.storage.memo import REASON, RELEVANT, Memo, MemoEntry, entry_of, judge_prefix, memo_key
+from ctxprec.storage.objpath import OutPath
+from ctxprec.storage.verdicts import VerdictStore
 
 __all__ = [
     "SHARD_FLUSH_S",

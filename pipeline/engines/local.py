@@ -1,7 +1,7 @@
 """The local engine: `run_score`, one stage over the whole input in this process, and
 `score_local`, its synchronous entry point. Which engine a run uses is decided once, in
-`pipeline.engines.choice`. The stage itself is `pipeline.run.stage`; the frame around it
-(prepare, lock, finish) is `pipeline.run.driver`.
+`ctxprec.engines.choice`. The stage itself is `ctxprec.run.stage`; the frame around it
+(prepare, lock, finish) is `ctxprec.run.driver`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pipeline.analysis.recheck import recheck_run
-from pipeline.config import AUDIT_OPTIONS, Config, with_audit
-from pipeline.flow.dispatch import RunCounters
-from pipeline.run.driver import RunOptions, RunResult, local_run, run_blocking
-from pipeline.run.stage import run_stage, shared_memo
-from storage.objpath import ObjPath, OutPath, out_path
+from ctxprec.analysis.recheck import recheck_run
+from ctxprec.config import AUDIT_OPTIONS, Config, with_audit
+from ctxprec.flow.dispatch import RunCounters
+from ctxprec.run.driver import RunOptions, RunResult, local_run, run_blocking
+from ctxprec.run.stage import run_stage, shared_memo
+from ctxprec.storage.objpath import ObjPath, OutPath, out_path
 
 __all__ = ["run_score", "score_local"]
 
@@ -24,7 +24,7 @@ __all__ = ["run_score", "score_local"]
 def score_local(
     input: str | Path, outdir: str | Path, config: Config, options: RunOptions
 ) -> RunResult:
-    """The local engine, synchronously (`pipeline.engines.choice` chooses it). User-facing
+    """The local engine, synchronously (`ctxprec.engines.choice` chooses it). User-facing
     errors raised inside the task group come out as themselves, not wrapped in an
     ExceptionGroup."""
     return run_blocking(lambda: run_score(str(input), out_path(outdir), config, options))

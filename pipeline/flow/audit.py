@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 import anyio
 
-from pipeline.flow.dispatch import Dispatcher, RunCounters
-from pipeline.flow.fanout import resolve_items
-from pipeline.flow.rows import RowPlan, attach_keys
-from storage.core.constants import STATUS_EMPTY, STATUS_OK
-from storage.core.sample import in_sample
-from storage.memo import RELEVANT, MemoStore
+from ctxprec.flow.dispatch import Dispatcher, RunCounters
+from ctxprec.flow.fanout import resolve_items
+from ctxprec.flow.rows import RowPlan, attach_keys
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_OK
+from ctxprec.storage.core.sample import in_sample
+from ctxprec.storage.memo import RELEVANT, MemoStore
 
 __all__ = ["AuditSide", "AuditVerdicts", "audited", "audited_rows", "sample_plans"]
 

@@ -1,7 +1,7 @@
 """Making the judge calls: one bounded job stream served by `concurrency` worker tasks, in-run
 de-duplication of identical items, and a memo writer that group-commits verdicts as calls
-complete (each paid verdict first appended to the run's journal, `storage.journal`). Which items
-need a call at all is decided by `fanout.py`.
+complete (each paid verdict first appended to the run's journal, `ctxprec.storage.journal`). Which
+items need a call at all is decided by `fanout.py`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
-from connectors.judges.secrets import redact
-from storage.core.errors import JudgeError
-from storage.core.seams import DEFAULT
-from storage.journal import Journal
-from storage.memo import MemoEntry, MemoStore, entry_of
+from ctxprec.connectors.judges.base import ItemRequest, Judge, RowItemsError, SyncDecider
+from ctxprec.connectors.judges.secrets import redact
+from ctxprec.storage.core.errors import JudgeError
+from ctxprec.storage.core.seams import DEFAULT
+from ctxprec.storage.journal import Journal
+from ctxprec.storage.memo import MemoEntry, MemoStore, entry_of
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from storage.core.errors import ConfigError
+from ctxprec.storage.core.errors import ConfigError
 
 __all__ = ["Extractor", "load_extractor"]
 

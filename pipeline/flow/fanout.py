@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from connectors.judges.base import ItemRequest
-from pipeline.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
-from pipeline.flow.rows import RowPlan
-from storage.core.constants import STATUS_FAILED, STATUS_OK
-from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
+from ctxprec.connectors.judges.base import ItemRequest
+from ctxprec.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
+from ctxprec.flow.rows import RowPlan
+from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
+from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
 
 __all__ = ["resolve_items"]
 

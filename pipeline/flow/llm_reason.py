@@ -10,12 +10,12 @@ from collections.abc import Sequence
 import anyio
 import pyarrow as pa
 
-from connectors.judges.base import Judge
-from connectors.judges.prompts import REASON_VERSION, reason_prompt
-from pipeline.limits.pool import each
-from storage.core.constants import STATUS_OK
-from storage.core.errors import JudgeError
-from storage.memo import MemoEntry, MemoStore, memo_key
+from ctxprec.connectors.judges.base import Judge
+from ctxprec.connectors.judges.prompts import REASON_VERSION, reason_prompt
+from ctxprec.limits.pool import each
+from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.core.errors import JudgeError
+from ctxprec.storage.memo import MemoEntry, MemoStore, memo_key
 
 __all__ = ["keep_built_reason", "write_llm_reasons"]
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from connectors.sources import SourceChunk, SourceInfo, iter_batches
-from pipeline.config import Config
-from pipeline.flow.extractor import Extractor, load_extractor
-from pipeline.flow.rows import RowPlan, attach_keys, plan_rows
-from storage.memo import Memo, MemoEntry, MemoStore, default_cache_dir
+from ctxprec.config import Config
+from ctxprec.connectors.sources import SourceChunk, SourceInfo, iter_batches
+from ctxprec.flow.extractor import Extractor, load_extractor
+from ctxprec.flow.rows import RowPlan, attach_keys, plan_rows
+from ctxprec.storage.memo import Memo, MemoEntry, MemoStore, default_cache_dir
 
 __all__ = ["ChunkPlanner", "PlannedChunk", "open_memo"]
 
@@ -39,7 +39,7 @@ class PlannedChunk:
 
 
 class ChunkPlanner:
-    """Plans batches for one judge identity (`prefix`, see `storage.memo.judge_prefix`)."""
+    """Plans batches for one judge identity (`prefix`, see `ctxprec.storage.memo.judge_prefix`)."""
 
     def __init__(
         self,

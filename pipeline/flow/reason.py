@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import polars as pl
 
-from storage.core.metric import map_score, round_half_up
+from ctxprec.storage.core.metric import map_score, round_half_up
 
 __all__ = ["VERDICT_ONLY_NOTE", "build_reason", "failed_reason", "item_texts", "item_texts_lazy"]
 

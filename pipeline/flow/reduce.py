@@ -16,12 +16,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
-from pipeline.flow.reason import build_reason, failed_reason, item_texts_lazy
-from pipeline.flow.rows import ChunkJob, RowPlan
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.metric import map_score, map_stage_lazy, rank_column_names
-from storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
+from ctxprec.connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
+from ctxprec.flow.reason import build_reason, failed_reason, item_texts_lazy
+from ctxprec.flow.rows import ChunkJob, RowPlan
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.metric import map_score, map_stage_lazy, rank_column_names
+from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
 
 __all__ = ["TableSpec", "scored_table"]
 

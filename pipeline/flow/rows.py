@@ -11,12 +11,12 @@ from typing import Any
 
 import polars as pl
 
-from connectors.judges.prompts import prompt_version_for
-from connectors.sources import INPUT_ERROR
-from pipeline.flow.dispatch import ItemOutcome
-from pipeline.flow.extractor import Extractor
-from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.memo import MemoEntry, item_keys, row_hasher
+from ctxprec.connectors.judges.prompts import prompt_version_for
+from ctxprec.connectors.sources import INPUT_ERROR
+from ctxprec.flow.dispatch import ItemOutcome
+from ctxprec.flow.extractor import Extractor
+from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.memo import MemoEntry, item_keys, row_hasher
 
 __all__ = ["ChunkJob", "RowPlan", "attach_keys", "plan_rows"]
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pipeline.limits.limiter import AnyioClock, Clock, RateThrottle, ThrottleStats
+from ctxprec.limits.limiter import AnyioClock, Clock, RateThrottle, ThrottleStats
 
 if TYPE_CHECKING:
-    from connectors.judges.base import Throttle
+    from ctxprec.connectors.judges.base import Throttle
 
 __all__ = ["Grant", "LeaseCoordinator", "LeaseFn", "LeasedThrottle", "Report"]
 

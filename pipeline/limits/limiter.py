@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import anyio
 
-from storage.core.errors import ConfigError
+from ctxprec.storage.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from connectors.judges.base import Throttle
+    from ctxprec.connectors.judges.base import Throttle
 
 __all__ = ["AnyioClock", "Clock", "RateThrottle", "ThrottleStats"]
 

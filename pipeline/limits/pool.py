@@ -5,7 +5,7 @@ itself), `--reason llm` (one reason per row) and the Python API's `run_evals`.
 
 `workers` tasks read one shared stream, so memory holds `workers` items in progress, not one
 task per item (a recheck of 1 % of a million rows is 10,000 calls). The row flow's own pool is
-`pipeline.flow.dispatch.Dispatcher`, which adds what those calls need and these do not: the
+`ctxprec.flow.dispatch.Dispatcher`, which adds what those calls need and these do not: the
 memo, one call per distinct key, the kill-safe journal and the progress counters.
 """
 

@@ -21,38 +21,38 @@ from typing import Any, TypeVar
 import anyio
 import polars as pl
 
-from connectors.judges import JudgeStats, audit_settings, create_judge
-from connectors.judges.prompts import prompt_version_for
-from connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
-from pipeline.config import Config
-from pipeline.flow.dispatch import RunCounters, add_counts
-from pipeline.flow.extractor import load_extractor
-from pipeline.flow.reduce import TableSpec
-from pipeline.limits.limiter import ThrottleStats
-from pipeline.run.estimate import estimate
-from pipeline.run.interrupt import stoppable
-from pipeline.run.notices import memo_notices, run_notices, skipped_formats_line
-from pipeline.run.publish import check_sinks, publish
-from storage import layout
-from storage.commit import commit_part, committed
-from storage.core.constants import STATUS_FAILED
-from storage.core.errors import ConfigError, UserError, first_meaningful
-from storage.core.seams import DEFAULT, Seams
-from storage.dataset import drop_ids, scored_ids
-from storage.lock import OutdirLock
-from storage.objpath import OutPath
-from storage.ownership import (
+from ctxprec.config import Config
+from ctxprec.connectors.judges import JudgeStats, audit_settings, create_judge
+from ctxprec.connectors.judges.prompts import prompt_version_for
+from ctxprec.connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
+from ctxprec.flow.dispatch import RunCounters, add_counts
+from ctxprec.flow.extractor import load_extractor
+from ctxprec.flow.reduce import TableSpec
+from ctxprec.limits.limiter import ThrottleStats
+from ctxprec.run.estimate import estimate
+from ctxprec.run.interrupt import stoppable
+from ctxprec.run.notices import memo_notices, run_notices, skipped_formats_line
+from ctxprec.run.publish import check_sinks, publish
+from ctxprec.storage import layout
+from ctxprec.storage.commit import commit_part, committed
+from ctxprec.storage.core.constants import STATUS_FAILED
+from ctxprec.storage.core.errors import ConfigError, UserError, first_meaningful
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.dataset import drop_ids, scored_ids
+from ctxprec.storage.lock import OutdirLock
+from ctxprec.storage.objpath import OutPath
+from ctxprec.storage.ownership import (
     check_claimable,
     drop_incomplete,
     incomplete_parts,
     missing_rows_line,
     warn_foreign,
 )
-from storage.report.charts import CHARTS_INSTALL, charts_available, preload
-from storage.report.rows import RunTexts
-from storage.report.summary import build_summary, write_summary
-from storage.runlog import RunLog, fingerprint_of
-from storage.schema import SCHEMA_VERSION, output_schema
+from ctxprec.storage.report.charts import CHARTS_INSTALL, charts_available, preload
+from ctxprec.storage.report.rows import RunTexts
+from ctxprec.storage.report.summary import build_summary, write_summary
+from ctxprec.storage.runlog import RunLog, fingerprint_of
+from ctxprec.storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
@@ -157,7 +157,8 @@ async def prepare_run(
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
     incremental run skips. On any error the lock is given back. `outdir` was converted once,
-    where it came in (`storage.objpath.out_path`: the CLI's parser, the Python API's entry)."""
+    where it came in (`ctxprec.storage.objpath.out_path`: the CLI's parser, the Python API's
+    entry)."""
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
@@ -478,7 +479,7 @@ T = TypeVar("T")
 def run_blocking(fn: Callable[[], Awaitable[T]]) -> T:
     """Run `fn` on a new event loop. User-facing errors raised inside a task group come out as
     themselves, not wrapped in an ExceptionGroup; a stop signal cancels it and comes out as
-    KeyboardInterrupt once its shutdown has run (`pipeline.run.interrupt`)."""
+    KeyboardInterrupt once its shutdown has run (`ctxprec.run.interrupt`)."""
     try:
         return anyio.run(stoppable, fn)
     except BaseExceptionGroup as group:

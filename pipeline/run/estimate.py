@@ -10,20 +10,20 @@ from typing import Any
 
 import polars as pl
 
-from connectors.judges import JudgeStats, audit_settings, create_judge, estimate_tokens
-from connectors.judges.base import tokens_for_chars
-from connectors.judges.catalog import prices_taken
-from connectors.judges.prompts import item_prompt_chars, row_messages, typical_reply
-from connectors.sources import SourceInfo, inspect_input
-from pipeline.analysis.recheck import recheck_cost
-from pipeline.config import Config
-from pipeline.flow.audit import audited_rows
-from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
-from pipeline.flow.rows import RowPlan, attach_keys
-from storage.core.constants import STATUS_OK
-from storage.core.seams import Seams
-from storage.memo import Memo, judge_prefix
-from storage.report.summary import seconds
+from ctxprec.analysis.recheck import recheck_cost
+from ctxprec.config import Config
+from ctxprec.connectors.judges import JudgeStats, audit_settings, create_judge, estimate_tokens
+from ctxprec.connectors.judges.base import tokens_for_chars
+from ctxprec.connectors.judges.catalog import prices_taken
+from ctxprec.connectors.judges.prompts import item_prompt_chars, row_messages, typical_reply
+from ctxprec.connectors.sources import SourceInfo, inspect_input
+from ctxprec.flow.audit import audited_rows
+from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
+from ctxprec.flow.rows import RowPlan, attach_keys
+from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.memo import Memo, judge_prefix
+from ctxprec.storage.report.summary import seconds
 
 __all__ = [
     "DEFAULT_LATENCY_S",

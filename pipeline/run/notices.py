@@ -2,15 +2,15 @@
 judged against the query alone), an empty input, files of an input folder that were not read.
 Each is one line; the CLI prints them and summary.md repeats them. Files in no input format are
 also named on stderr as the input is checked. Both come from the one walk that found the input
-files (`connectors.sources.files`)."""
+files (`ctxprec.connectors.sources.files`)."""
 
 from __future__ import annotations
 
-from connectors.sources import SourceInfo
-from pipeline.config import Config
-from pipeline.flow.dispatch import RunCounters
-from storage.memo import Memo, MemoStore
-from storage.verdicts import SharedMemo
+from ctxprec.config import Config
+from ctxprec.connectors.sources import SourceInfo
+from ctxprec.flow.dispatch import RunCounters
+from ctxprec.storage.memo import Memo, MemoStore
+from ctxprec.storage.verdicts import SharedMemo
 
 __all__ = [
     "OFFLINE_QUERY_ONLY",

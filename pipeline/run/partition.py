@@ -10,7 +10,7 @@ from urllib.parse import quote
 import polars as pl
 import pyarrow as pa
 
-from storage.core.constants import HIVE_NULL
+from ctxprec.storage.core.constants import HIVE_NULL
 
 __all__ = ["partition_tables"]
 

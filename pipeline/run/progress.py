@@ -11,8 +11,8 @@ from typing import TextIO
 
 import anyio
 
-from connectors.judges.base import JudgeStats
-from pipeline.flow.dispatch import RunCounters
+from ctxprec.connectors.judges.base import JudgeStats
+from ctxprec.flow.dispatch import RunCounters
 
 __all__ = ["Progress"]
 

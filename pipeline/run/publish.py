@@ -11,13 +11,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.sinks import Sink, parse_sink
-from storage import layout
-from storage.commit import committed
-from storage.core.errors import UserError
-from storage.objpath import OutPath
-from storage.runlog import RunLog
-from storage.statefile import SINK_RECORD
+from ctxprec.connectors.sinks import Sink, parse_sink
+from ctxprec.storage import layout
+from ctxprec.storage.commit import committed
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.objpath import OutPath
+from ctxprec.storage.runlog import RunLog
+from ctxprec.storage.statefile import SINK_RECORD
 
 __all__ = ["check_sinks", "publish"]
 

@@ -16,31 +16,31 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from connectors.judges import Judge, JudgeStats, Throttle, audit_settings, create_judge
-from connectors.judges.base import SyncDecider
-from connectors.sources import INPUT_ERROR, SourceChunk
-from pipeline.config import Config
-from pipeline.flow.audit import AuditSide, AuditVerdicts
-from pipeline.flow.dispatch import Dispatcher, RunCounters
-from pipeline.flow.extractor import Extractor, load_extractor
-from pipeline.flow.fanout import resolve_items
-from pipeline.flow.llm_reason import write_llm_reasons
-from pipeline.flow.planning import ChunkPlanner, PlannedChunk, open_memo
-from pipeline.flow.reduce import scored_table
-from pipeline.flow.rows import ChunkJob
-from pipeline.limits.limiter import RateThrottle, ThrottleStats
-from pipeline.run.driver import AuditCounts, RunPlan, StageResult
-from pipeline.run.notices import record_memo
-from pipeline.run.partition import partition_tables
-from pipeline.run.progress import Progress
-from storage import layout
-from storage.commit import commit_part, committed
-from storage.core.constants import STATUS_FAILED
-from storage.core.errors import ConfigError, UserError
-from storage.journal import Journal, open_journal, replay_journals
-from storage.memo import Memo, MemoStore, judge_prefix
-from storage.report.rows import RunTexts
-from storage.verdicts import SharedMemo, open_shared
+from ctxprec.config import Config
+from ctxprec.connectors.judges import Judge, JudgeStats, Throttle, audit_settings, create_judge
+from ctxprec.connectors.judges.base import SyncDecider
+from ctxprec.connectors.sources import INPUT_ERROR, SourceChunk
+from ctxprec.flow.audit import AuditSide, AuditVerdicts
+from ctxprec.flow.dispatch import Dispatcher, RunCounters
+from ctxprec.flow.extractor import Extractor, load_extractor
+from ctxprec.flow.fanout import resolve_items
+from ctxprec.flow.llm_reason import write_llm_reasons
+from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
+from ctxprec.flow.reduce import scored_table
+from ctxprec.flow.rows import ChunkJob
+from ctxprec.limits.limiter import RateThrottle, ThrottleStats
+from ctxprec.run.driver import AuditCounts, RunPlan, StageResult
+from ctxprec.run.notices import record_memo
+from ctxprec.run.partition import partition_tables
+from ctxprec.run.progress import Progress
+from ctxprec.storage import layout
+from ctxprec.storage.commit import commit_part, committed
+from ctxprec.storage.core.constants import STATUS_FAILED
+from ctxprec.storage.core.errors import ConfigError, UserError
+from ctxprec.storage.journal import Journal, open_journal, replay_journals
+from ctxprec.storage.memo import Memo, MemoStore, judge_prefix
+from ctxprec.storage.report.rows import RunTexts
+from ctxprec.storage.verdicts import SharedMemo, open_shared
 
 __all__ = ["MeteredThrottle", "run_stage", "shared_memo"]
 
@@ -236,7 +236,7 @@ def _open_memo(cfg: Config) -> MemoStore | None:
 
 def _open_journal(memo: MemoStore | None, judge: Judge, counters: RunCounters) -> Journal | None:
     """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
-    offline judge's verdicts cost nothing to redo) open this run's (`storage.journal`)."""
+    offline judge's verdicts cost nothing to redo) open this run's (`ctxprec.storage.journal`)."""
     local = memo.local if isinstance(memo, SharedMemo) else memo
     if memo is None or not isinstance(local, Memo):
         return None  # no memo, or an engine's own (it keeps verdicts its own way)
@@ -282,12 +282,12 @@ async def _execute(
 
 # Batches planned at once: while one planning thread waits on its memo read (SQLite runs
 # without the GIL) the other reads, checks and hashes the next batch, or reads the memo too (the
-# memo keeps two read connections, one per planner: `storage.memo.Memo._take_reader`).
+# memo keeps two read connections, one per planner: `ctxprec.storage.memo.Memo._take_reader`).
 _PLANNERS = 2
 
 
 async def _feed(run: _Stage, files: Collection[int] | None) -> None:
-    """Plan batches in worker threads (`pipeline.flow.planning`: the row checks, the memo keys and
+    """Plan batches in worker threads (`ctxprec.flow.planning`: the row checks, the memo keys and
     the memo lookup), `_PLANNERS` at a time, reading them one at a time in input order, and
     process up to `in_flight` at once."""
     cfg = run.plan.cfg

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from storage.report.pairs import PAIR_SORTS, PairFilter
-from storage.report.table import BAND_NAMES, SORTS, STATUSES, RowFilter, RowTable
+from ctxprec.storage.report.pairs import PAIR_SORTS, PairFilter
+from ctxprec.storage.report.table import BAND_NAMES, SORTS, STATUSES, RowFilter, RowTable
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

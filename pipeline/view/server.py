@@ -19,7 +19,12 @@ import anyio
 import anyio.to_thread
 from aiohttp import web
 
-from pipeline.view.params import (
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.report.pairs import PAIR_SORTS, RowPairs
+from ctxprec.storage.report.summary import BANDS
+from ctxprec.storage.report.table import SORTS, STATUSES, RowTable
+from ctxprec.view.params import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     MAX_VALUE,
@@ -30,11 +35,6 @@ from pipeline.view.params import (
     row_filter,
     side,
 )
-from storage import layout
-from storage.core.errors import UserError
-from storage.report.pairs import PAIR_SORTS, RowPairs
-from storage.report.summary import BANDS
-from storage.report.table import SORTS, STATUSES, RowTable
 
 __all__ = ["ASSETS", "PAGE_CSP", "REPORT_CSP", "build_app", "is_loopback", "serve", "url_of"]
 
@@ -82,7 +82,7 @@ _STATE = web.AppKey("state", _State)
 
 
 def _asset_bytes() -> dict[str, bytes]:
-    folder = resources.files("pipeline.view").joinpath("assets")  # package data, not OUTDIR
+    folder = resources.files("ctxprec.view").joinpath("assets")  # package data, not OUTDIR
     return {route: (folder / name).read_bytes() for route, (name, _) in ASSETS.items()}
 
 
@@ -296,7 +296,7 @@ async def serve(
     loopback_only: bool,
     started: Callable[[str], None],
 ) -> None:
-    """Serve until cancelled (Ctrl-C: `pipeline.run.interrupt.stoppable`), then close every
+    """Serve until cancelled (Ctrl-C: `ctxprec.run.interrupt.stoppable`), then close every
     connection. `started` gets the URL once the port is bound (port 0: a free one)."""
     app = build_app(tables, loopback_only=loopback_only)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)

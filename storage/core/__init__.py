@@ -3,6 +3,6 @@ ctxprec package — the exception tree (`errors`), constants (`constants`), ever
 default (`settings`, one dataclass per TOML section), the verdict record (`verdict`) and the
 metric (`metric`).
 
-Imports flow one way: `pipeline` -> `connectors` -> `storage` -> `storage.core`
+Imports flow one way: `pipeline` -> `connectors` -> `storage` -> `ctxprec.storage.core`
 (`tests/test_layers.py` checks it).
 """

@@ -15,7 +15,7 @@ Each class carries the process exit code the CLI uses for it (`exit_code`).
 
 from __future__ import annotations
 
-from storage.core.verdict import Verdict
+from ctxprec.storage.core.verdict import Verdict
 
 __all__ = [
     "BatchesPendingError",

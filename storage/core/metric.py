@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from storage.core.settings import DEFAULT_KS
+from ctxprec.storage.core.settings import DEFAULT_KS
 
 __all__ = [
     "average_precision",

@@ -1,6 +1,6 @@
 """Options of one command that are not settings of the config file: `compare`'s and the
 provider batch run's (`--batch-wait`, `--batch-fallback`). Each default is written once, here:
-the parser (`pipeline.cli.main`) shows and applies these defaults, and the Python API
+the parser (`ctxprec.cli.main`) shows and applies these defaults, and the Python API
 (`compare_outputs(**options)`, `score_batch(batch=...)`) gets the same ones. Standard library
 only, so the parser can read them without loading the code that uses them.
 """

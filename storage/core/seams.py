@@ -3,7 +3,7 @@
 httpx takes a `transport=`; ctxprec takes `seams=`. Production code uses `DEFAULT`, whose every
 field means "the real thing"; a test builds its own (`Seams(clock=instant_retries())`,
 `dataclasses.replace(DEFAULT, memo_wait=3600.0)`) and passes it where the run starts:
-`pipeline.cli.main(argv, seams=)`, `RunOptions(seams=)`, `create_judge(settings, seams=)`.
+`ctxprec.cli.main(argv, seams=)`, `RunOptions(seams=)`, `create_judge(settings, seams=)`.
 From there it travels in the objects a run already passes around (`RunOptions` -> `RunPlan` ->
 the stages, judges and engines), never in module globals and never in the argparse Namespace.
 

@@ -6,7 +6,7 @@ values it allows and a one-line help. `pipeline/config.py` loads them (defaults 
 environment < flags); `pipeline/cli/main.py` builds its flags and `--help` defaults from them.
 
 A leaf module: layers above import the section they need (judges [judge], sources [columns],
-storage.fs [storage]) and nothing here imports them back.
+ctxprec.storage.fs [storage]) and nothing here imports them back.
 """
 
 from __future__ import annotations
@@ -395,7 +395,7 @@ class RunSettings:
     )
     recheck_seed: int = setting(0, "seed of the --recheck sample")
     # read from the environment before any command runs (and again from a config file, once a
-    # command loads one): `pipeline.cli.main`
+    # command loads one): `ctxprec.cli.main`
     log_level: str | None = setting(
         None,
         "log to stderr at this level: debug, info or warning (API keys redacted)",

@@ -2,7 +2,7 @@
 judges agree item by item on the audited rows (Cohen's κ with a row-bootstrap CI, McNemar's
 test), how many rows and items were audited, and what each judge cost this run (calls,
 tokens, USD) side by side. The corrected estimate against the audit judge is
-`storage.report.estimate`'s.
+`ctxprec.storage.report.estimate`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from storage.core.agreement import agreement_figures, row_counts
-from storage.core.figures import figure_text
+from ctxprec.storage.core.agreement import agreement_figures, row_counts
+from ctxprec.storage.core.figures import figure_text
 
 __all__ = ["audit_lines", "audit_summary"]
 

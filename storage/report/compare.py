@@ -1,6 +1,6 @@
 """The comparison for people and machines: compare.json (full precision), compare.md with a chart
-(compare.png), compare.html (`storage.report.compare_html`) and the terminal text. Drawn from
-the report dict alone; the chart on matplotlib's Agg canvas.
+(compare.png), compare.html (`ctxprec.storage.report.compare_html`) and the terminal text. Drawn
+from the report dict alone; the chart on matplotlib's Agg canvas.
 """
 
 from __future__ import annotations
@@ -10,20 +10,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from storage import layout
-from storage.atomic import atomic_write_bytes
-from storage.core.errors import OutputError
-from storage.layout import COMPARE_CHART, COMPARE_FILES, COMPARE_HTML, COMPARE_JSON, COMPARE_MD
-from storage.report.charts import charts_available, fit_title, png, short_label
-from storage.report.compare_html import render_compare_html
-from storage.report.compare_text import ci_text as _ci
-from storage.report.compare_text import fmt
-from storage.report.compare_text import gate_message as _gate_message
-from storage.report.compare_text import honesty_lines as _honesty_lines
-from storage.report.compare_text import left_out as _left_out
-from storage.report.compare_text import p_text as _p
-from storage.report.compare_text import side_text as _side
-from storage.report.compare_text import signed as _signed
+from ctxprec.storage import layout
+from ctxprec.storage.atomic import atomic_write_bytes
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.layout import (
+    COMPARE_CHART,
+    COMPARE_FILES,
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+)
+from ctxprec.storage.report.charts import charts_available, fit_title, png, short_label
+from ctxprec.storage.report.compare_html import render_compare_html
+from ctxprec.storage.report.compare_text import ci_text as _ci
+from ctxprec.storage.report.compare_text import fmt
+from ctxprec.storage.report.compare_text import gate_message as _gate_message
+from ctxprec.storage.report.compare_text import honesty_lines as _honesty_lines
+from ctxprec.storage.report.compare_text import left_out as _left_out
+from ctxprec.storage.report.compare_text import p_text as _p
+from ctxprec.storage.report.compare_text import side_text as _side
+from ctxprec.storage.report.compare_text import signed as _signed
 
 __all__ = [
     "chart_figure",

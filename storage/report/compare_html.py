@@ -1,7 +1,7 @@
 """compare.html: the comparison as one self-contained page: the change with its CI, the gate's
 verdict, the judge check, the metrics and groups, judge against judge when the judges differ,
 and the biggest wins and losses opening to both runs' ranked items side by side. Figures are
-compare.json's, in the words of compare.md (`storage.report.compare_text`).
+compare.json's, in the words of compare.md (`ctxprec.storage.report.compare_text`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.report.compare_text import (
+from ctxprec.storage.report.compare_text import (
     ci_text,
     fmt,
     honesty_lines,
@@ -17,8 +17,8 @@ from storage.report.compare_text import (
     p_text,
     signed,
 )
-from storage.report.page import card, clip, e, item_list, page, section, table
-from storage.report.svg import delta_chart
+from ctxprec.storage.report.page import card, clip, e, item_list, page, section, table
+from ctxprec.storage.report.svg import delta_chart
 
 __all__ = ["render_compare_html"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from storage.core.figures import figure_text
+from ctxprec.storage.core.figures import figure_text
 
 __all__ = [
     "ci_text",
@@ -24,7 +24,7 @@ __all__ = [
 
 def fmt(value: Any, digits: int = 4) -> str:
     """A figure for people: rounded, thousands separated, "n/a" for missing or not finite."""
-    return figure_text(value, digits, missing="n/a")  # the one rounding rule (storage.core)
+    return figure_text(value, digits, missing="n/a")  # the one rounding rule (ctxprec.storage.core)
 
 
 def signed(value: Any) -> str:

@@ -1,9 +1,9 @@
 """The corrected estimates of a summary (summary.json's `estimate` and `estimates`): the mean
 score a reference defines over every scored row, from the judge's score of each row and the
 reference's score of the rows that carry one, by prediction-powered inference
-(`storage.core.ppi`), overall and per `--group-by` group; and the sentence people read beside
-the judge's own mean. The references: the human labels (`label_score`, `--map labels=COL`, null
-where a row has none) and the audit judge (`audit_score`, `--audit-model`, null outside its
+(`ctxprec.storage.core.ppi`), overall and per `--group-by` group; and the sentence people read
+beside the judge's own mean. The references: the human labels (`label_score`, `--map labels=COL`,
+null where a row has none) and the audit judge (`audit_score`, `--audit-model`, null outside its
 sample).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from storage.core.figures import counted, figure_text
-from storage.core.ppi import by_group, estimate_block, ppi_fit
+from ctxprec.storage.core.figures import counted, figure_text
+from ctxprec.storage.core.ppi import by_group, estimate_block, ppi_fit
 
 __all__ = ["REFERENCE", "audit_reference", "corrected_estimate", "estimate_sentence"]
 

@@ -1,7 +1,7 @@
 """summary.html: the run summary as one self-contained page people open from disk, a bucket or
 a message: the headline, scores and bands, relevance by position, groups, the worst rows and a
 sample opening to their items, labels, estimate against actual, the runs and the nights. Every
-figure is summary.json's, written by the same rules as summary.md (`storage.core.figures`).
+figure is summary.json's, written by the same rules as summary.md (`ctxprec.storage.core.figures`).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.core.figures import counted, figure_text, percent_text
-from storage.report.estimate import estimate_sentence
-from storage.report.page import card, e, page, row_details, section, table
-from storage.report.page import stats as stats_grid
-from storage.report.svg import distribution_chart, position_chart, trend_chart
-from storage.report.trend import trend_rows
-from storage.report.words import judge_rows, seconds
+from ctxprec.storage.core.figures import counted, figure_text, percent_text
+from ctxprec.storage.report.estimate import estimate_sentence
+from ctxprec.storage.report.page import card, e, page, row_details, section, table
+from ctxprec.storage.report.page import stats as stats_grid
+from ctxprec.storage.report.svg import distribution_chart, position_chart, trend_chart
+from ctxprec.storage.report.trend import trend_rows
+from ctxprec.storage.report.words import judge_rows, seconds
 
 __all__ = ["render_html"]
 

@@ -10,7 +10,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.core.figures import figure_text
+from ctxprec.storage.core.figures import figure_text
 
 __all__ = [
     "CSP",

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import polars as pl
 
-from storage.report.table import RowTable
+from ctxprec.storage.report.table import RowTable
 
 __all__ = ["PAIR_SORTS", "PairFilter", "RowPairs"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from storage.core.constants import STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
 
 __all__ = [
     "RunTexts",

@@ -13,17 +13,17 @@ from typing import Any
 
 import polars as pl
 
-from storage import layout
-from storage.atomic import atomic_write_bytes
-from storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.figures import counted, figure_text, percent_text, round_figure
-from storage.core.kappa import cohen_kappa
-from storage.core.metric import map_stage, rank_column_names
-from storage.core.settings import DEFAULT_KS
-from storage.objpath import OutPath, local_copies, out_path
-from storage.ownership import part_files
-from storage.report.audit import audit_lines, audit_summary
-from storage.report.charts import (
+from ctxprec.storage import layout
+from ctxprec.storage.atomic import atomic_write_bytes
+from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.figures import counted, figure_text, percent_text, round_figure
+from ctxprec.storage.core.kappa import cohen_kappa
+from ctxprec.storage.core.metric import map_stage, rank_column_names
+from ctxprec.storage.core.settings import DEFAULT_KS
+from ctxprec.storage.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.ownership import part_files
+from ctxprec.storage.report.audit import audit_lines, audit_summary
+from ctxprec.storage.report.charts import (
     CHART_FILES,
     CHARTS_INSTALL,
     TREND_CHART,
@@ -31,12 +31,12 @@ from storage.report.charts import (
     planned_charts,
     render_charts,
 )
-from storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
-from storage.report.html import render_html
-from storage.report.rows import TextLookup, report_rows, text_columns
-from storage.report.trend import night_trend, trend_chart, trend_markdown
-from storage.report.words import judge_rows, rate, seconds
-from storage.schema import SCHEMA_VERSION
+from ctxprec.storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
+from ctxprec.storage.report.html import render_html
+from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
+from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
+from ctxprec.storage.report.words import judge_rows, rate, seconds
+from ctxprec.storage.schema import SCHEMA_VERSION
 
 __all__ = [
     "BANDS",

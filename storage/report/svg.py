@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storage.core.figures import figure_text, percent_text
+from ctxprec.storage.core.figures import figure_text, percent_text
 
 __all__ = ["bars", "delta_chart", "distribution_chart", "position_chart", "trend_chart"]
 

@@ -14,12 +14,12 @@ from typing import Any, Final
 import polars as pl
 import pyarrow.dataset as ds
 
-from storage import layout
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.errors import OutputError
-from storage.objpath import ObjPath, OutPath
-from storage.ownership import part_files, read_manifest
-from storage.report.summary import BANDS
+from ctxprec.storage import layout
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.ownership import part_files, read_manifest
+from ctxprec.storage.report.summary import BANDS
 
 __all__ = [
     "BAND_NAMES",
@@ -66,7 +66,7 @@ def _collect(lf: pl.LazyFrame) -> pl.DataFrame:
 
 
 def band_expr(scale: float) -> pl.Expr:
-    """The band of each score as summary.md defines them (storage.report.summary.BANDS):
+    """The band of each score as summary.md defines them (ctxprec.storage.report.summary.BANDS):
     "none" is exactly 0, each other band runs from its lower bound up to the next one."""
     n = pl.col("score") / scale if scale > 0 else pl.col("score") * 0.0
     expr = pl.when(n.is_null()).then(pl.lit(None, pl.String)).when(n < _EPS).then(pl.lit("none"))

@@ -12,12 +12,12 @@ from typing import Any
 
 import polars as pl
 
-from storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from storage.core.errors import OutputError
-from storage.core.figures import figure_text, percent_text
-from storage.objpath import OutPath, local_copies, out_path
-from storage.ownership import part_files, read_manifest
-from storage.report.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.core.figures import figure_text, percent_text
+from ctxprec.storage.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.ownership import part_files, read_manifest
+from ctxprec.storage.report.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
 
 __all__ = [
     "night_trend",

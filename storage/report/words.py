@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from storage.core.figures import figure_text
+from ctxprec.storage.core.figures import figure_text
 
 __all__ = ["judge_rows", "rate", "seconds"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.retry import classify
-from storage.core.printable import printable
+from ctxprec.connectors.judges.retry import classify
+from ctxprec.storage.core.printable import printable
 from tests.fakes.inputs import REPO
 from tests.fakes.runs import score
 

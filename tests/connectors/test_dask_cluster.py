@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from storage.core.metric import map_score
+from ctxprec.storage.core.metric import map_score
 from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process, score
@@ -208,7 +208,7 @@ def test_a_backfill_on_a_cluster_of_wheel_installs(
     wheel_python: Path, s3_server: S3Server, bucket: str, tmp_path: Path
 ) -> None:
     where = subprocess.run(
-        [wheel_python, "-c", "import pipeline.engines.keyed as m; print(m.__file__)"],
+        [wheel_python, "-c", "import ctxprec.engines.keyed as m; print(m.__file__)"],
         capture_output=True, text=True, env=_worker_env(s3_server, wheel_python), cwd=tmp_path,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr

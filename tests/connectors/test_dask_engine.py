@@ -21,17 +21,17 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.engines.dask as engine
-import pipeline.engines.keyed as keyed
-from pipeline.cli.main import main
-from pipeline.config import load_config
-from pipeline.engines.dask import plan_tasks
-from pipeline.flow.audit import audited
-from pipeline.limits.limiter import RateThrottle
-from pipeline.run.driver import RunOptions, StageResult, prepare_run
-from pipeline.run.stage import run_stage
-from storage.core.seams import DEFAULT, Seams
-from storage.keyshards import read_answers, read_requests, request_files, shard_of
+import ctxprec.engines.dask as engine
+import ctxprec.engines.keyed as keyed
+from ctxprec.cli.main import main
+from ctxprec.config import load_config
+from ctxprec.engines.dask import plan_tasks
+from ctxprec.flow.audit import audited
+from ctxprec.limits.limiter import RateThrottle
+from ctxprec.run.driver import RunOptions, StageResult, prepare_run
+from ctxprec.run.stage import run_stage
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
@@ -301,7 +301,7 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     server: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from storage.lock import OutdirLock, live_holder
+    from ctxprec.storage.lock import OutdirLock, live_holder
 
     src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"
     other = OutdirLock(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges import jsonfast
+from ctxprec.connectors.judges import jsonfast
 from tests.fakes.runs import score
 
 DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000

@@ -19,20 +19,20 @@ from typing import Any
 
 import pytest
 
-from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.base import RowItemsError
-from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryClock
-from connectors.judges.transport import AiohttpTransport
-from storage.core.errors import (
+from ctxprec.connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
+from ctxprec.connectors.judges.base import RowItemsError
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.connectors.judges.retry import RetryClock
+from ctxprec.connectors.judges.transport import AiohttpTransport
+from ctxprec.storage.core.errors import (
     JudgeError,
     JudgeFatalError,
     JudgeParseError,
     JudgeRefusedRunError,
     JudgeRetryableError,
 )
-from storage.core.seams import Seams
-from storage.core.verdict import JudgeReply
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.core.verdict import JudgeReply
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import (

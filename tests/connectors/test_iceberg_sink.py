@@ -18,11 +18,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from connectors.sinks import SinkResult, parse_sink
-from connectors.sinks.iceberg import SNAPSHOT_PROPERTY, IcebergSink
-from storage.core.errors import ConfigError, OutputError
-from storage.core.seams import Seams
-from storage.schema import output_schema
+from ctxprec.connectors.sinks import SinkResult, parse_sink
+from ctxprec.connectors.sinks.iceberg import SNAPSHOT_PROPERTY, IcebergSink
+from ctxprec.storage.core.errors import ConfigError, OutputError
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.schema import output_schema
 from tests.connectors.test_sinks import DAYS, SCHEMA, scored, vanishing, write_run
 from tests.fakes.inputs import REPO
 from tests.fakes.s3_server import S3Server
@@ -114,7 +114,9 @@ def test_bad_iceberg_specs_are_config_errors(spec: str) -> None:
 
 
 def test_import_does_not_load_pyiceberg() -> None:
-    code = "import sys, connectors.sinks, pipeline.cli.main; print('pyiceberg' in sys.modules)"
+    code = (
+        "import sys, ctxprec.connectors.sinks, ctxprec.cli.main; print('pyiceberg' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )

@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 from deltalake import DeltaTable
 
-from connectors.sources import ColumnMap, inspect_source, iter_batches
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
+from ctxprec.connectors.sources import ColumnMap, inspect_source, iter_batches
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.judge_server import FakeJudgeServer
 

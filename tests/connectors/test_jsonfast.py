@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from connectors.judges import JudgeStats, NullThrottle, jsonfast
-from connectors.judges.openai import OpenAIJudge
-from storage.core.seams import Seams
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges import JudgeStats, NullThrottle, jsonfast
+from ctxprec.connectors.judges.openai import OpenAIJudge
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.core.settings import JudgeSettings
 
 _VALUES: list[Any] = [
     {},

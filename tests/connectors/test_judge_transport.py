@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from connectors.judges import ItemRequest, JudgeSettings, JudgeStats
-from connectors.judges.anthropic import AnthropicJudge
-from connectors.judges.batch.client import BatchHttp
-from connectors.judges.openai import OpenAIJudge
-from connectors.judges.retry import RetryClock, RetryPolicy
-from connectors.judges.transport import (
+from ctxprec.connectors.judges import ItemRequest, JudgeSettings, JudgeStats
+from ctxprec.connectors.judges.anthropic import AnthropicJudge
+from ctxprec.connectors.judges.batch.client import BatchHttp
+from ctxprec.connectors.judges.openai import OpenAIJudge
+from ctxprec.connectors.judges.retry import RetryClock, RetryPolicy
+from ctxprec.connectors.judges.transport import (
     AiohttpTransport,
     HttpRequest,
     HttpResponse,
     multipart_form,
 )
-from storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
-from storage.core.seams import Seams
+from ctxprec.storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from ctxprec.storage.core.seams import Seams
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import start_loopback

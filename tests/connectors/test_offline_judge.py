@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges import offline
-from connectors.judges.base import ItemRequest, Judge, JudgeStats, NullThrottle
-from connectors.judges.offline import OfflineJudge
-from connectors.judges.registry import create_judge
-from storage.core.errors import ConfigError
-from storage.core.metric import map_score
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges import offline
+from ctxprec.connectors.judges.base import ItemRequest, Judge, JudgeStats, NullThrottle
+from ctxprec.connectors.judges.offline import OfflineJudge
+from ctxprec.connectors.judges.registry import create_judge
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.core.settings import JudgeSettings
 
 DATASET = (
     Path(__file__).resolve().parents[2].parent

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.sources import (
+from ctxprec.connectors.sources import (
     INPUT_ERROR,
     ColumnMap,
     SourceChunk,
@@ -21,7 +21,7 @@ from connectors.sources import (
     iter_batches,
     resolve_inputs,
 )
-from storage.core.errors import ConfigError, InputError
+from ctxprec.storage.core.errors import ConfigError, InputError
 
 COLS = ColumnMap()
 

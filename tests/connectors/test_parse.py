@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from connectors.judges import parse
-from connectors.judges.parse import parse_row_verdicts, parse_verdict
-from storage.core.errors import JudgeParseError
-from storage.core.verdict import Verdict
+from ctxprec.connectors.judges import parse
+from ctxprec.connectors.judges.parse import parse_row_verdicts, parse_verdict
+from ctxprec.storage.core.errors import JudgeParseError
+from ctxprec.storage.core.verdict import Verdict
 
 
 @pytest.mark.parametrize(

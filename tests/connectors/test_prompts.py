@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from connectors.judges import estimate_tokens, prompts
-from connectors.judges.base import ItemRequest
+from ctxprec.connectors.judges import estimate_tokens, prompts
+from ctxprec.connectors.judges.base import ItemRequest
 
 _TAGS = re.compile(r"<(/?\s*(?:context_item|query|expected_output)\b)", re.IGNORECASE)
 

@@ -20,20 +20,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.catalog import (
+from ctxprec.cli.main import main
+from ctxprec.config import load_config
+from ctxprec.connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
+from ctxprec.connectors.judges.catalog import (
     ProviderSpec,
     builtin_providers,
     known_price,
     providers,
     registry_prices,
 )
-from connectors.judges.conversation import HttpJudgeBase
-from pipeline.cli.main import main
-from pipeline.config import load_config
-from pipeline.run.estimate import estimate, render_estimate
-from storage.core.errors import ConfigError
-from storage.core.seams import Seams
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.run.estimate import estimate, render_estimate
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.seams import Seams
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import KEY, documentation
 from tests.fakes.judge_server import expected_verdict

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.parse import MAX_REASON_CHARS
+from ctxprec.connectors.judges.parse import MAX_REASON_CHARS
 from tests.fakes.runs import score
 
 

@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 import aiohttp
 import pytest
 
-from connectors.judges import JudgeSettings, create_judge
-from connectors.judges.retry import backoff, classify, classify_exception, parse_retry_after
-from connectors.judges.secrets import RedactingFilter, is_loopback, redact, register_secret
-from storage.core.errors import ConfigError, JudgeFatalError, JudgeRetryableError
+from ctxprec.connectors.judges import JudgeSettings, create_judge
+from ctxprec.connectors.judges.retry import backoff, classify, classify_exception, parse_retry_after
+from ctxprec.connectors.judges.secrets import RedactingFilter, is_loopback, redact, register_secret
+from ctxprec.storage.core.errors import ConfigError, JudgeFatalError, JudgeRetryableError
 
 NOW = 1_700_000_000.0
 PROVIDERS = ["openai", "anthropic"]

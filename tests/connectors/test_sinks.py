@@ -15,13 +15,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from connectors.sinks import Sink, SinkResult, parse_sink
-from pipeline.run.partition import partition_tables
-from storage.commit import commit_part
-from storage.core.errors import ConfigError, OutputError
-from storage.core.seams import DEFAULT, Seams
-from storage.runlog import RunLog
-from storage.schema import output_schema
+from ctxprec.connectors.sinks import Sink, SinkResult, parse_sink
+from ctxprec.run.partition import partition_tables
+from ctxprec.storage.commit import commit_part
+from ctxprec.storage.core.errors import ConfigError, OutputError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.runlog import RunLog
+from ctxprec.storage.schema import output_schema
 from tests.fakes.inputs import REPO
 
 SCHEMA = output_schema(pa.string(), [pa.field("dt", pa.string())])
@@ -157,7 +157,7 @@ def test_bad_specs_are_config_errors(spec: str) -> None:
 
 def test_import_is_cheap() -> None:
     code = (
-        "import sys, connectors.sinks; "
+        "import sys, ctxprec.connectors.sinks; "
         "print(sorted(m for m in ('deltalake', 'duckdb') if m in sys.modules))"
     )
     out = subprocess.run(

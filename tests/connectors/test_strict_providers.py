@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
-from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryClock, classify
-from connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
-from storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
-from storage.core.seams import Seams
+from ctxprec.connectors.judges import ItemRequest, JudgeSettings, JudgeStats, create_judge
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.connectors.judges.retry import RetryClock, classify
+from ctxprec.connectors.judges.shapes import OUTPUT_LADDER, RequestShape, learn_openai, openai_shape
+from ctxprec.storage.core.errors import JudgeFatalError, JudgeParseError, JudgeRefusedRunError
+from ctxprec.storage.core.seams import Seams
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
@@ -470,7 +470,7 @@ def test_x_should_retry_overrides_the_status_as_the_sdks_do() -> None:
      ("claude-3-7-sonnet-latest", True), ("claude-haiku-4-5", True)],
 )  # fmt: skip
 def test_anthropic_model_names_decide_temperature(model: str, temperature: bool) -> None:
-    from connectors.judges.shapes import anthropic_shape
+    from ctxprec.connectors.judges.shapes import anthropic_shape
 
     assert anthropic_shape(model).send_temperature is temperature
 

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
-from connectors.sources import ColumnMap, inspect_source, iter_batches
-from pipeline.cli.main import main
-from pipeline.engines.dask import plan_tasks
-from storage.core.errors import InputError
+from ctxprec.cli.main import main
+from ctxprec.connectors.sources import ColumnMap, inspect_source, iter_batches
+from ctxprec.engines.dask import plan_tasks
+from ctxprec.storage.core.errors import InputError
 from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, SAMPLE
 
 
@@ -114,8 +114,8 @@ def test_text_batches_have_parquets_keys_and_skip_done_parts(hotpot: Path, tmp_p
 def test_dask_cuts_a_big_jsonl_file_at_batch_boundaries(hotpot: Path, tmp_path: Path) -> None:
     import anyio
 
-    from pipeline.config import load_config
-    from pipeline.run.driver import prepare_run
+    from ctxprec.config import load_config
+    from ctxprec.run.driver import prepare_run
 
     path = write_jsonl(rows(hotpot, 50), tmp_path / "a.jsonl.gz", "gzip")
     cfg = load_config(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.sources.lookup import input_texts
+from ctxprec.connectors.sources.lookup import input_texts
 
 
 def _describe(path: Path, columns: list[str | None]) -> dict[str, object]:

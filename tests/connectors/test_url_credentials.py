@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.secrets import redact
-from storage.core.redact import without_url_secrets
+from ctxprec.connectors.judges.secrets import redact
+from ctxprec.storage.core.redact import without_url_secrets
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeServer
 from tests.fakes.runs import score

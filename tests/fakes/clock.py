@@ -1,4 +1,4 @@
-"""Virtual time for tests: a `pipeline.limits.limiter.Clock` whose `sleep` never waits on the
+"""Virtual time for tests: a `ctxprec.limits.limiter.Clock` whose `sleep` never waits on the
 wall clock, and `window_max` to measure a schedule on it; `instant_retries`, the retry clock a
 test passes to the judges and batch clients it builds.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.lowlevel
 
-from connectors.judges.retry import RetryClock
+from ctxprec.connectors.judges.retry import RetryClock
 
 __all__ = ["FakeClock", "instant_retries", "window_max"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.sources import ColumnMap
+from ctxprec.connectors.sources import ColumnMap
 
 __all__ = [
     "HOTPOT",

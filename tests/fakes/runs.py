@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.cli.main import main
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.cli.main import main
+from ctxprec.storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 
 __all__ = ["fake_request", "fake_stats", "judge_process", "score", "server_process"]

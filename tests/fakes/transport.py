@@ -17,7 +17,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from connectors.judges.transport import HttpRequest, HttpResponse, HttpStream
+from ctxprec.connectors.judges.transport import HttpRequest, HttpResponse, HttpStream
 
 __all__ = [
     "MockTransport",

@@ -69,7 +69,7 @@ def make_outputs(root: Path) -> tuple[Path, Path]:
         args = ["score", str(src), "-o", str(out), "--progress", "off", *flags]
         # a process of its own: a test may hold a running event loop (Playwright's) here
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline.cli.main", *args],
+            [sys.executable, "-m", "ctxprec.cli.main", *args],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -107,7 +107,7 @@ def _command() -> list[str]:
     script = Path(sys.executable).parent / "ctxprec"  # the console script users run
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-m", "pipeline.cli.main"]
+    return [sys.executable, "-m", "ctxprec.cli.main"]
 
 
 @contextmanager

@@ -15,9 +15,9 @@ import anyio
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from pipeline.config import load_config
-from pipeline.flow.audit import audited
+from ctxprec.cli.main import main
+from ctxprec.config import load_config
+from ctxprec.flow.audit import audited
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import score
@@ -238,9 +238,9 @@ def test_the_audit_settings_come_from_the_config_file_and_the_environment(tmp_pa
 
 def test_run_score_takes_the_audit_options(tmp_path: Path) -> None:
     """The Python API: run_score(..., audit_model=, audit_fraction=) with the offline judges."""
-    from pipeline import Config, run_score
-    from storage.core.errors import ConfigError
-    from storage.objpath import out_path
+    from ctxprec import Config, run_score
+    from ctxprec.storage.core.errors import ConfigError
+    from ctxprec.storage.objpath import out_path
     from tests.fakes.inputs import SAMPLE
 
     cfg = Config(run=dataclasses.replace(Config().run, cache_dir=tmp_path / "memo"))
@@ -258,7 +258,7 @@ def test_run_score_takes_the_audit_options(tmp_path: Path) -> None:
 def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
     """run_evals: data items may carry `labels` (one per context item); the result's
     `estimates` holds each scorer's corrected mean, as summary.json's `estimate`."""
-    from pipeline import create_context_precision_scorer, run_evals
+    from ctxprec import create_context_precision_scorer, run_evals
 
     scorer = create_context_precision_scorer("offline", {"context": []})
     data = [{"input": f"who wrote book {i}?", "ground_truth": f"author {i}",

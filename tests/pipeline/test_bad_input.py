@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 from tests.fakes.inputs import KEY, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.runs import score
@@ -1058,7 +1058,7 @@ def test_sink_without_its_extra_in_a_fresh_interpreter(
     source = write(tmp_path / "in.parquet")
     sink = f"duckdb:{tmp_path}/w.duckdb:scores" if module == "duckdb" else f"delta:{tmp_path}/l"
     code = (
-        f"import sys; sys.modules[{module!r}] = None; from pipeline.cli.main import main; "
+        f"import sys; sys.modules[{module!r}] = None; from ctxprec.cli.main import main; "
         f"sys.exit(main(sys.argv[1:]))"
     )
     argv = ["score", str(source), "-o", str(tmp_path / "out"), *HTTP, "--sink", sink]
@@ -1117,7 +1117,7 @@ def test_input_line_nested_deeper_than_any_log_is_an_input_error(
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines) + "\n")
     argv = ["score", str(source), "-o", str(tmp_path / "out"), *HTTP]
-    code = "import sys; from pipeline.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from ctxprec.cli.main import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run(
         [sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True
     )

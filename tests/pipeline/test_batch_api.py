@@ -22,13 +22,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.batch.client import CUSTOM_ID, BatchHttp, custom_id_for
-from connectors.judges.retry import RetryClock, RetryPolicy
-from connectors.judges.transport import AiohttpTransport, multipart_form
-from pipeline.cli.main import main
-from storage.batches import BatchStore
-from storage.core.metric import map_score
-from storage.core.settings import JudgeSettings
+from ctxprec.cli.main import main
+from ctxprec.connectors.judges.batch.client import CUSTOM_ID, BatchHttp, custom_id_for
+from ctxprec.connectors.judges.retry import RetryClock, RetryPolicy
+from ctxprec.connectors.judges.transport import AiohttpTransport, multipart_form
+from ctxprec.storage.batches import BatchStore
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.core.settings import JudgeSettings
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.fakes.inputs import HOTPOT_MAP, REPO, documentation
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
@@ -468,7 +468,7 @@ def test_kill_9_while_waiting_then_the_same_command_resumes(
         CTXPREC_CACHE_DIR=str(cache), CTXPREC_BATCH_POLL_S="0.05",
         CTXPREC_BATCH_POLL_MAX_S="0.1",
     )  # fmt: skip
-    command = [sys.executable, "-m", "pipeline.cli.main", "score", str(rows), "-o", str(out),
+    command = [sys.executable, "-m", "ctxprec.cli.main", "score", str(rows), "-o", str(out),
                "--model", f"{provider}/judge-1", *HOTPOT_MAP, "--batch-api",
                "--progress", "off"]  # fmt: skip
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
@@ -643,9 +643,9 @@ def test_the_fake_is_as_strict_as_the_provider(fake: BatchFakeServer, tmp_path: 
     without purpose=batch are refused."""
     import anyio
 
-    from connectors.judges.batch.api import create_batch_client
-    from storage.core.errors import JudgeFatalError
-    from storage.core.settings import JudgeSettings
+    from ctxprec.connectors.judges.batch.api import create_batch_client
+    from ctxprec.storage.core.errors import JudgeFatalError
+    from ctxprec.storage.core.settings import JudgeSettings
 
     body = {"model": "judge-1", "messages": [{"role": "user", "content": "hi"}]}
     client = create_batch_client(JudgeSettings(model="openai/judge-1"))
@@ -708,8 +708,8 @@ async def _upload_without_purpose(url: str) -> None:
 def test_python_entry_point_honours_batch_api(
     rows: Path, tmp_path: Path, fake: BatchFakeServer
 ) -> None:
-    from pipeline import score as score_api
-    from pipeline.config import load_config
+    from ctxprec import score as score_api
+    from ctxprec.config import load_config
 
     flags = {"judge.model": "openai/judge-1", "judge.batch_api": True, "columns.query": "question",
              "columns.expected": "ground_truth"}  # fmt: skip

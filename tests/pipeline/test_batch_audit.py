@@ -15,8 +15,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from storage.batches import BatchStore
+from ctxprec.cli.main import main
+from ctxprec.storage.batches import BatchStore
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.pipeline.test_audit import sampled_items
 from tests.pipeline.test_row_fallback import labelled_log

@@ -12,9 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import build_parser, main
-from storage.core import errors
-from storage.memo import Memo
+from ctxprec.cli.main import build_parser, main
+from ctxprec.storage.core import errors
+from ctxprec.storage.memo import Memo
 from tests.fakes.inputs import documentation
 
 
@@ -146,7 +146,7 @@ def test_numbers_are_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_group_chart_labels_carry_n() -> None:
-    from storage.report.charts import _scores_by_group
+    from ctxprec.storage.report.charts import _scores_by_group
 
     class Ax:
         def __getattr__(self, name: str) -> object:

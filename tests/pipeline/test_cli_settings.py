@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.cli.main as cli
-from pipeline.cli.main import main
-from storage.core.seams import Seams
+import ctxprec.cli.main as cli
+from ctxprec.cli.main import main
+from ctxprec.storage.core.seams import Seams
 
 
 def _bug(point: str, subject: object) -> None:

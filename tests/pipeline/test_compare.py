@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 from tests.fakes.inputs import HOTPOT_MAP, consistent_rows
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread
 

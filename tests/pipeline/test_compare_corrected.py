@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.analysis.corrected import difference_of_estimates
-from pipeline.cli.main import main
+from ctxprec.analysis.corrected import difference_of_estimates
+from ctxprec.cli.main import main
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
 from tests.fakes.runs import score

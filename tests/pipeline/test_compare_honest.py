@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 from tests.fakes.inputs import REPO
 from tests.fakes.runs import score
 

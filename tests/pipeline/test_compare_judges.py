@@ -13,8 +13,8 @@ import pytest
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.inter_rater import cohens_kappa
 
-from pipeline import compare_outputs
-from pipeline.cli.main import main
+from ctxprec import compare_outputs
+from ctxprec.cli.main import main
 from tests.fakes.inputs import HOTPOT_MAP, KEY, consistent_rows
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 

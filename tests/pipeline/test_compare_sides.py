@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 from tests.fakes.folders import commit
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from connectors.judges.batch.client import BatchLimits, limits_for
-from pipeline import create_context_precision_scorer, run_evals
-from pipeline.cli.help import default_text
-from pipeline.cli.main import _flags, build_parser
-from pipeline.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
-from pipeline.limits.limiter import RateThrottle
-from storage.core.errors import ConfigError
-from storage.core.settings import SECTIONS, settings
+from ctxprec import create_context_precision_scorer, run_evals
+from ctxprec.cli.help import default_text
+from ctxprec.cli.main import _flags, build_parser
+from ctxprec.config import DEFAULTS, ENV_VARS, FLAGS, Config, load_config, parse_duration
+from ctxprec.connectors.judges.batch.client import BatchLimits, limits_for
+from ctxprec.limits.limiter import RateThrottle
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.settings import SECTIONS, settings
 
 
 def _toml(tmp_path: Path, text: str) -> Path:

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import anyio
 import anyio.lowlevel
 
-from connectors.judges.base import ItemRequest, JudgeStats, JudgeWrapper, NullThrottle
-from connectors.judges.offline import OfflineJudge
-from pipeline.flow.dispatch import Dispatcher, RunCounters
-from storage.core.settings import JudgeSettings
-from storage.core.verdict import JudgeReply, Verdict
+from ctxprec.connectors.judges.base import ItemRequest, JudgeStats, JudgeWrapper, NullThrottle
+from ctxprec.connectors.judges.offline import OfflineJudge
+from ctxprec.flow.dispatch import Dispatcher, RunCounters
+from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.core.verdict import JudgeReply, Verdict
 
 JOBS = 600
 

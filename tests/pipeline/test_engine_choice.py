@@ -1,4 +1,4 @@
-"""The engine is chosen in one place (`pipeline.engines.choice.choose`) for the CLI and the
+"""The engine is chosen in one place (`ctxprec.engines.choice.choose`) for the CLI and the
 Python API: each runnable combination gets its runner, each that cannot run is refused with the
 flag to drop or add, before any input is read."""
 
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import score
-from pipeline.batchapi.run import score_batch
-from pipeline.config import Config
-from pipeline.engines.choice import Engine, choose
-from pipeline.engines.dask import score_dask
-from pipeline.engines.local import score_local
-from storage.core.errors import UserError
-from storage.core.options import BatchOptions
+from ctxprec import score
+from ctxprec.batchapi.run import score_batch
+from ctxprec.config import Config
+from ctxprec.engines.choice import Engine, choose
+from ctxprec.engines.dask import score_dask
+from ctxprec.engines.local import score_local
+from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.options import BatchOptions
 from tests.fakes.inputs import SAMPLE
 
 

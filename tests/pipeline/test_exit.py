@@ -1,4 +1,4 @@
-"""The console script ends without the interpreter's teardown (`ctxprec_entry.leave`): exit
+"""The console script ends without the interpreter's teardown (`ctxprec.cli.process.leave`): exit
 handlers still run, stdout and stderr are complete, the exit code is the command's; a live
 non-daemon thread or child process gets Python's normal exit instead."""
 
@@ -29,10 +29,11 @@ def _entry(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 
 _PROBE = (
-    "import atexit, sys, ctxprec_entry\n"
+    "import atexit, sys\n"
+    "from ctxprec.__main__ import main\n"
     "atexit.register(lambda: print('exit handler ran', file=sys.stderr, flush=True))\n"
     "sys.argv = ['ctxprec', *sys.argv[1:]]\n"
-    "code = ctxprec_entry.main()\n"
+    "code = main()\n"
     "print('after main', code, file=sys.stderr)\n"  # reached only when Python exits normally
     "sys.exit(code)\n"
 )
@@ -60,12 +61,13 @@ def test_the_exit_code_of_a_refused_command_survives_the_fast_exit(tmp_path: Pat
 
 def test_a_live_non_daemon_thread_gets_the_normal_exit(tmp_path: Path) -> None:
     code = (
-        "import sys, threading, ctxprec_entry\n"
+        "import sys, threading\n"
+        "from ctxprec.__main__ import main\n"
         "stop = threading.Event()\n"
         "t = threading.Thread(target=lambda: (stop.wait(), print('thread joined', flush=True)))\n"
         "t.start()\n"
         "sys.argv = ['ctxprec', 'providers']\n"
-        "code = ctxprec_entry.main()\n"  # the thread is alive until after this returns
+        "code = main()\n"  # the thread is alive until after this returns
         "print('after main', code, flush=True)\n"
         "stop.set()\n"
         "sys.exit(code)\n"
@@ -79,17 +81,17 @@ def test_the_start_up_signal_handlers_are_given_back_after_the_command() -> None
     """`hold_signals` covers the CLI's imports only: once a command has ended without a stop
     (the CLI gave back the handlers it found, which were these), Python's own handling is back;
     a stopped command's ignored signals stay ignored."""
-    import ctxprec_entry
+    from ctxprec.cli import process
 
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        ctxprec_entry.hold_signals()
-        assert signal.getsignal(signal.SIGINT) is ctxprec_entry._stop_at_start
-        ctxprec_entry.release_signals()
+        process.hold_signals()
+        assert signal.getsignal(signal.SIGINT) is process._stop_at_start
+        process.release_signals()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stop under way ignores later signals
-        ctxprec_entry.release_signals()
+        process.release_signals()
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         for sig, handler in saved.items():

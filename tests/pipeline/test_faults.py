@@ -12,10 +12,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from connectors.judges.retry import RetryClock
-from pipeline.cli.main import main
-from storage.core.metric import map_score
-from storage.core.seams import Seams
+from ctxprec.cli.main import main
+from ctxprec.connectors.judges.retry import RetryClock
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.core.seams import Seams
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeThread, expected_verdict
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from storage.core.metric import map_score
+from ctxprec.cli.main import main
+from ctxprec.storage.core.metric import map_score
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import (
     FakeJudgeConfig,

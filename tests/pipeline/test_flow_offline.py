@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import RunOptions, load_config, score
-from pipeline.cli.main import main
-from storage.core.errors import OutputError
-from storage.core.metric import map_score
-from storage.schema import output_schema
+from ctxprec import RunOptions, load_config, score
+from ctxprec.cli.main import main
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.schema import output_schema
 from tests.fakes.inputs import SAMPLE
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.flow.reason import PY_WHITESPACE, _item_lines, _sentence, item_texts
+from ctxprec.flow.reason import PY_WHITESPACE, _item_lines, _sentence, item_texts
 from tests.fakes.inputs import REPO
 
 
@@ -94,7 +94,7 @@ for name in MODULES:
         importlib.import_module(name)
     except ModuleNotFoundError:  # another checkout measured (python -m ... ROOT)
         pass
-from pipeline.cli.main import main
+from ctxprec.cli.main import main
 for hook in (threading.settrace, sys.settrace):
     hook(trace)
 for hook in (threading.setprofile, sys.setprofile):
@@ -136,12 +136,12 @@ def write_fixed_input(path: Path, rows: int) -> Path:
 _OFFLINE_MODULES = (
     *("diskcache", "matplotlib.figure", "matplotlib.ticker", "matplotlib.backends.backend_agg"),
     *(
-        "pipeline.cli.commands",
-        "pipeline.engines.local",
-        "pipeline.run.stage",
-        "pipeline.flow.planning",
+        "ctxprec.cli.commands",
+        "ctxprec.engines.local",
+        "ctxprec.run.stage",
+        "ctxprec.flow.planning",
     ),
-    "connectors.judges.offline",
+    "ctxprec.connectors.judges.offline",
 )
 
 

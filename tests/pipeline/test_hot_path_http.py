@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main as cli
-from pipeline.cli.main import main
-from storage.core.seams import DEFAULT, Seams
+from ctxprec.cli import main as cli
+from ctxprec.cli.main import main
+from ctxprec.storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import FakeJudgeThread
 from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
@@ -41,8 +41,12 @@ from tests.pipeline.test_hot_path import counted_steps, write_fixed_input
 BUDGET = 2_180  # the figure (~1,745) +25 %: room for clear code; change only as docs say
 
 _MODULES = (
-    *("aiohttp", "anyio", "pipeline.cli.commands", "pipeline.engines.local", "pipeline.run.stage"),
-    *("pipeline.flow.planning", "connectors.judges.openai", "storage.report.summary"),
+    *("aiohttp", "anyio", "ctxprec.cli.commands", "ctxprec.engines.local", "ctxprec.run.stage"),
+    *(
+        "ctxprec.flow.planning",
+        "ctxprec.connectors.judges.openai",
+        "ctxprec.storage.report.summary",
+    ),
 )
 
 
@@ -103,7 +107,7 @@ def test_a_command_runs_with_one_openblas_thread_unless_the_user_said(
     cores); ctxprec needs none of them. A user's own OPENBLAS_NUM_THREADS is kept."""
     probe = (
         "import os\n"
-        "from pipeline.cli.main import main\n"
+        "from ctxprec.cli.main import main\n"
         "main(['providers'])\n"
         "import numpy\n"  # a command's modules import it after main set the variable
         "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))\n"

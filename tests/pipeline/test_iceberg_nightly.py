@@ -19,9 +19,9 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from pipeline.cli.main import main
-from pipeline.config import load_config
-from storage.core.errors import ConfigError
+from ctxprec.cli.main import main
+from ctxprec.config import load_config
+from ctxprec.storage.core.errors import ConfigError
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeServer
 
@@ -175,7 +175,7 @@ def test_without_pyiceberg_in_a_fresh_interpreter(
     """pyiceberg really missing from the interpreter: exit 2 naming the extra, no judge call."""
     name, _ = catalog
     code = (
-        "import sys; sys.modules['pyiceberg'] = None; from pipeline.cli.main import main; "
+        "import sys; sys.modules['pyiceberg'] = None; from ctxprec.cli.main import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     argv = ["score", str(logs[0]), "-o", str(tmp_path / "out"), *HOTPOT_MAP]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from pipeline.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
+from ctxprec.limits.leases import Grant, LeaseCoordinator, LeasedThrottle, LeaseFn, Report
 from tests.fakes.clock import FakeClock, window_max
 
 RTT_S = 0.002  # one lease call's round trip

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from connectors.judges.base import Throttle
-from pipeline.limits.limiter import AnyioClock, RateThrottle, ThrottleStats
-from storage.core.errors import ConfigError
+from ctxprec.connectors.judges.base import Throttle
+from ctxprec.limits.limiter import AnyioClock, RateThrottle, ThrottleStats
+from ctxprec.storage.core.errors import ConfigError
 from tests.fakes.clock import FakeClock, window_max
 
 

@@ -21,8 +21,8 @@ import diskcache
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from storage import layout
+from ctxprec.cli.main import main
+from ctxprec.storage import layout
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.runs import score
 
@@ -121,7 +121,7 @@ def _scores(out: Path) -> dict[str, Any]:
 def test_planted_batch_memo_in_outdir_runs_nothing_even_with_no_memo(tmp_path: Path) -> None:
     """The batch memo inside OUTDIR is read the same safe way: a copied OUTDIR with a planted
     pickle in `_ctxprec/batch-memo` runs nothing, with --no-memo too."""
-    from pipeline.batchapi.collect import BatchCollector
+    from ctxprec.batchapi.collect import BatchCollector
 
     folder = tmp_path / "out" / "_ctxprec" / "batch-memo"
     memo = _collector_memo(BatchCollector, tmp_path / "out")
@@ -141,7 +141,7 @@ def test_planted_batch_memo_in_outdir_runs_nothing_even_with_no_memo(tmp_path: P
 
 def _collector_memo(cls: Any, outdir: Path) -> Any:
     """`BatchCollector.open_memo` with the memo off (--no-memo), as a batch run opens it."""
-    from pipeline.config import load_config
+    from ctxprec.config import load_config
 
     collector = cls.__new__(cls)
     collector.cfg = load_config(None, {"run.memo": False})
@@ -194,7 +194,7 @@ def _read_only(folder: Path) -> list[str]:
 
 
 def _cli(prefix: list[str], *args: object) -> subprocess.CompletedProcess[str]:
-    cmd = [*prefix, sys.executable, "-m", "pipeline.cli", *map(str, args)]
+    cmd = [*prefix, sys.executable, "-m", "ctxprec", *map(str, args)]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 
-import pipeline.flow.dispatch as dispatch
-from connectors.judges.base import JudgeStats, NullThrottle
-from connectors.judges.offline import OfflineJudge
-from pipeline.flow.dispatch import Dispatcher, RunCounters
-from storage.core.settings import JudgeSettings
-from storage.memo import Memo, MemoEntry
+import ctxprec.flow.dispatch as dispatch
+from ctxprec.connectors.judges.base import JudgeStats, NullThrottle
+from ctxprec.connectors.judges.offline import OfflineJudge
+from ctxprec.flow.dispatch import Dispatcher, RunCounters
+from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.memo import Memo, MemoEntry
 
 BATCH = 10_000  # one stage batch: 1,000 rows of 10 items
 

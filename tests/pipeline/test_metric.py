@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.core.metric import (
+from ctxprec.storage.core.metric import (
     average_precision,
     map_score,
     map_stage,

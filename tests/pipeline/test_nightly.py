@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from pipeline.cli.main import main
-from storage.core.seams import Seams
-from storage.ownership import part_files
+from ctxprec.cli.main import main
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.ownership import part_files
 from tests.fakes.inputs import HOTPOT_MAP
 
 

@@ -17,12 +17,12 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 
-from pipeline.cli.batches import list_batches
-from pipeline.cli.main import main
-from storage.core.errors import ConfigError, OutputError
-from storage.core.metric import map_score
-from storage.lock import OutdirLock
-from storage.objpath import ObjPath, out_path
+from ctxprec.cli.batches import list_batches
+from ctxprec.cli.main import main
+from ctxprec.storage.core.errors import ConfigError, OutputError
+from ctxprec.storage.core.metric import map_score
+from ctxprec.storage.lock import OutdirLock
+from ctxprec.storage.objpath import ObjPath, out_path
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.runs import fake_stats
@@ -73,7 +73,7 @@ def check_map(got: pl.DataFrame, source: Path) -> None:
 
 def command(src: str, out: str) -> list[str]:
     return [
-        sys.executable, "-m", "pipeline.cli.main", "score", src, "-o", out,
+        sys.executable, "-m", "ctxprec.cli.main", "score", src, "-o", out,
         "--model", "openai/judge", *HOTPOT_MAP, "--batch-rows", "10", "--concurrency", "8",
         "--progress", "off",
     ]  # fmt: skip

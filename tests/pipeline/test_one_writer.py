@@ -50,7 +50,7 @@ def source(tmp_path: Path) -> Path:
 
 
 def start(src: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "pipeline.cli.main", "score", str(src), "-o", str(out)]
+    cmd = [sys.executable, "-m", "ctxprec.cli.main", "score", str(src), "-o", str(out)]
     cmd += ["--model", "openai/judge", "--concurrency", "2", "--batch-rows", "5", "--quiet"]
     return subprocess.Popen(
         [*cmd, *extra],

@@ -15,9 +15,9 @@ import polars as pl
 import pyarrow.dataset as ds
 import pytest
 
-from pipeline.cli.main import main
-from storage.core.seams import Seams
-from storage.ownership import part_files
+from ctxprec.cli.main import main
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.ownership import part_files
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
     USER_FILES_INSIDE,
@@ -255,7 +255,7 @@ def test_sink_without_its_extra_is_refused_before_any_judge_call(
 
 
 def test_wait_lock_flag_forms() -> None:
-    from pipeline.cli.main import build_parser
+    from ctxprec.cli.main import build_parser
 
     parse = build_parser().parse_args
     assert parse(["score", "in", "-o", "out"]).wait_lock == 0.0  # default: exit 2 at once

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import ttest_rel
 from statsmodels.stats.power import TTestPower
 
-from pipeline.analysis.paired import bootstrap_ci, paired_figures, sign_flip_p
+from ctxprec.analysis.paired import bootstrap_ci, paired_figures, sign_flip_p
 
 
 @pytest.mark.slow

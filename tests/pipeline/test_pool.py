@@ -1,4 +1,4 @@
-"""`pipeline.limits.pool.each`: every item once, never more than `workers` at once, memory for
+"""`ctxprec.limits.pool.each`: every item once, never more than `workers` at once, memory for
 `workers` items (not a task per item), and a failure that stops the rest."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from pipeline.limits.pool import each
+from ctxprec.limits.pool import each
 
 
 @pytest.mark.parametrize("workers", [0, 1, 3, 50])

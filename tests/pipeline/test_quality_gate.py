@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.analysis.quality_gate import GATE_EXIT, gate_exit, under_gate
-from pipeline.config import load_config
-from storage.core.errors import ConfigError
+from ctxprec.analysis.quality_gate import GATE_EXIT, gate_exit, under_gate
+from ctxprec.config import load_config
+from ctxprec.storage.core.errors import ConfigError
 
 
 def test_threshold_is_strictly_below() -> None:

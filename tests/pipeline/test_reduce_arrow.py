@@ -1,5 +1,5 @@
 """The output table's Arrow columns: Polars' 64-bit-offset strings narrowed to the schema's
-`string` without pyarrow.compute (pipeline.flow.reduce._fit); and what a score run does not
+`string` without pyarrow.compute (ctxprec.flow.reduce._fit); and what a score run does not
 import."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from pipeline.flow.reduce import _fit, _fit_any
+from ctxprec.flow.reduce import _fit, _fit_any
 from tests.fakes.inputs import REPO
 from tests.pipeline.test_hot_path import write_fixed_input
 
@@ -63,7 +63,7 @@ def test_a_score_run_imports_no_module_it_does_not_need(tmp_path: Path) -> None:
     argv += ["--cache-dir", str(tmp_path / "memo")]
     probe = (
         "import sys\n"
-        "from pipeline.cli.main import main\n"
+        "from ctxprec.cli.main import main\n"
         f"assert main({argv!r}) == 0\n"
         "print([m for m in ('pyarrow.compute', 'numpy.ma', 'pandas') if m in sys.modules])\n"
     )

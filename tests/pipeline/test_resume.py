@@ -20,8 +20,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ctxprec_entry import INTERRUPTED
-from pipeline.cli import main as cli_main
+from ctxprec.cli import main as cli_main
+from ctxprec.cli.process import INTERRUPTED
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.runs import fake_stats, judge_process
 
@@ -31,12 +31,12 @@ CONCURRENCY = 8
 
 
 def command(src: Path, out: Path, concurrency: int = CONCURRENCY) -> list[str]:
-    """`python -m pipeline.cli score ...`: the `ctxprec` command, start-up included (a stop
-    signal during its imports ends it as a stop does later: `ctxprec_entry.hold_signals`)."""
+    """`python -m ctxprec score ...`: the `ctxprec` command, start-up included (a stop
+    signal during its imports ends it as a stop does later: `ctxprec.cli.process.hold_signals`)."""
     return [
         sys.executable,
         "-m",
-        "pipeline.cli",
+        "ctxprec",
         "score",
         str(src),
         "-o",
@@ -289,7 +289,7 @@ def test_a_signal_during_start_up_is_a_clean_stop(src: Path, tmp_path: Path, ser
 
 
 def _interrupted_line() -> str:
-    """What pipeline.cli.main prints when a stop ends a command."""
+    """What ctxprec.cli.main prints when a stop ends a command."""
     buffer = io.StringIO()
     with contextlib.redirect_stderr(buffer):
         assert cli_main._interrupted() == 130

@@ -8,14 +8,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import (
+from ctxprec import (
     ConfigError,
     ScoreFailedError,
     create_context_precision_scorer,
     map_score,
     run_evals,
 )
-from pipeline.config import load_config, where
+from ctxprec.config import load_config, where
 from tests.fakes.judge_server import (
     FakeJudgeServer,
     expected_verdict,

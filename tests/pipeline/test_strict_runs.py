@@ -11,8 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from storage.core.metric import map_score
+from ctxprec.cli.main import main
+from ctxprec.storage.core.metric import map_score
 from tests.fakes.inputs import KEY
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.strict import StrictConfig, StrictThread
@@ -119,7 +119,7 @@ def test_out_of_quota_stops_the_run_with_exit_4_and_the_same_command_resumes(
 
 
 def test_cached_prompt_tokens_are_priced_at_the_cached_price() -> None:
-    from storage.report.summary import _cost
+    from ctxprec.storage.report.summary import _cost
 
     price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.5}
     tokens = {"input": 3_000_000, "output": 1_000_000}

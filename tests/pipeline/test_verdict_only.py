@@ -14,12 +14,12 @@ from typing import Any
 import polars as pl
 import pytest
 
-from connectors.judges.prompts import TYPICAL_REASON, prompt_version_for
-from pipeline import create_context_precision_scorer
-from pipeline.cli.main import main
-from pipeline.config import load_config
-from pipeline.flow.reason import VERDICT_ONLY_NOTE
-from storage.core.metric import map_score
+from ctxprec import create_context_precision_scorer
+from ctxprec.cli.main import main
+from ctxprec.config import load_config
+from ctxprec.connectors.judges.prompts import TYPICAL_REASON, prompt_version_for
+from ctxprec.flow.reason import VERDICT_ONLY_NOTE
+from ctxprec.storage.core.metric import map_score
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import HOTPOT_MAP, KEY
 from tests.fakes.judge_server import FakeJudgeServer, expected_verdict

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
 
-from storage.core.metric import average_precision, round_half_up
+from ctxprec.storage.core.metric import average_precision, round_half_up
 from tests.fakes.inputs import REPO
 from tests.fakes.viewer import HOSTILE, Viewer, get, make_outputs, tree_digest, viewer
 from tests.test_readme import documented_commands
@@ -272,7 +272,7 @@ def test_ctrl_c_exits_130_and_nothing_is_written(tmp_path: Path) -> None:
 
 def test_not_an_output_is_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli.main", "view", str(tmp_path), "--port", "0"],
+        [sys.executable, "-m", "ctxprec.cli.main", "view", str(tmp_path), "--port", "0"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -291,7 +291,7 @@ def test_the_documented_view_commands_run(tmp_path: Path) -> None:
     assert any(c == "ctxprec view out/sample" for c in shown)
     score = ["score", str(REPO / "examples" / "sample.parquet"), "-o", "out/sample"]
     subprocess.run(
-        [sys.executable, "-m", "pipeline.cli.main", *score, "--progress", "off"],
+        [sys.executable, "-m", "ctxprec.cli.main", *score, "--progress", "off"],
         cwd=tmp_path,
         check=True,
         capture_output=True,

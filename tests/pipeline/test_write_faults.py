@@ -21,11 +21,11 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli.main import main
-from storage import layout
-from storage.core.errors import OutputError
-from storage.core.seams import Seams
-from storage.verdicts import VerdictStore
+from ctxprec.cli.main import main
+from ctxprec.storage import layout
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.core.seams import Seams
+from ctxprec.storage.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
 from tests.fakes.inputs import write_input
 from tests.fakes.judge_server import FakeJudgeServer

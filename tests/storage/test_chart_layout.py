@@ -15,10 +15,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from storage.report.charts import chart_figures, short_label
-from storage.report.compare import chart_figure
-from storage.report.summary import BANDS
-from storage.report.trend import trend_figure
+from ctxprec.storage.report.charts import chart_figures, short_label
+from ctxprec.storage.report.compare import chart_figure
+from ctxprec.storage.report.summary import BANDS
+from ctxprec.storage.report.trend import trend_figure
 
 # (groups, label length, positions, scored rows, exact zeros, scale, nights)
 CASES = {

@@ -140,7 +140,7 @@ def test_a_record_whose_part_is_gone_scores_its_rows_again(
 def test_summary_names_the_rows_of_a_missing_part(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipeline.cli.main import main
+    from ctxprec.cli.main import main
 
     _, out = _finished(tmp_path, "--batch-rows", "2")
     sorted(out.glob("part-*.parquet"))[0].unlink()

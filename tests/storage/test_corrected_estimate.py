@@ -11,9 +11,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import score as score_api
-from pipeline.cli.main import main
-from storage.core.metric import map_score
+from ctxprec import score as score_api
+from ctxprec.cli.main import main
+from ctxprec.storage.core.metric import map_score
 from tests.fakes.inputs import SAMPLE
 
 KEYS = ["method", "reference", "mean", "ci95", "n_reference", "n_rows", "judge_mean",
@@ -82,7 +82,7 @@ def test_no_labels_no_estimate_and_the_python_api_carries_it(logs: Path, tmp_pat
     plain = tmp_path / "plain"
     assert main(["score", str(logs), "-o", str(plain), "--progress", "off"]) == 0
     assert json.loads((plain / "summary.json").read_text())["estimate"] is None
-    from pipeline import load_config
+    from ctxprec import load_config
 
     cfg = load_config(None, {"columns.labels": "labels"})
     result = score_api(str(logs), tmp_path / "api", cfg)  # the batch API (run_score awaited)

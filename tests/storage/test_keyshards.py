@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from storage.atomic import atomic_write
-from storage.keyshards import (
+from ctxprec.storage.atomic import atomic_write
+from ctxprec.storage.keyshards import (
     ShardedVerdicts,
     read_answers,
     read_requests,
@@ -23,8 +23,8 @@ from storage.keyshards import (
     write_answers,
     write_requests,
 )
-from storage.memo import MemoEntry
-from storage.objpath import out_path
+from ctxprec.storage.memo import MemoEntry
+from ctxprec.storage.objpath import out_path
 
 
 def keys(n: int) -> list[str]:

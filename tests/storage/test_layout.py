@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import layout
-from storage.objpath import ObjPath, out_path
+from ctxprec.storage import layout
+from ctxprec.storage.objpath import ObjPath, out_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("pipeline", "connectors", "storage")
@@ -75,11 +75,11 @@ def test_no_outdir_path_is_joined_outside_the_layout_module() -> None:
 
 def test_the_check_sees_each_kind_of_hand_joined_path() -> None:
     source = (
-        "from storage.layout import STATE_DIR\n"  # STATE_DIR
+        "from ctxprec.storage.layout import STATE_DIR\n"  # STATE_DIR
         'a = outdir / STATE_DIR / "run.json"\n'  # STATE_DIR, / 'run.json', 'run.json'
         'b = outdir / f"{key}.pending"\n'  # / '.pending'
         'c = fs.join(folder, "_ctxprec/manifest.json")\n'  # join(...), '_ctxprec/...'
-        'd = resources.files("pipeline") / "configs"\n'  # allowed in config_cmd.py only
+        'd = resources.files("ctxprec") / "configs"\n'  # allowed in config_cmd.py only
     )
     assert len(_hand_joined("storage/x.py", source)) == 8
     assert len(_hand_joined("pipeline/cli/config.py", source)) == 7

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.core.errors import OutputError
-from storage.lock import OutdirLock, live_holder, read_holder
+from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.lock import OutdirLock, live_holder, read_holder
 
 
 def make(outdir: Path, log: list[str] | None = None, **kw: float) -> OutdirLock:

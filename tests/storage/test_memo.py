@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import storage.memo as memo_module
-from storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
-from storage.memo_codec import MAX_REASON_BYTES, decode_entry, encode_entry
+import ctxprec.storage.memo as memo_module
+from ctxprec.storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
+from ctxprec.storage.memo_codec import MAX_REASON_BYTES, decode_entry, encode_entry
 
 
 def test_key_changes_with_everything_that_changes_a_verdict() -> None:
@@ -69,8 +69,8 @@ def test_batched_writes_are_diskcache_raw_rows_that_diskcache_reads_as_bytes(
     tmp_path: Path,
 ) -> None:
     """The memo is diskcache 5's table: a verdict is a raw-mode row whose value is its fixed
-    layout (`storage.memo_codec`), so diskcache's own `get` returns those bytes (never a pickle);
-    a big reason is clipped into the row (no file of its own); a replaced key works too."""
+    layout (`ctxprec.storage.memo_codec`), so diskcache's own `get` returns those bytes (never a
+    pickle); a big reason is clipped into the row (no file of its own); a replaced key works too."""
     import diskcache
 
     memo = Memo(tmp_path / "m")
@@ -207,8 +207,8 @@ def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: 
     still replayed; a torn last line (a kill mid-write) ends the journal uncounted."""
     import json
 
-    from storage.journal import replay_journals
-    from storage.layout import journal_dir
+    from ctxprec.storage.journal import replay_journals
+    from ctxprec.storage.layout import journal_dir
 
     folder = tmp_path / "m"
     memo = Memo(folder)

@@ -10,7 +10,7 @@ import pytest
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 from scipy import stats
 
-from storage.core.ppi import (
+from ctxprec.storage.core.ppi import (
     MIN_REFERENCE,
     MIN_TUNING,
     Z95,

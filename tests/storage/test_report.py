@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.report.summary import agreement, build_summary, render_markdown, write_summary
-from storage.schema import output_schema
+from ctxprec.storage.report.summary import agreement, build_summary, render_markdown, write_summary
+from ctxprec.storage.schema import output_schema
 from tests.fakes.folders import commit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -176,7 +176,7 @@ def test_relevance_by_position_skips_null_verdicts(outdir: Path) -> None:
 def test_a_share_is_rounded_once_from_its_counts() -> None:
     """6 of 11 is 54.545 %: summary.json keeps 0.5455, and the page reads 54.5 %, not the 54.6 %
     that rounding the stored figure a second time gives."""
-    from storage.report.summary import _share
+    from ctxprec.storage.report.summary import _share
 
     assert _share(6, 11, 0.5455) == "54.5%"
     assert _share(None, 11, 0.5455) == "54.6%"  # an old summary without the counts

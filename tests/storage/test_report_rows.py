@@ -17,12 +17,20 @@ import pyarrow.parquet as pq
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.sources import INPUT_ERROR
-from pipeline.cli.main import main
-from storage.core.metric import average_precision, map_score, round_half_up
-from storage.report.rows import SAMPLE, WORST, RunTexts, Texts, _choose, item_gains, report_rows
-from storage.report.summary import build_summary, write_summary
-from storage.schema import output_schema
+from ctxprec.cli.main import main
+from ctxprec.connectors.sources import INPUT_ERROR
+from ctxprec.storage.core.metric import average_precision, map_score, round_half_up
+from ctxprec.storage.report.rows import (
+    SAMPLE,
+    WORST,
+    RunTexts,
+    Texts,
+    _choose,
+    item_gains,
+    report_rows,
+)
+from ctxprec.storage.report.summary import build_summary, write_summary
+from ctxprec.storage.schema import output_schema
 from tests.fakes.folders import commit
 from tests.fakes.runs import score
 

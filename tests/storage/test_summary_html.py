@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli.main import main
-from storage.core.figures import figure_text, percent_text
-from storage.report.compare_text import signed
+from ctxprec.cli.main import main
+from ctxprec.storage.core.figures import figure_text, percent_text
+from ctxprec.storage.report.compare_text import signed
 from tests.fakes.runs import score
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

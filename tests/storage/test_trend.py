@@ -10,8 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli.main import main
-from storage.report.trend import night_trend, trend_markdown, trend_text
+from ctxprec.cli.main import main
+from ctxprec.storage.report.trend import night_trend, trend_markdown, trend_text
 from tests.fakes.folders import commit
 
 

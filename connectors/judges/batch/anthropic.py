@@ -11,17 +11,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.batch.client import (
+from ctxprec.connectors.judges.batch.client import (
     BatchLimits,
     LineResult,
     ProviderBatches,
     RemoteBatch,
     json_line,
 )
-from connectors.judges.client import json_int
-from connectors.judges.conversation import HttpJudgeBase
-from storage.core.errors import JudgeFatalError, JudgeRetryableError
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.storage.core.errors import JudgeFatalError, JudgeRetryableError
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = ["LIMITS", "AnthropicBatches"]
 

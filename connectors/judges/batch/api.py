@@ -11,16 +11,16 @@ verdicts: the judge's own `read_response` and the tolerant parser do, exactly as
 
 from __future__ import annotations
 
-from connectors.judges.batch.anthropic import AnthropicBatches
-from connectors.judges.batch.client import BatchClient
-from connectors.judges.batch.openai import OpenAIBatches
-from connectors.judges.catalog import providers
-from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.registry import create_judge, resolve_model
-from connectors.judges.transport import StreamingTransport
-from storage.core.errors import ConfigError
-from storage.core.seams import DEFAULT, Seams
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges.batch.anthropic import AnthropicBatches
+from ctxprec.connectors.judges.batch.client import BatchClient
+from ctxprec.connectors.judges.batch.openai import OpenAIBatches
+from ctxprec.connectors.judges.catalog import providers
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.connectors.judges.registry import create_judge, resolve_model
+from ctxprec.connectors.judges.transport import StreamingTransport
+from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = [
     "batch_providers",

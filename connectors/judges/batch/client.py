@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from connectors.judges import jsonfast
-from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.retry import RetryPolicy, classify, classify_exception
-from connectors.judges.secrets import redact
-from connectors.judges.transport import AiohttpTransport, HttpRequest, StreamingTransport
-from storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
-from storage.core.seams import Clock
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges import jsonfast
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.connectors.judges.retry import RetryPolicy, classify, classify_exception
+from ctxprec.connectors.judges.secrets import redact
+from ctxprec.connectors.judges.transport import AiohttpTransport, HttpRequest, StreamingTransport
+from ctxprec.storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
+from ctxprec.storage.core.seams import Clock
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = [
     "CUSTOM_ID",

@@ -11,7 +11,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-from connectors.judges.batch.client import (
+from ctxprec.connectors.judges.batch.client import (
     BatchLimits,
     LineResult,
     ProviderBatches,
@@ -19,12 +19,12 @@ from connectors.judges.batch.client import (
     json_line,
     line_error,
 )
-from connectors.judges.client import json_int
-from connectors.judges.conversation import HttpJudgeBase
-from connectors.judges.openai import OpenAIJudge
-from connectors.judges.transport import multipart_form
-from storage.core.errors import JudgeRetryableError
-from storage.core.settings import JudgeSettings
+from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.conversation import HttpJudgeBase
+from ctxprec.connectors.judges.openai import OpenAIJudge
+from ctxprec.connectors.judges.transport import multipart_form
+from ctxprec.storage.core.errors import JudgeRetryableError
+from ctxprec.storage.core.settings import JudgeSettings
 
 __all__ = ["ENDPOINT", "LIMITS", "OpenAIBatches"]
 
