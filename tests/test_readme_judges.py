@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -115,8 +116,25 @@ def _free_port() -> int:
         return port
 
 
+@dataclass
+class LlamaServer:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def assert_alive(self) -> None:
+        """Fail with what happened to the server, rather than with rows failed on connection
+        errors: a build whose CPU path crashes (SIGSEGV in llama_decode) dies on the first call."""
+        code = self.proc.poll()
+        if code is None:
+            return
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        tail = self.log.read_text(errors="replace")[-2000:]
+        pytest.fail(f"the llama.cpp server process died ({how}); its log ends:\n{tail}")
+
+
 @pytest.fixture
-def llama_server(tmp_path: Path) -> Iterator[str]:
+def llama_server(tmp_path: Path) -> Iterator[LlamaServer]:
     """The README's `python -m llama_cpp.server` line, with the wheel's GGUF and a free port."""
     gguf = _gguf()
     if importlib.util.find_spec("llama_cpp") is None or gguf is None:
@@ -149,7 +167,7 @@ def llama_server(tmp_path: Path) -> Iterator[str]:
                         + (tmp_path / "llama.log").read_text()[-2000:]
                     )
                 time.sleep(0.5)
-        yield url
+        yield LlamaServer(url, proc, tmp_path / "llama.log")
     finally:
         proc.terminate()
         try:
@@ -162,15 +180,17 @@ def llama_server(tmp_path: Path) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_readme_llama_cpp_pair_against_the_real_server(
-    llama_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    llama_server: LlamaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     line = next(x for x in ctxprec_lines() if port_of(x) == "8000")
     out = tmp_path / "out"
-    env, args = split_command(line, out, llama_server)
+    env, args = split_command(line, out, llama_server.url)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert main(args) == 0
+    code = main(args)
+    llama_server.assert_alive()
+    assert code == 0
     check_output(out)
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert run["judge"]["requests"] > 0
@@ -178,3 +198,17 @@ def test_readme_llama_cpp_pair_against_the_real_server(
     assert main(args) == 0  # the same command again: every verdict from the memo
     again = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert again["judge"]["requests"] == 0
+
+
+def test_a_dead_llama_server_is_named_as_such(tmp_path: Path) -> None:
+    """A server that crashed (here: a process that ends by SIGSEGV) fails the real-server test
+    with the signal and the log's end, not with rows failed on connection errors."""
+    log = tmp_path / "llama.log"
+    log.write_text("ggml: repacking q4_1 weights\n")
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    proc = subprocess.Popen([sys.executable, "-c", crash])
+    proc.wait(30)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        LlamaServer("http://127.0.0.1:1/v1", proc, log).assert_alive()
+    assert "the llama.cpp server process died (signal 11)" in str(failed.value)
+    assert "repacking q4_1" in str(failed.value)
