@@ -1,4 +1,4 @@
-"""Coverage and width of the audit judge's corrected 95 % CI (`--audit-model`, issue 34 item 4),
+"""Coverage and width of the audit judge's corrected 95 % CI (`--audit-model`),
 end to end through the product's own sampling, scoring and estimate code, against the fraction
 of rows audited.
 

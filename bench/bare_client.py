@@ -33,9 +33,9 @@ from ctxprec.connectors.judges.prompts import ITEM_SCHEMA, item_messages  # noqa
 
 def requests_of(path: Path, limit: int, read: str = "file") -> Iterator[ItemRequest]:
     """One request per context item, in input order, at most `limit`. `read` "file" reads with
-    ParquetFile (the lean floor); "dataset" with pq.read_table, as this loop did when issue 27's
-    figures were taken: it goes through pyarrow.dataset, which imports pandas (~0.35 s of CPU
-    that no judge call needs)."""
+    ParquetFile (the lean floor); "dataset" with pq.read_table, as this loop did when the first
+    hot-path figures were taken: it goes through pyarrow.dataset, which imports pandas (~0.35 s of
+    CPU that no judge call needs)."""
     columns = ["query", "expected_output", "contexts"]
     if read == "dataset":
         table = pq.read_table(path, columns=columns)

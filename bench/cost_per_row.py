@@ -8,8 +8,8 @@ items) with a noisy judge whose borderline verdicts move with the prompt's wordi
 
     python bench/cost_per_row.py [--rows 200] [--noise 0.05]
 
-Ragas's and DeepEval's figures are their own default prompts' per-row cost as measured in
-issue 36's turn 2 (2.25 and 0.67 $/1k rows); they are quoted, not re-measured here.
+Ragas's and DeepEval's figures are their own default prompts' per-row cost as measured on
+2026-11-28 (2.25 and 0.67 $/1k rows); they are quoted, not re-measured here.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ctxprec.storage.core.agreement import cohen_kappa  # noqa: E402
+from ctxprec.storage.stats.agreement import cohen_kappa  # noqa: E402
 from tests.fakes.inputs import HOTPOT, HOTPOT_MAP  # noqa: E402
 from tests.fakes.runs import fake_stats, judge_process  # noqa: E402
 

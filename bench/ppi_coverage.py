@@ -1,4 +1,4 @@
-"""Coverage and width of the corrected estimate's 95 % CI (storage/core/ppi.py) on the HotpotQA
+"""Coverage and width of the corrected estimate's 95 % CI (storage/stats/ppi.py) on the HotpotQA
 sample's human labels, against the share of rows labelled.
 
 Each seeded world: a noisy judge flips the human verdicts item by item (misses `--miss` of the
@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 from bench._common import DATA  # noqa: E402
 from ctxprec.storage.core.metric import map_stage  # noqa: E402
-from ctxprec.storage.core.ppi import estimate_block, ppi_fit  # noqa: E402
+from ctxprec.storage.stats.ppi import estimate_block, ppi_fit  # noqa: E402
 
 SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)
 

@@ -14,7 +14,7 @@ measurement gets a fresh server with the same settings. Figures per concurrency:
 * the server's own CPU per call (it shares the two cores with the client);
 * client CPU of a whole 2,000-call run at 64 in flight, ctxprec ÷ bare (goal ≤ 1.25x): start-up,
   imports and the summary included, as a user pays them. Against two bare loops: the lean one
-  (the input read with pq.ParquetFile) and the loop as issue 27 measured it (pq.read_table,
+  (the input read with pq.ParquetFile) and the pandas-reading loop (pq.read_table,
   which imports pandas: ~0.35 s of CPU in the baseline that no judge call needs).
 
 Usage: python bench/throughput.py [--quick] [--concurrency 64 256 1024] [--calls 8000 25000 30000]
@@ -190,7 +190,7 @@ def cpu_compare(
     work: Path, calls: int, concurrency: int, server_args: Sequence[str]
 ) -> dict[str, Any]:
     """Whole-process client CPU of the same `calls` calls, ctxprec ÷ bare, side by side: five
-    interleaved rounds of the lean bare loop, the bare loop as issue 27 measured it and ctxprec
+    interleaved rounds of the lean bare loop, the pandas-reading bare loop and ctxprec
     (one process's CPU varies by ~15 % from run to run on this machine); for each bare loop the
     round with the median ratio is reported, every round's ratio kept."""
     data = make_dataset(work / f"cpu-{calls}.parquet", calls // 10)

@@ -8,8 +8,8 @@ the same items: a plain diskcache `get` loop over their memo keys (the warm run'
 batching), a batched SQLite `SELECT key, value FROM Cache WHERE key IN (...)` of the same keys
 on the same memo file (the floor with batching), and the offline judge alone, `decide` item by
 item (the cold run's).
-Goals (ratios, issue 36): warm run ≥ 0.8× the batched SELECT, cold run ≥ 0.8× the judge alone,
-both from the process's wall time, start-up included; the absolute goals of issue 14 (warm ≥
+Goals (ratios): warm run ≥ 0.8× the batched SELECT, cold run ≥ 0.8× the judge alone,
+both from the process's wall time, start-up included; the earlier absolute goals (warm ≥
 100,000 items/s, cold ≥ 25,000 items/s at 1 M items) are kept beside them.
 
 Usage: python bench/warm_rerun.py [--quick] [--rows 100000] [--item-chars N]
@@ -80,7 +80,7 @@ def references(data: Path, cache: Path, limit: int) -> dict[str, Any]:
     from ctxprec.connectors.judges.offline import OfflineJudge
     from ctxprec.connectors.judges.prompts import prompt_version_for
     from ctxprec.storage.core.settings import JudgeSettings
-    from ctxprec.storage.memo import item_keys, judge_prefix, row_hasher
+    from ctxprec.storage.memo.store import item_keys, judge_prefix, row_hasher
 
     table = pq.read_table(data, columns=["query", "expected_output", "contexts"])
     judge = OfflineJudge("default", JudgeSettings(), NullThrottle(), JudgeStats())

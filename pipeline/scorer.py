@@ -36,9 +36,9 @@ from ctxprec.limits.limiter import RateThrottle
 from ctxprec.limits.pool import each
 from ctxprec.storage.core.errors import ConfigError, JudgeError, ScoreFailedError
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.core.ppi import estimate_block, ppi_fit
 from ctxprec.storage.core.settings import LimitsSettings
-from ctxprec.storage.memo import Memo, judge_prefix, memo_key
+from ctxprec.storage.memo.store import Memo, judge_prefix, memo_key
+from ctxprec.storage.stats.ppi import estimate_block, ppi_fit
 
 __all__ = [
     "ContextPrecisionScorer",

@@ -173,7 +173,7 @@ def test_only_the_marked_block_changes(
     assert _outside(text) == _outside(PAGE)
     rows = [line for line in text.splitlines() if line.startswith("| ") and "`python" in line]
     assert len(rows) == 20  # 2 + 4 + 4 + 1 + 2 + 2 + 3 + 2: one row per figure
-    # issue 36's goals as ratios to the same run's references: 41,967 ÷ 52,000, 13,234 ÷ 16,000
+    # the goals as ratios to the same run's references: 41,967 ÷ 52,000, 13,234 ÷ 16,000
     assert "SELECT of the same keys (process wall) | ≥ 0.8x | ✅ 0.81x (41,967 items/s" in text
     assert "the offline judge alone on the same items (process wall) | ≥ 0.8x | ✅ 0.83x" in text
     assert "| old |" not in _inside(text)

@@ -2,6 +2,13 @@
 
     ctxprec  ->  ctxprec.connectors  ->  ctxprec.storage  ->  ctxprec.storage.core (the leaf)
 
+and inside storage/, room by room, each importing only the rooms after it:
+
+    report  ->  outdir  ->  memo  ->  files  ->  stats  ->  core
+
+(the output folder's reports, its state, the verdict memo, file access and the layout,
+statistics, the leaf). Statistics import the leaf and nothing else.
+
 (`ctxprec` is the repository's pipeline/ folder, `ctxprec.connectors` its connectors/ and
 `ctxprec.storage` its storage/: pyproject.toml's package-dir.)
 
@@ -37,15 +44,28 @@ def within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
+# from the leaf up; ctxprec.storage's own __init__ sits with its lowest room
+LAYERS = (
+    "ctxprec.storage.core",
+    "ctxprec.storage.stats",
+    "ctxprec.storage.files",
+    "ctxprec.storage.memo",
+    "ctxprec.storage.outdir",
+    "ctxprec.storage.report",
+    "ctxprec.connectors",
+)
+
+
 def layer(module: str) -> int:
-    """0 = ctxprec.storage.core (the leaf), 1 = ctxprec.storage, 2 = ctxprec.connectors,
-    3 = the rest of ctxprec (pipeline/)."""
-    leaf_up = ("ctxprec.storage.core", "ctxprec.storage", "ctxprec.connectors")
-    for number, package in enumerate(leaf_up):
+    """The index of the module's room in LAYERS (0 = the leaf); the rest of ctxprec
+    (pipeline/) is the top."""
+    if module == "ctxprec.storage":
+        return 0
+    for number, package in enumerate(LAYERS):
         if within(module, package):
             return number
     assert within(module, "ctxprec"), module
-    return 3
+    return len(LAYERS)
 
 
 def module_name(path: Path) -> str:
@@ -94,7 +114,8 @@ def imports(path: Path, module: str) -> Iterator[tuple[str, int, str]]:
             elif isinstance(child, ast.ImportFrom):
                 target = _resolve(child, module, path.name == "__init__.py")
                 yield target, child.lineno, here
-                for alias in child.names:  # `from storage import fs` imports ctxprec.storage.fs
+                # `from ctxprec.storage.files import fs` imports ctxprec.storage.files.fs
+                for alias in child.names:
                     yield f"{target}.{alias.name}", child.lineno, here
             yield from walk(child, here)
 
@@ -137,6 +158,26 @@ def test_leaf_imports_no_other_ctxprec_package() -> None:
         if layer(target) != 0
     ]
     assert outside == []
+
+
+def test_statistics_import_only_the_leaf() -> None:
+    stats = [m for m in ALL if within(m, "ctxprec.storage.stats")]
+    assert "ctxprec.storage.stats.ppi" in stats
+    outside = [
+        f"{m} line {line}: {target}"
+        for m in stats
+        for target, line, _ in imports(ALL[m], m)
+        if not (within(target, "ctxprec.storage.core") or within(target, "ctxprec.storage.stats"))
+    ]
+    assert outside == []
+
+
+def test_storage_holds_only_its_rooms() -> None:
+    """storage/ itself holds its package marker; every module lives in a room of one job."""
+    direct = sorted(p.name for p in (ROOT / "storage").glob("*.py"))
+    assert direct == ["__init__.py"]
+    rooms = {p.name for p in (ROOT / "storage").iterdir() if (p / "__init__.py").is_file()}
+    assert {r.removeprefix("ctxprec.storage.") for r in LAYERS if "storage" in r} == rooms
 
 
 def test_module_imports_form_no_cycle() -> None:

@@ -47,8 +47,8 @@ def test_readme_python_example_runs_as_written() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "0.83"
-    # every `print(...)  # VALUE` of the example prints VALUE (issue 33: the run object, and the
-    # target's context over options["context"], print what the README says)
+    # every `print(...)  # VALUE` of the example prints VALUE (the run object, and the target's
+    # context over options["context"], print what the README says)
     said = re.findall(r"print\((?:evals\.scores|mastra\.score)\)  # (\{.*?\}|[\d.]+)", example)
     assert said == ["{'context-precision': 1.0}", "0.83"]
     assert lines[-2:] == said

@@ -106,7 +106,7 @@ def create_judge(
 
 
 def audit_settings(settings: JudgeSettings) -> JudgeSettings | None:
-    """The audit judge's settings (`[judge] audit_model`, issue 34), None without one: the same
+    """The audit judge's settings (`[judge] audit_model`), None without one: the same
     settings but the model, resolved through the same catalog. Its base URL is
     `audit_base_url`, else `base_url` when both models have the same provider (one local
     server or proxy serving both), else the provider's own; likewise the key's variable."""

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from ctxprec.storage.core.errors import ConfigError, OutputError, UserError
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.objpath import ObjPath, OutPath, readable
+from ctxprec.storage.files.objpath import ObjPath, OutPath, readable
 
 __all__ = [
     "RowCounter",

@@ -24,7 +24,7 @@ from ctxprec.connectors.sinks.base import (
 )
 from ctxprec.storage.core.errors import ConfigError, OutputError
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.objpath import OutPath
+from ctxprec.storage.files.objpath import OutPath
 
 if TYPE_CHECKING:
     from duckdb import DuckDBPyConnection

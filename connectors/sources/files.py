@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
-from ctxprec.storage import fs, layout
 from ctxprec.storage.core.errors import InputError
 from ctxprec.storage.core.settings import StorageSettings
+from ctxprec.storage.files import fs, layout
 
 __all__ = [
     "FORMATS",

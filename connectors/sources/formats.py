@@ -23,9 +23,9 @@ import pyarrow.parquet as pq
 
 from ctxprec.connectors.sources.files import InputFile
 from ctxprec.connectors.sources.validate import canonical_type, detail
-from ctxprec.storage import fs
 from ctxprec.storage.core.errors import InputError
 from ctxprec.storage.core.settings import StorageSettings
+from ctxprec.storage.files import fs
 
 __all__ = [
     "TextScan",

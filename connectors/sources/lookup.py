@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxprec.storage import fs
+from ctxprec.storage.files import fs
 from ctxprec.storage.report.rows import TextLookup, Texts, text_columns
 
 __all__ = ["input_texts"]

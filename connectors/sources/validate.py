@@ -14,7 +14,7 @@ import pyarrow as pa
 from ctxprec.connectors.sources.files import InputFile
 from ctxprec.storage.core.errors import InputError
 from ctxprec.storage.core.figures import counted
-from ctxprec.storage.schema import output_schema
+from ctxprec.storage.outdir.schema import output_schema
 
 __all__ = [
     "INPUT_ERROR",

@@ -16,16 +16,16 @@ import polars as pl
 
 from ctxprec.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
 from ctxprec.analysis.evidence import side_evidence
-from ctxprec.analysis.paired import TIE_EPS, paired_figures
-from ctxprec.storage import layout
-from ctxprec.storage.core.agreement import agreement_figures, mcnemar
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError, UserError
 from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.options import CompareOptions
-from ctxprec.storage.fs import is_uri
-from ctxprec.storage.objpath import ObjPath, OutPath, local_copies, out_path
-from ctxprec.storage.ownership import part_files, read_manifest
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.fs import is_uri
+from ctxprec.storage.files.objpath import ObjPath, OutPath, local_copies, out_path
+from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.stats.agreement import agreement_figures, mcnemar
+from ctxprec.storage.stats.paired import TIE_EPS, paired_figures
 
 __all__ = [
     "CompareOptions",
@@ -62,8 +62,8 @@ class Side:
 
 def local_output(source: str) -> OutPath:
     """The output folder `source` names: a local folder or an object-store URI (s3://, gs://,
-    az://, abfs[s]://, file://, read through `ctxprec.storage.fs`); other URLs are refused (exit
-    2)."""
+    az://, abfs[s]://, file://, read through `ctxprec.storage.files.fs`); other URLs are refused
+    (exit 2)."""
     scheme, sep, _ = source.partition("://")
     if sep and not is_uri(source) and (scheme.lower() in _URL_SCHEMES or scheme.isalpha()):
         raise UserError(

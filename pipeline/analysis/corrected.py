@@ -1,9 +1,9 @@
-"""`compare` on corrected estimates (issue 34): when both sides carry a reference (human labels,
+"""`compare` on corrected estimates: when both sides carry a reference (human labels,
 or the same audit judge), the difference of the two sides' prediction-powered estimates over the
 paired rows, with a 95 % CI that pairs the rows.
 
 Each side's estimate is the mean of its rows' influences φ_i = λ f_i + (R_i N / n)(g_i − ḡ) + ḡ
-(`ctxprec.storage.core.ppi.row_influence`: f the judge's score, g = reference − λ f on the n rows
+(`ctxprec.storage.stats.ppi.row_influence`: f the judge's score, g = reference − λ f on the n rows
 with a reference). The difference of the estimates is mean(φ_B − φ_A); its standard error is that of
 the paired differences, clustered by query like the judge's own paired figures, so the judges' score
 differences and the reference-minus-judge corrections of the same rows vary together. The
@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from ctxprec.storage.core.ppi import MIN_REFERENCE, cluster_se, ppi_fit, row_influence, t_quantile
+from ctxprec.storage.stats.ppi import MIN_REFERENCE, cluster_se, ppi_fit, row_influence, t_quantile
 
 __all__ = ["REFERENCE_COLUMNS", "corrected_delta", "difference_of_estimates"]
 

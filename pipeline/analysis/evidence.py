@@ -13,9 +13,9 @@ from typing import Any
 import polars as pl
 
 from ctxprec.connectors.sources import input_texts
-from ctxprec.storage import layout
-from ctxprec.storage.objpath import OutPath, local_copies
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath, local_copies
+from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.report.page import clip
 from ctxprec.storage.report.rows import ranked_items, text_columns, text_exprs, with_keys
 

@@ -9,11 +9,11 @@ import sys
 
 import polars as pl
 
-from ctxprec.analysis.paired import TIE_EPS
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_OK
 from ctxprec.storage.core.figures import round_figure
-from ctxprec.storage.objpath import OutPath, local_copies
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.files.objpath import OutPath, local_copies
+from ctxprec.storage.outdir.ownership import part_files
+from ctxprec.storage.stats.paired import TIE_EPS
 
 __all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
 

@@ -31,14 +31,14 @@ from ctxprec.flow.planning import ChunkPlanner
 from ctxprec.flow.rows import RowPlan
 from ctxprec.limits.limiter import RateThrottle
 from ctxprec.limits.pool import each
-from ctxprec.storage.core.agreement import agreement_figures
 from ctxprec.storage.core.constants import STATUS_OK
 from ctxprec.storage.core.errors import JudgeError
-from ctxprec.storage.core.sample import in_sample
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.memo import judge_prefix
-from ctxprec.storage.objpath import OutPath, local_copies
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.files.objpath import OutPath, local_copies
+from ctxprec.storage.memo.store import judge_prefix
+from ctxprec.storage.outdir.ownership import part_files
+from ctxprec.storage.stats.agreement import agreement_figures
+from ctxprec.storage.stats.sample import in_sample
 
 __all__ = ["recheck_cost", "recheck_run", "sampled"]
 

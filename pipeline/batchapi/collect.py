@@ -27,8 +27,6 @@ from ctxprec.flow.dispatch import RunCounters
 from ctxprec.flow.planning import open_memo
 from ctxprec.run.driver import RunPlan
 from ctxprec.run.notices import record_memo
-from ctxprec.storage import layout
-from ctxprec.storage.batches import BatchStore, ChunkWriter
 from ctxprec.storage.core.errors import (
     BatchesPendingError,
     JudgeError,
@@ -37,7 +35,9 @@ from ctxprec.storage.core.errors import (
     JudgeRetryableError,
 )
 from ctxprec.storage.core.options import DEFAULT_ROUNDS, BatchOptions
-from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
+from ctxprec.storage.files import layout
+from ctxprec.storage.memo.store import INPUT_TOKENS, OUTPUT_TOKENS, Memo, MemoEntry, judge_prefix
+from ctxprec.storage.outdir.batches import BatchStore, ChunkWriter
 
 __all__ = ["DEFAULT_ROUNDS", "BatchCollector", "BatchOptions", "collect_all"]
 

@@ -47,11 +47,11 @@ from ctxprec.connectors.judges.batch.api import check_batch_support
 from ctxprec.flow.dispatch import RunCounters, add_counts
 from ctxprec.run.driver import LocalRun, RunOptions, RunResult, local_run, run_blocking
 from ctxprec.run.stage import run_stage
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import ConfigError, JudgeFatalError
 from ctxprec.storage.core.settings import Price
-from ctxprec.storage.memo import memo_key
-from ctxprec.storage.objpath import ObjPath, OutPath, out_path
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import ObjPath, OutPath, out_path
+from ctxprec.storage.memo.store import memo_key
 
 __all__ = ["check_batch_provider", "run_batch_score", "score_batch"]
 

@@ -10,9 +10,9 @@ from ctxprec.flow.audit import sample_plans
 from ctxprec.flow.planning import ChunkPlanner, PlannedChunk
 from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.run.driver import RunPlan
-from ctxprec.storage.batches import BatchStore, ChunkWriter
 from ctxprec.storage.core.constants import STATUS_OK
-from ctxprec.storage.memo import Memo, MemoEntry, judge_prefix
+from ctxprec.storage.memo.store import Memo, MemoEntry, judge_prefix
+from ctxprec.storage.outdir.batches import BatchStore, ChunkWriter
 
 __all__ = ["write_missing_lines"]
 

@@ -27,13 +27,13 @@ from ctxprec.connectors.judges import audit_settings
 from ctxprec.connectors.judges.batch.api import create_batch_client
 from ctxprec.connectors.judges.batch.client import BatchClient, RemoteBatch
 from ctxprec.connectors.judges.registry import resolve_model
-from ctxprec.storage.batches import BatchStore
-from ctxprec.storage.confine import check_tree
 from ctxprec.storage.core.errors import ConfigError
 from ctxprec.storage.core.printable import printable
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.core.settings import JudgeSettings
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files.confine import check_tree
+from ctxprec.storage.files.objpath import ObjPath, OutPath
+from ctxprec.storage.outdir.batches import BatchStore
 
 __all__ = ["list_batches", "render_batches"]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from ctxprec.config import load_config, parse_duration
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.memo import Memo, default_cache_dir
+from ctxprec.storage.files import layout
+from ctxprec.storage.memo.store import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
 

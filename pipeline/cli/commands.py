@@ -27,29 +27,30 @@ from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
-from ctxprec.storage import confine, layout, statefile
-from ctxprec.storage.atomic import atomic_write_text
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
 from ctxprec.storage.core.options import BatchOptions, CompareOptions
 from ctxprec.storage.core.seams import Seams
 from ctxprec.storage.core.settings import DEFAULT_KS
-from ctxprec.storage.dataset import scored_ids
-from ctxprec.storage.objpath import out_path, with_options
-from ctxprec.storage.ownership import (
+from ctxprec.storage.files import confine, layout
+from ctxprec.storage.files.atomic import atomic_write_text
+from ctxprec.storage.files.objpath import out_path, with_options
+from ctxprec.storage.outdir import statefile
+from ctxprec.storage.outdir.dataset import scored_ids
+from ctxprec.storage.outdir.ownership import (
     check_claimable,
     incomplete_parts,
     missing_rows_line,
     read_manifest,
 )
+from ctxprec.storage.outdir.status import unfinished
 from ctxprec.storage.report.audit import audit_lines
 from ctxprec.storage.report.charts import CHARTS_INSTALL, charts_available
 from ctxprec.storage.report.compare import check_compare_target, render_text, write_compare
 from ctxprec.storage.report.estimate import estimate_sentence
 from ctxprec.storage.report.summary import build_summary, seconds, write_summary
 from ctxprec.storage.report.trend import trend_text
-from ctxprec.storage.status import unfinished
 
 __all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
 

@@ -100,7 +100,7 @@ def _add_judge_flags(p: argparse.ArgumentParser) -> None:
     ):  # fmt: skip
         _add_setting(g, f"judge.{key}")
     _add_setting(g, "scoring.reason")
-    _add_setting(g, "run.recheck")  # issue 22: score runs it, estimate prices it
+    _add_setting(g, "run.recheck")  # score runs it, estimate prices it
     a = p.add_argument_group("audit judge (a stronger judge on a sample of rows)")
     for key in ("audit_model", "audit_fraction", "audit_seed", "audit_base_url"):
         _add_setting(a, f"judge.{key}")
@@ -276,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 class OutdirArg(str):
     """An OUTDIR argument as given: a local folder, or an s3:// gs:// az:// abfs[s]:// file://
-    URI. The command turns it into a path (`ctxprec.storage.objpath.out_path`) before it runs, so
-    that parsing the command line loads no storage library."""
+    URI. The command turns it into a path (`ctxprec.storage.files.objpath.out_path`) before it runs,
+    so that parsing the command line loads no storage library."""
 
 
 def _outdir(text: str) -> Any:
@@ -344,7 +344,7 @@ def _add_compare_parser(sub: Any) -> None:
     cp.add_argument("--top", type=int, default=d.top, help="rows that changed most to show")
     cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
     cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
-    # -- honest intervals (issue 22): clustered bootstrap and non-inferiority
+    # -- honest intervals: clustered bootstrap and non-inferiority
     cp.add_argument("--cluster-by", metavar="COL", help="resample pairs sharing COL together "
                     "(default: the query column when several pairs share a query)")  # fmt: skip
     cp.add_argument("--margin", type=float, metavar="X", help="test that B is no worse than A "

@@ -14,9 +14,9 @@ import anyio
 
 from ctxprec.run.interrupt import stoppable
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.objpath import out_path
+from ctxprec.storage.files.objpath import out_path
+from ctxprec.storage.outdir.status import unfinished
 from ctxprec.storage.report.table import RowTable
-from ctxprec.storage.status import unfinished
 from ctxprec.view import is_loopback, serve
 
 __all__ = ["run_view_command"]

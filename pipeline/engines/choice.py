@@ -48,7 +48,7 @@ def choose(cfg: Config, engine: Engine = Engine()) -> Runner:
             raise UserError("--batch-api runs on the local engine; drop --engine dask")
     elif engine.batch is not None:
         raise UserError("--batch-wait and --batch-fallback are for --batch-api; add it")
-    if cfg.run.recheck > 0 and (dask or cfg.judge.batch_api):  # issue 22
+    if cfg.run.recheck > 0 and (dask or cfg.judge.batch_api):
         drop = "--engine dask" if dask else "--batch-api"
         raise UserError(f"--recheck runs on the local engine with online calls; drop {drop}")
     if cfg.judge.batch_api:

@@ -38,12 +38,12 @@ from ctxprec.run.driver import (
     run_blocking,
 )
 from ctxprec.run.stage import MeteredThrottle, run_stage
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import ConfigError, UserError
-from ctxprec.storage.keyshards import remove_tree, shard_count, shuffle_dir
-from ctxprec.storage.memo import Memo, MemoStore, default_cache_dir
-from ctxprec.storage.objpath import OutPath, out_path
-from ctxprec.storage.verdicts import SharedMemo, VerdictStore, verdict_dir
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath, out_path
+from ctxprec.storage.memo.store import Memo, MemoStore, default_cache_dir
+from ctxprec.storage.outdir.keyshards import remove_tree, shard_count, shuffle_dir
+from ctxprec.storage.outdir.verdicts import SharedMemo, VerdictStore, verdict_dir
 
 __all__ = [
     "TASK_RETRIES",

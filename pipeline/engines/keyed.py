@@ -38,10 +38,20 @@ from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.run.driver import AuditCounts, RunPlan, StageResult
 from ctxprec.run.notices import record_memo
 from ctxprec.run.stage import MeteredThrottle
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import ConfigError, JudgeError, UserError
 from ctxprec.storage.core.verdict import JudgeReply
-from ctxprec.storage.keyshards import (
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.memo.store import (
+    REASON,
+    RELEVANT,
+    Memo,
+    MemoEntry,
+    entry_of,
+    judge_prefix,
+    memo_key,
+)
+from ctxprec.storage.outdir.keyshards import (
     Answer,
     Request,
     ShardedVerdicts,
@@ -52,9 +62,7 @@ from ctxprec.storage.keyshards import (
     write_answers,
     write_requests,
 )
-from ctxprec.storage.memo import REASON, RELEVANT, Memo, MemoEntry, entry_of, judge_prefix, memo_key
-from ctxprec.storage.objpath import OutPath
-from ctxprec.storage.verdicts import VerdictStore
+from ctxprec.storage.outdir.verdicts import VerdictStore
 
 __all__ = [
     "SHARD_FLUSH_S",

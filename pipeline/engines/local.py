@@ -16,7 +16,7 @@ from ctxprec.config import AUDIT_OPTIONS, Config, with_audit
 from ctxprec.flow.dispatch import RunCounters
 from ctxprec.run.driver import RunOptions, RunResult, local_run, run_blocking
 from ctxprec.run.stage import run_stage, shared_memo
-from ctxprec.storage.objpath import ObjPath, OutPath, out_path
+from ctxprec.storage.files.objpath import ObjPath, OutPath, out_path
 
 __all__ = ["run_score", "score_local"]
 

@@ -1,4 +1,4 @@
-"""The audit judge of a batch (`--audit-model`, `--audit-fraction`; issue 34): a second judge
+"""The audit judge of a batch (`--audit-model`, `--audit-fraction`): a second judge
 that also judges every item of a seeded sample of whole rows, through its own dispatcher and
 the same memo (its keys carry its own identity, so its verdicts are entries of their own). The
 sample is a hash of the row id and `--audit-seed` below the fraction: the same rows on a re-run,
@@ -20,8 +20,8 @@ from ctxprec.flow.dispatch import Dispatcher, RunCounters
 from ctxprec.flow.fanout import resolve_items
 from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_OK
-from ctxprec.storage.core.sample import in_sample
-from ctxprec.storage.memo import RELEVANT, MemoStore
+from ctxprec.storage.memo.store import RELEVANT, MemoStore
+from ctxprec.storage.stats.sample import in_sample
 
 __all__ = ["AuditSide", "AuditVerdicts", "audited", "audited_rows", "sample_plans"]
 

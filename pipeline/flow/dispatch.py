@@ -1,7 +1,7 @@
 """Making the judge calls: one bounded job stream served by `concurrency` worker tasks, in-run
 de-duplication of identical items, and a memo writer that group-commits verdicts as calls
-complete (each paid verdict first appended to the run's journal, `ctxprec.storage.journal`). Which
-items need a call at all is decided by `fanout.py`.
+complete (each paid verdict first appended to the run's journal, `ctxprec.storage.memo.journal`).
+Which items need a call at all is decided by `fanout.py`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ctxprec.connectors.judges.base import ItemRequest, Judge, RowItemsError, Sy
 from ctxprec.connectors.judges.secrets import redact
 from ctxprec.storage.core.errors import JudgeError
 from ctxprec.storage.core.seams import DEFAULT
-from ctxprec.storage.journal import Journal
-from ctxprec.storage.memo import MemoEntry, MemoStore, entry_of
+from ctxprec.storage.memo.journal import Journal
+from ctxprec.storage.memo.store import MemoEntry, MemoStore, entry_of
 
 __all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
 
@@ -48,7 +48,7 @@ class RunCounters:
     memo_writes: int = 0
     reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
     memo_unreadable: int = 0  # memo entries that were not verdicts: judged again
-    memo_notes: list[str] = field(default_factory=list)  # one line each (`storage.memo.Memo`)
+    memo_notes: list[str] = field(default_factory=list)  # one line each (`storage.memo.store.Memo`)
     failed_by_cause: dict[str, int] = field(default_factory=dict)
 
 

@@ -15,7 +15,7 @@ from ctxprec.connectors.judges.base import ItemRequest
 from ctxprec.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
 from ctxprec.flow.rows import RowPlan
 from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
-from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
+from ctxprec.storage.memo.store import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
 
 __all__ = ["resolve_items"]
 

@@ -15,7 +15,7 @@ from ctxprec.connectors.judges.prompts import REASON_VERSION, reason_prompt
 from ctxprec.limits.pool import each
 from ctxprec.storage.core.constants import STATUS_OK
 from ctxprec.storage.core.errors import JudgeError
-from ctxprec.storage.memo import MemoEntry, MemoStore, memo_key
+from ctxprec.storage.memo.store import MemoEntry, MemoStore, memo_key
 
 __all__ = ["keep_built_reason", "write_llm_reasons"]
 

@@ -14,7 +14,7 @@ from ctxprec.config import Config
 from ctxprec.connectors.sources import SourceChunk, SourceInfo, iter_batches
 from ctxprec.flow.extractor import Extractor, load_extractor
 from ctxprec.flow.rows import RowPlan, attach_keys, plan_rows
-from ctxprec.storage.memo import Memo, MemoEntry, MemoStore, default_cache_dir
+from ctxprec.storage.memo.store import Memo, MemoEntry, MemoStore, default_cache_dir
 
 __all__ = ["ChunkPlanner", "PlannedChunk", "open_memo"]
 
@@ -39,7 +39,8 @@ class PlannedChunk:
 
 
 class ChunkPlanner:
-    """Plans batches for one judge identity (`prefix`, see `ctxprec.storage.memo.judge_prefix`)."""
+    """Plans batches for one judge identity (`prefix`, see
+    `ctxprec.storage.memo.store.judge_prefix`)."""
 
     def __init__(
         self,

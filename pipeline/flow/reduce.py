@@ -21,7 +21,7 @@ from ctxprec.flow.reason import build_reason, failed_reason, item_texts_lazy
 from ctxprec.flow.rows import ChunkJob, RowPlan
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.metric import map_score, map_stage_lazy, rank_column_names
-from ctxprec.storage.memo import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
+from ctxprec.storage.memo.store import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
 
 __all__ = ["TableSpec", "scored_table"]
 

@@ -16,7 +16,7 @@ from ctxprec.connectors.sources import INPUT_ERROR
 from ctxprec.flow.dispatch import ItemOutcome
 from ctxprec.flow.extractor import Extractor
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from ctxprec.storage.memo import MemoEntry, item_keys, row_hasher
+from ctxprec.storage.memo.store import MemoEntry, item_keys, row_hasher
 
 __all__ = ["ChunkJob", "RowPlan", "attach_keys", "plan_rows"]
 

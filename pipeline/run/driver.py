@@ -33,26 +33,26 @@ from ctxprec.run.estimate import estimate
 from ctxprec.run.interrupt import stoppable
 from ctxprec.run.notices import memo_notices, run_notices, skipped_formats_line
 from ctxprec.run.publish import check_sinks, publish
-from ctxprec.storage import layout
-from ctxprec.storage.commit import commit_part, committed
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import ConfigError, UserError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.dataset import drop_ids, scored_ids
-from ctxprec.storage.lock import OutdirLock
-from ctxprec.storage.objpath import OutPath
-from ctxprec.storage.ownership import (
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir.commit import commit_part, committed
+from ctxprec.storage.outdir.dataset import drop_ids, scored_ids
+from ctxprec.storage.outdir.lock import OutdirLock
+from ctxprec.storage.outdir.ownership import (
     check_claimable,
     drop_incomplete,
     incomplete_parts,
     missing_rows_line,
     warn_foreign,
 )
+from ctxprec.storage.outdir.runlog import RunLog, fingerprint_of
+from ctxprec.storage.outdir.schema import SCHEMA_VERSION, output_schema
 from ctxprec.storage.report.charts import CHARTS_INSTALL, charts_available, preload
 from ctxprec.storage.report.rows import RunTexts
 from ctxprec.storage.report.summary import build_summary, write_summary
-from ctxprec.storage.runlog import RunLog, fingerprint_of
-from ctxprec.storage.schema import SCHEMA_VERSION, output_schema
 
 __all__ = [
     "AUTO_ESTIMATE_ROWS",
@@ -157,7 +157,7 @@ async def prepare_run(
     """Everything before the first judge call: check the output path, input, judge, output
     columns and sinks; lock and open (or resume) the folder; decide what a resumed or
     incremental run skips. On any error the lock is given back. `outdir` was converted once,
-    where it came in (`ctxprec.storage.objpath.out_path`: the CLI's parser, the Python API's
+    where it came in (`ctxprec.storage.files.objpath.out_path`: the CLI's parser, the Python API's
     entry)."""
     info = await anyio.to_thread.run_sync(_inspect, input, cfg)
     if cfg.columns.extractor:

@@ -22,7 +22,7 @@ from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.storage.core.constants import STATUS_OK
 from ctxprec.storage.core.seams import Seams
-from ctxprec.storage.memo import Memo, judge_prefix
+from ctxprec.storage.memo.store import Memo, judge_prefix
 from ctxprec.storage.report.summary import seconds
 
 __all__ = [

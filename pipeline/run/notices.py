@@ -9,8 +9,8 @@ from __future__ import annotations
 from ctxprec.config import Config
 from ctxprec.connectors.sources import SourceInfo
 from ctxprec.flow.dispatch import RunCounters
-from ctxprec.storage.memo import Memo, MemoStore
-from ctxprec.storage.verdicts import SharedMemo
+from ctxprec.storage.memo.store import Memo, MemoStore
+from ctxprec.storage.outdir.verdicts import SharedMemo
 
 __all__ = [
     "OFFLINE_QUERY_ONLY",

@@ -12,12 +12,12 @@ from typing import Any
 import pyarrow as pa
 
 from ctxprec.connectors.sinks import Sink, parse_sink
-from ctxprec.storage import layout
-from ctxprec.storage.commit import committed
 from ctxprec.storage.core.errors import UserError
-from ctxprec.storage.objpath import OutPath
-from ctxprec.storage.runlog import RunLog
-from ctxprec.storage.statefile import SINK_RECORD
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir.commit import committed
+from ctxprec.storage.outdir.runlog import RunLog
+from ctxprec.storage.outdir.statefile import SINK_RECORD
 
 __all__ = ["check_sinks", "publish"]
 

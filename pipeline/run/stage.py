@@ -33,14 +33,14 @@ from ctxprec.run.driver import AuditCounts, RunPlan, StageResult
 from ctxprec.run.notices import record_memo
 from ctxprec.run.partition import partition_tables
 from ctxprec.run.progress import Progress
-from ctxprec.storage import layout
-from ctxprec.storage.commit import commit_part, committed
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import ConfigError, UserError
-from ctxprec.storage.journal import Journal, open_journal, replay_journals
-from ctxprec.storage.memo import Memo, MemoStore, judge_prefix
+from ctxprec.storage.files import layout
+from ctxprec.storage.memo.journal import Journal, open_journal, replay_journals
+from ctxprec.storage.memo.store import Memo, MemoStore, judge_prefix
+from ctxprec.storage.outdir.commit import commit_part, committed
+from ctxprec.storage.outdir.verdicts import SharedMemo, open_shared
 from ctxprec.storage.report.rows import RunTexts
-from ctxprec.storage.verdicts import SharedMemo, open_shared
 
 __all__ = ["MeteredThrottle", "run_stage", "shared_memo"]
 
@@ -236,7 +236,8 @@ def _open_memo(cfg: Config) -> MemoStore | None:
 
 def _open_journal(memo: MemoStore | None, judge: Judge, counters: RunCounters) -> Journal | None:
     """Replay the journals killed runs left in the memo folder, then (for a paid judge: the
-    offline judge's verdicts cost nothing to redo) open this run's (`ctxprec.storage.journal`)."""
+    offline judge's verdicts cost nothing to redo) open this run's
+    (`ctxprec.storage.memo.journal`)."""
     local = memo.local if isinstance(memo, SharedMemo) else memo
     if memo is None or not isinstance(local, Memo):
         return None  # no memo, or an engine's own (it keeps verdicts its own way)
@@ -282,7 +283,7 @@ async def _execute(
 
 # Batches planned at once: while one planning thread waits on its memo read (SQLite runs
 # without the GIL) the other reads, checks and hashes the next batch, or reads the memo too (the
-# memo keeps two read connections, one per planner: `ctxprec.storage.memo.Memo._take_reader`).
+# memo keeps two read connections, one per planner: `ctxprec.storage.memo.store.Memo._take_reader`).
 _PLANNERS = 2
 
 

@@ -19,8 +19,8 @@ import anyio
 import anyio.to_thread
 from aiohttp import web
 
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.files import layout
 from ctxprec.storage.report.pairs import PAIR_SORTS, RowPairs
 from ctxprec.storage.report.summary import BANDS
 from ctxprec.storage.report.table import SORTS, STATUSES, RowTable

@@ -45,7 +45,7 @@ KeySource = Callable[[str], str | None]  # variable name -> its value (None: not
 # point -> what the hook is given there
 FAULT_POINTS = {
     "config": "the Config a command has just loaded (its log level and debug flag in force)",
-    "commit": "the part key, before the stage commits a part (`storage.commit.commit_part`)",
+    "commit": "the part key, before the stage commits a part (`storage.outdir.commit.commit_part`)",
     "part_write": "the target Path, before each part file's atomic write in a commit",
     "finish": "the output folder, before the driver writes the summary, run.json and _SUCCESS",
     "tasks": "the output folder, when the Dask engine's driver starts the run on the cluster",

@@ -6,7 +6,7 @@ values it allows and a one-line help. `pipeline/config.py` loads them (defaults 
 environment < flags); `pipeline/cli/main.py` builds its flags and `--help` defaults from them.
 
 A leaf module: layers above import the section they need (judges [judge], sources [columns],
-ctxprec.storage.fs [storage]) and nothing here imports them back.
+ctxprec.storage.files.fs [storage]) and nothing here imports them back.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class JudgeSettings:
         env="CTXPREC_VERDICT_ONLY",
         flag="--verdict-only",
     )
-    # a stronger judge on a sample (issue 34): its verdicts are the reference of a corrected
+    # a stronger judge on a sample: its verdicts are the reference of a corrected
     # estimate of the mean score (docs/estimates.md)
     audit_model: str | None = setting(
         None,
@@ -383,7 +383,7 @@ class RunSettings:
     )
     memo: bool = setting(True, "do not read or write the memo", flag="--no-memo")
     max_item_chars: int = setting(200_000, "a longer context item is not sent to the judge")
-    # the judge against itself (issue 22): a seeded sample of items asked again, past the memo
+    # the judge against itself: a seeded sample of items asked again, past the memo
     recheck: float = setting(
         0.0,
         "after scoring, ask the judge again (past the memo) about this share of the run's items "
@@ -472,7 +472,7 @@ class GateSettings:
 @dataclass(frozen=True, slots=True)
 class StorageSettings:
     """[storage]: non-secret object-store settings; the clouds' own environment variables and
-    files give the credentials (see storage/fs.py)."""
+    files give the credentials (see storage/files/fs.py)."""
 
     endpoint_url: str | None = setting(
         None,

@@ -12,8 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from ctxprec.storage.core.agreement import agreement_figures, row_counts
 from ctxprec.storage.core.figures import figure_text
+from ctxprec.storage.stats.agreement import agreement_figures, row_counts
 
 __all__ = ["audit_lines", "audit_summary"]
 

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BAND_COLORS",
     "CHARTS_INSTALL",
-    "CHART_FILES",
-    "TREND_CHART",
     "chart_figures",
     "charts_available",
     "declutter",
@@ -43,13 +41,6 @@ BAND_COLORS: dict[str, str] = {
     "low": "#fc8d59",
     "none": "#d73027",
 }
-# file name -> alt text in summary.md
-CHART_FILES: dict[str, str] = {
-    "score_distribution.png": "score distribution",
-    "relevance_by_position.png": "relevance by position",
-    "scores_by_group.png": "scores by group",
-}
-TREND_CHART = "trend.png"  # the per-night chart (storage/report/trend.py)
 _SIZE = (8.0, 4.5)  # inches at 100 dpi: 800 x 450 px
 _INK = "#333333"
 _MAX_POSITIONS = 50

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxprec.storage import layout
-from ctxprec.storage.atomic import atomic_write_bytes
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.layout import (
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import atomic_write_bytes
+from ctxprec.storage.files.layout import (
     COMPARE_CHART,
     COMPARE_FILES,
     COMPARE_HTML,

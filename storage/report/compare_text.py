@@ -61,7 +61,7 @@ def left_out(report: Mapping[str, Any]) -> str:
 
 
 def honesty_lines(report: Mapping[str, Any], bullet: str) -> list[str]:
-    """Clustering, the smallest detectable difference, d_z and non-inferiority (issue 22)."""
+    """Clustering, the smallest detectable difference, d_z and non-inferiority."""
     c = report.get("clustering") or {}
     out = []
     if c.get("column"):

@@ -1,7 +1,7 @@
 """The corrected estimates of a summary (summary.json's `estimate` and `estimates`): the mean
 score a reference defines over every scored row, from the judge's score of each row and the
 reference's score of the rows that carry one, by prediction-powered inference
-(`ctxprec.storage.core.ppi`), overall and per `--group-by` group; and the sentence people read
+(`ctxprec.storage.stats.ppi`), overall and per `--group-by` group; and the sentence people read
 beside the judge's own mean. The references: the human labels (`label_score`, `--map labels=COL`,
 null where a row has none) and the audit judge (`audit_score`, `--audit-model`, null outside its
 sample).
@@ -16,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from ctxprec.storage.core.figures import counted, figure_text
-from ctxprec.storage.core.ppi import by_group, estimate_block, ppi_fit
+from ctxprec.storage.stats.ppi import by_group, estimate_block, ppi_fit
 
 __all__ = ["REFERENCE", "audit_reference", "corrected_estimate", "estimate_sentence"]
 

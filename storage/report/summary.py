@@ -13,20 +13,19 @@ from typing import Any
 
 import polars as pl
 
-from ctxprec.storage import layout
-from ctxprec.storage.atomic import atomic_write_bytes
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.figures import counted, figure_text, percent_text, round_figure
-from ctxprec.storage.core.kappa import cohen_kappa
 from ctxprec.storage.core.metric import map_stage, rank_column_names
 from ctxprec.storage.core.settings import DEFAULT_KS
-from ctxprec.storage.objpath import OutPath, local_copies, out_path
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import atomic_write_bytes
+from ctxprec.storage.files.layout import CHART_FILES, TREND_CHART
+from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.outdir.ownership import part_files
+from ctxprec.storage.outdir.schema import SCHEMA_VERSION
 from ctxprec.storage.report.audit import audit_lines, audit_summary
 from ctxprec.storage.report.charts import (
-    CHART_FILES,
     CHARTS_INSTALL,
-    TREND_CHART,
     charts_available,
     planned_charts,
     render_charts,
@@ -36,7 +35,7 @@ from ctxprec.storage.report.html import render_html
 from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
 from ctxprec.storage.report.words import judge_rows, rate, seconds
-from ctxprec.storage.schema import SCHEMA_VERSION
+from ctxprec.storage.stats.kappa import cohen_kappa
 
 __all__ = [
     "BANDS",

@@ -14,11 +14,11 @@ from typing import Any, Final
 import polars as pl
 import pyarrow.dataset as ds
 
-from ctxprec.storage import layout
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.objpath import ObjPath, OutPath
-from ctxprec.storage.ownership import part_files, read_manifest
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import ObjPath, OutPath
+from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.report.summary import BANDS
 
 __all__ = [

@@ -15,9 +15,10 @@ import polars as pl
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.figures import figure_text, percent_text
-from ctxprec.storage.objpath import OutPath, local_copies, out_path
-from ctxprec.storage.ownership import part_files, read_manifest
-from ctxprec.storage.report.charts import TREND_CHART, fit_title, png, short_label, thin_ticks
+from ctxprec.storage.files.layout import TREND_CHART
+from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.report.charts import fit_title, png, short_label, thin_ticks
 
 __all__ = [
     "night_trend",

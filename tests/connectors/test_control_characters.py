@@ -1,4 +1,4 @@
-"""Issue 37 item 10: a 403 body holding NUL and ANSI escape bytes was printed raw to the
+"""A 403 body holding NUL and ANSI escape bytes was printed raw to the
 operator's terminal. Whatever a server sends reaches the terminal, the logs and the stored
 errors with its control characters shown as escapes."""
 

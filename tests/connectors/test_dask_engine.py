@@ -31,7 +31,7 @@ from ctxprec.limits.limiter import RateThrottle
 from ctxprec.run.driver import RunOptions, StageResult, prepare_run
 from ctxprec.run.stage import run_stage
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.keyshards import read_answers, read_requests, request_files, shard_of
+from ctxprec.storage.outdir.keyshards import read_answers, read_requests, request_files, shard_of
 from tests.fakes.inputs import HOTPOT_MAP
 from tests.fakes.judge_server import expected_verdict
 from tests.fakes.runs import fake_stats, judge_process
@@ -301,7 +301,7 @@ def test_the_driver_holds_the_output_lock_for_the_whole_cluster_run(
     server: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from ctxprec.storage.lock import OutdirLock, live_holder
+    from ctxprec.storage.outdir.lock import OutdirLock, live_holder
 
     src, out = split(hotpot, tmp_path / "in", files=2, rows=10), tmp_path / "out"
     other = OutdirLock(out)
@@ -424,7 +424,7 @@ def test_verdict_only_on_the_cluster_equals_the_local_engine(
 def test_the_audit_judge_on_the_cluster_equals_the_local_engine(
     cluster: Client, hotpot: Path, tmp_path: Path, server: str, mode: str
 ) -> None:
-    """`--audit-model` on the cluster (issue 34): the same audit columns, corrected estimate,
+    """`--audit-model` on the cluster: the same audit columns, corrected estimate,
     agreement and audit calls as the local engine; a re-run with the same memo calls neither
     judge. Item by item, the same rows under other ids in two files: an item sampled in both is
     one audit call for the cluster (the audit sample's own key shuffle), as on the local engine."""

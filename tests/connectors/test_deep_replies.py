@@ -1,4 +1,4 @@
-"""Issue 37 item 5 (replies): a judge reply nested 100,000 levels deep raised RecursionError
+"""Deeply nested replies: a judge reply nested 100,000 levels deep raised RecursionError
 and ended the whole run as an internal error (exit 3). Now such a reply is one unreadable
 reply: a failed call, the run goes on and says so."""
 

@@ -22,7 +22,7 @@ from ctxprec.connectors.sinks import SinkResult, parse_sink
 from ctxprec.connectors.sinks.iceberg import SNAPSHOT_PROPERTY, IcebergSink
 from ctxprec.storage.core.errors import ConfigError, OutputError
 from ctxprec.storage.core.seams import Seams
-from ctxprec.storage.schema import output_schema
+from ctxprec.storage.outdir.schema import output_schema
 from tests.connectors.test_sinks import DAYS, SCHEMA, scored, vanishing, write_run
 from tests.fakes.inputs import REPO
 from tests.fakes.s3_server import S3Server

@@ -132,7 +132,7 @@ def judge_down_for(seconds: float, clock: RetryClock) -> MockTransport:
 
 
 async def test_an_outage_shorter_than_the_budget_costs_no_call() -> None:
-    """Issue 37 item 12: a judge down for 40 s used to fail the call after 7 quick attempts;
+    """A judge down for 40 s used to fail the call after 7 quick attempts;
     connection errors are waited out for the time budget, whatever max_retries says."""
     clock = RetryClock(instant=True, rand=lambda: 1.0)  # full backoff: 0.5, 1, 2, ... 30 s
     transport = judge_down_for(40.0, clock)

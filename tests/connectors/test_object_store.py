@@ -23,9 +23,9 @@ from polars.testing import assert_frame_equal
 from ctxprec.cli.main import main
 from ctxprec.connectors.sources import inspect_source, iter_batches
 from ctxprec.connectors.sources.files import find_inputs
-from ctxprec.storage import fs
 from ctxprec.storage.core.errors import InputError
 from ctxprec.storage.core.settings import StorageSettings
+from ctxprec.storage.files import fs
 from tests.fakes.inputs import HOTPOT_COLUMNS, HOTPOT_MAP, REPO, SAMPLE
 from tests.fakes.s3_server import SECRET_KEY, S3Server
 

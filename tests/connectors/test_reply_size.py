@@ -1,4 +1,4 @@
-"""Issue 37 item 6: a judge answering valid JSON with a 10 MB reason drove a 60-call run to
+"""A judge answering valid JSON with a 10 MB reason drove a 60-call run to
 2.7 GB of RSS and put 601 MB into the memo. A reply is read up to [judge] max_reply_bytes
 (4 MiB by default); a longer one is a failed call, read no further; a reason is kept to
 MAX_REASON_CHARS."""

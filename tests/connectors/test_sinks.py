@@ -17,11 +17,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from ctxprec.connectors.sinks import Sink, SinkResult, parse_sink
 from ctxprec.run.partition import partition_tables
-from ctxprec.storage.commit import commit_part
 from ctxprec.storage.core.errors import ConfigError, OutputError
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.runlog import RunLog
-from ctxprec.storage.schema import output_schema
+from ctxprec.storage.outdir.commit import commit_part
+from ctxprec.storage.outdir.runlog import RunLog
+from ctxprec.storage.outdir.schema import output_schema
 from tests.fakes.inputs import REPO
 
 SCHEMA = output_schema(pa.string(), [pa.field("dt", pa.string())])

@@ -249,7 +249,7 @@ EMPTY_INPUTS = {
 def test_every_empty_input_is_one_note_and_an_empty_dataset(
     name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # issue 33: a 0-byte JSON Lines export exited 2 where an empty Parquet gave a note
+    # a 0-byte JSON Lines export exited 2 where an empty Parquet gave a note
     src, out = tmp_path / name, tmp_path / "out"
     EMPTY_INPUTS[name](src)
     assert main(["score", str(src), "-o", str(out), "--progress", "off"]) == 0

@@ -1,4 +1,4 @@
-"""Issue 37 item 7: credentials in a base URL. `user:password@` ended the run with aiohttp's
+"""Credentials in a base URL. `user:password@` ended the run with aiohttp's
 ValueError (exit 3) and was written to the manifest; `?api-key=...` was written to the
 manifest and shown in debug logs. Now the first is refused before any call (exit 2, the
 password not shown) and the second works with its value redacted everywhere ctxprec writes

@@ -10,7 +10,7 @@ from scipy.stats import binomtest
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.inter_rater import cohens_kappa as sm_kappa
 
-from ctxprec.storage.core.agreement import (
+from ctxprec.storage.stats.agreement import (
     agreement_figures,
     cohen_kappa,
     kappa_asymptotic_se,

@@ -1,8 +1,8 @@
-"""`score --audit-model M --audit-fraction F`: a second judge on a seeded sample of whole rows
-(issue 34). Its calls are exactly the sampled rows' items (one call per sampled row with
-`--mode row`), none with F = 0 and none on a re-run (the memo); the output carries its verdicts
-and score; the summary estimates what it would say of every row and reports both judges'
-agreement and costs. Against real fake judges on 127.0.0.1: one for each judge."""
+"""`score --audit-model M --audit-fraction F`: a second judge on a seeded sample of whole rows. Its
+calls are exactly the sampled rows' items (one call per sampled row with `--mode row`), none with F
+= 0 and none on a re-run (the memo); the output carries its verdicts and score; the summary
+estimates what it would say of every row and reports both judges' agreement and costs. Against real
+fake judges on 127.0.0.1: one for each judge."""
 
 from __future__ import annotations
 
@@ -240,7 +240,7 @@ def test_run_score_takes_the_audit_options(tmp_path: Path) -> None:
     """The Python API: run_score(..., audit_model=, audit_fraction=) with the offline judges."""
     from ctxprec import Config, run_score
     from ctxprec.storage.core.errors import ConfigError
-    from ctxprec.storage.objpath import out_path
+    from ctxprec.storage.files.objpath import out_path
     from tests.fakes.inputs import SAMPLE
 
     cfg = Config(run=dataclasses.replace(Config().run, cache_dir=tmp_path / "memo"))
@@ -280,11 +280,11 @@ def test_run_evals_with_labels_gives_the_corrected_estimate() -> None:
 
 
 def test_the_audit_estimate_covers_the_strong_judges_mean_by_simulation() -> None:
-    """Issue 34 item 4, end to end through the product's sampling (the row-id hash), MAP stage,
-    audit_score and summary estimate (bench/audit_coverage.py): 200 seeded worlds of 2,000 rows
-    whose strong judge's verdicts are the truth, a first judge missing 10 % of relevant items and
-    calling 25 % of the others relevant, 5 % audited. The corrected CI covers the strong judge's
-    mean over every row in >= 93 % of them; the first judge's own CI almost never does."""
+    """Coverage of the audit estimate, end to end through the product's sampling (the row-id hash),
+    MAP stage, audit_score and summary estimate (bench/audit_coverage.py): 200 seeded worlds of
+    2,000 rows whose strong judge's verdicts are the truth, a first judge missing 10 % of relevant
+    items and calling 25 % of the others relevant, 5 % audited. The corrected CI covers the strong
+    judge's mean over every row in >= 93 % of them; the first judge's own CI almost never does."""
     from bench.audit_coverage import coverage, synthetic
 
     res = coverage(synthetic(2000), 200, (0.05,), miss=0.10, false=0.25)

@@ -562,7 +562,7 @@ def test_partition_by_a_column_that_is_not_in_the_output(
 def test_partition_by_a_column_name_that_would_leave_outdir(
     column: str, tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 37 item 4: the name becomes the folder `COL=value/`; `../escape` wrote parts
+    """The name becomes the folder `COL=value/`; `../escape` wrote parts
     beside OUTDIR and reported 0 rows with exit 0. Refused before any call, nothing written."""
     source = tmp_path / "in" / "in.parquet"
     table = pa.table(data(3))

@@ -26,9 +26,9 @@ from ctxprec.cli.main import main
 from ctxprec.connectors.judges.batch.client import CUSTOM_ID, BatchHttp, custom_id_for
 from ctxprec.connectors.judges.retry import RetryClock, RetryPolicy
 from ctxprec.connectors.judges.transport import AiohttpTransport, multipart_form
-from ctxprec.storage.batches import BatchStore
 from ctxprec.storage.core.metric import map_score
 from ctxprec.storage.core.settings import JudgeSettings
+from ctxprec.storage.outdir.batches import BatchStore
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.fakes.inputs import HOTPOT_MAP, REPO, documentation
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
@@ -229,7 +229,7 @@ def test_batches_are_asked_where_the_command_line_says_never_where_the_state_say
     rows: Path, tmp_path: Path, fake: BatchFakeServer, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """Issue 37 item 3: the state's base URL was followed. Now the environment's (or
+    """The state's base URL was followed. Now the environment's (or
     --base-url) is asked; the state's differing one is reported and receives nothing."""
     out = tmp_path / "out"
     assert score(rows, out, "openai", "--batch-wait", "0") == 6

@@ -1,4 +1,4 @@
-"""`score --batch-api --audit-model M` (issue 34): the audit judge's calls for its seeded sample of
+"""`score --batch-api --audit-model M`: the audit judge's calls for its seeded sample of
 rows go through the batch API of its own provider too, with batch state of their own
 (OUTDIR/_ctxprec/batches-audit/), memoized like the first judge's, under the same --batch-wait
 and --batch-fallback; the summary's corrected estimate and the judges' agreement are exactly an
@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from ctxprec.cli.main import main
-from ctxprec.storage.batches import BatchStore
+from ctxprec.storage.outdir.batches import BatchStore
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.pipeline.test_audit import sampled_items
 from tests.pipeline.test_row_fallback import labelled_log

@@ -14,7 +14,7 @@ import pytest
 
 from ctxprec.cli.main import build_parser, main
 from ctxprec.storage.core import errors
-from ctxprec.storage.memo import Memo
+from ctxprec.storage.memo.store import Memo
 from tests.fakes.inputs import documentation
 
 

@@ -1,4 +1,4 @@
-"""`compare` on corrected estimates (issue 34): when both sides carry labels (or the same audit
+"""`compare` on corrected estimates: when both sides carry labels (or the same audit
 judge), the difference of their prediction-powered estimates with a paired CI, which covers the
 true difference as a 95 % interval should (checked by simulation), and `--fail-drop` gates on it
 and says so."""

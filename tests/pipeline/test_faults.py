@@ -189,7 +189,7 @@ def test_hostile_items_do_not_change_verdicts(tmp_path: Path) -> None:
 
 
 def test_a_judge_restarting_for_seconds_fails_no_row(src: Path, tmp_path: Path) -> None:
-    """Issue 37 item 12: the judge down for the first seconds of a run (nothing listening on
+    """The judge down for the first seconds of a run (nothing listening on
     its port) used to leave failed rows after "7 attempts"; connection errors are waited out
     for --retry-budget, whatever --max-retries says. Real time: the server starts 3 s in."""
     import socket

@@ -14,7 +14,7 @@ from ctxprec import RunOptions, load_config, score
 from ctxprec.cli.main import main
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.schema import output_schema
+from ctxprec.storage.outdir.schema import output_schema
 from tests.fakes.inputs import SAMPLE
 
 

@@ -59,8 +59,8 @@ def test_item_texts_equal_the_per_row_item_lines() -> None:
 # imported before the hooks (when and in which thread they load varies), and the summary and
 # its charts (once per run, though their work follows the data) are not counted. Work done in C
 # (SQLite, Polars, Arrow, hashing) is not counted: the guard watches the per-item Python code,
-# which is what grew before. Measured when set (2026-12-01, second round of issue 27): warm 31.6,
-# cold 132.7; the first round left 51.3 and 151.4; main before the hot-path work: warm 162.2,
+# which is what grew before. Measured when set (2026-12-01, second round of hot-path work): warm
+# 31.6, cold 132.7; the first round left 51.3 and 151.4; main before the hot-path work: warm 162.2,
 # cold 465.8 (docs/performance.md).
 BUDGET = {"warm": 37.9, "cold": 159.2}  # +20 %: change only as docs/performance.md says
 

@@ -1,6 +1,6 @@
 """A memo folder (or an OUTDIR's batch memo) is untrusted: a planted entry runs nothing and is a
 miss, judged again, counted and named once; a read-only memo is used; a database of another
-shape is refused in one line (issue 37 items 1 and 11). The real CLI, the offline judge and the
+shape is refused in one line. The real CLI, the offline judge and the
 real diskcache."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 from ctxprec.cli.main import main
-from ctxprec.storage import layout
+from ctxprec.storage.files import layout
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.runs import score
 
@@ -30,7 +30,7 @@ ITEMS = 34  # context items of examples/sample.parquet (checked by the first run
 
 
 class _Marker:
-    """A pickle that, unpickled, creates a file (the attack of issue 37 item 1)."""
+    """A pickle that, unpickled, creates a file (the planted-pickle attack)."""
 
     def __init__(self, path: Path) -> None:
         self.path = str(path)

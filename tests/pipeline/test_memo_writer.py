@@ -15,7 +15,7 @@ from ctxprec.connectors.judges.base import JudgeStats, NullThrottle
 from ctxprec.connectors.judges.offline import OfflineJudge
 from ctxprec.flow.dispatch import Dispatcher, RunCounters
 from ctxprec.storage.core.settings import JudgeSettings
-from ctxprec.storage.memo import Memo, MemoEntry
+from ctxprec.storage.memo.store import Memo, MemoEntry
 
 BATCH = 10_000  # one stage batch: 1,000 rows of 10 items
 

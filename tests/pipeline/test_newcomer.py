@@ -1,4 +1,4 @@
-"""What a newcomer meets in a first afternoon (issue 25): a closed pipe, refusals that offer only
+"""What a newcomer meets in a first afternoon: a closed pipe, refusals that offer only
 what works, `--map` with commas, mapping errors that name every field, figures that read the same
 everywhere, help that says what the code does."""
 

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 
 from ctxprec.cli.main import main
 from ctxprec.storage.core.seams import Seams
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.outdir.ownership import part_files
 from tests.fakes.inputs import HOTPOT_MAP
 
 
@@ -241,7 +241,7 @@ def test_every_order_of_the_nightly_commands_keeps_each_id_once(
     readme = ("n1 --incremental --partition-by dt", "n2 --incremental --partition-by dt")
     assert readme not in orders.refusals
     assert readme[:1] not in orders.refusals
-    assert (*readme, "n2 --partition-by dt") in orders.refusals  # issue 37's re-run
+    assert (*readme, "n2 --partition-by dt") in orders.refusals  # a re-run with another order
     assert len(orders.means) > 1  # the means checked are not all one value
     assert max(orders.means) > 0
 

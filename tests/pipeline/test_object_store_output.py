@@ -21,8 +21,8 @@ from ctxprec.cli.batches import list_batches
 from ctxprec.cli.main import main
 from ctxprec.storage.core.errors import ConfigError, OutputError
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.lock import OutdirLock
-from ctxprec.storage.objpath import ObjPath, out_path
+from ctxprec.storage.files.objpath import ObjPath, out_path
+from ctxprec.storage.outdir.lock import OutdirLock
 from tests.fakes.inputs import HOTPOT_MAP, REPO
 from tests.fakes.judge_server import FakeJudgeConfig, expected_verdict
 from tests.fakes.runs import fake_stats

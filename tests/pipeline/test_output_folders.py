@@ -17,7 +17,7 @@ import pytest
 
 from ctxprec.cli.main import main
 from ctxprec.storage.core.seams import Seams
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.outdir.ownership import part_files
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
     USER_FILES_INSIDE,

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import ttest_rel
 from statsmodels.stats.power import TTestPower
 
-from ctxprec.analysis.paired import bootstrap_ci, paired_figures, sign_flip_p
+from ctxprec.storage.stats.paired import bootstrap_ci, paired_figures, sign_flip_p
 
 
 @pytest.mark.slow
@@ -75,7 +75,7 @@ def test_both_resampling_paths_agree_with_normal_theory() -> None:
         assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
 
 
-# -- honest intervals: clusters, effect size, power, non-inferiority (issue 22) ---------------
+# -- honest intervals: clusters, effect size, power, non-inferiority ---------------
 def clustered_night(rng: np.random.Generator, clusters: int, per: int, delta: float) -> tuple:
     """Pairs in clusters that share a query: each query's own shift plus per-pair noise."""
     shift = np.repeat(rng.normal(0, 0.2, size=clusters), per)

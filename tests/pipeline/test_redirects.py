@@ -1,4 +1,4 @@
-"""Issue 37 item 9: a judge that answers 307 to another host. aiohttp follows redirects by
+"""A judge that answers 307 to another host. aiohttp follows redirects by
 default, so every prompt (and the bearer key) went to the host the reply named. A judge call
 now follows no redirect: the 3xx is a failed call naming where it pointed, and the other host
 receives nothing."""

@@ -194,7 +194,7 @@ QUESTION, ANSWER = "What is the capital of Australia?", "Canberra is the capital
 async def test_mastras_run_object_scores_as_the_keyword_form(
     run: dict[str, object], fake: FakeJudgeServer
 ) -> None:
-    # issue 33: the dict was taken whole as the query, with no expected output
+    # the dict was taken whole as the query, with no expected output
     scorer = create_context_precision_scorer(model="openai/x", options={"context": ITEMS})
     keyword = await scorer.run(input=QUESTION, output=ANSWER)
     asked = fake.stats.total

@@ -290,7 +290,7 @@ def test_every_modes_estimate_is_what_the_run_spends(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # issue 33 item 1: row mode's replies hold one verdict per item; the estimate said 24 a call
+    # row mode's replies hold one verdict per item; the estimate said 24 a call
     from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 
     monkeypatch.setenv("CTXPREC_BATCH_POLL_S", "0.02")

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctxprec.cli.main import main
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.seams import Seams
-from ctxprec.storage.verdicts import VerdictStore
+from ctxprec.storage.files import layout
+from ctxprec.storage.outdir.verdicts import VerdictStore
 from tests.fakes.folders import assert_untouched, committed_files, plant, remount, tmpfs
 from tests.fakes.inputs import write_input
 from tests.fakes.judge_server import FakeJudgeServer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxprec.storage.batches import BatchStore, ChunkWriter
+from ctxprec.storage.outdir.batches import BatchStore, ChunkWriter
 
 
 def test_orphan_chunk_files_are_removed_and_other_files_kept(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Judge keys by shard (storage/keyshards.py): shard counts, the request and answer files of a
-cluster run, the verdicts by shard read back under any other shard count, and data files bound
+"""Judge keys by shard (storage/outdir/keyshards.py): shard counts, the request and answer files of
+a cluster run, the verdicts by shard read back under any other shard count, and data files bound
 for an object store made in memory, never on the local disk."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ctxprec.storage.atomic import atomic_write
-from ctxprec.storage.keyshards import (
+from ctxprec.storage.files.atomic import atomic_write
+from ctxprec.storage.files.objpath import out_path
+from ctxprec.storage.memo.store import MemoEntry
+from ctxprec.storage.outdir.keyshards import (
     ShardedVerdicts,
     read_answers,
     read_requests,
@@ -23,8 +25,6 @@ from ctxprec.storage.keyshards import (
     write_answers,
     write_requests,
 )
-from ctxprec.storage.memo import MemoEntry
-from ctxprec.storage.objpath import out_path
 
 
 def keys(n: int) -> list[str]:

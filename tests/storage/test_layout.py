@@ -1,5 +1,5 @@
-"""The OUTDIR layout is named in one module (storage/layout.py): no reader or writer joins a path
-of it by hand, and each path it names lands where the product always put it."""
+"""The OUTDIR layout is named in one module (storage/files/layout.py): no reader or writer joins a
+path of it by hand, and each path it names lands where the product always put it."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ctxprec.storage import layout
-from ctxprec.storage.objpath import ObjPath, out_path
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import ObjPath, out_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("pipeline", "connectors", "storage")
-LAYOUT = ROOT / "storage" / "layout.py"
+LAYOUT = ROOT / "storage" / "files" / "layout.py"
 # names only the layout may spell (a file or folder of OUTDIR, a compare folder or the memo)
 NAMES = {
     "_ctxprec", "manifest.json", "run.json", "estimate.json", "_SUCCESS", "summary.json",
@@ -24,7 +24,7 @@ NAMES = {
 ALLOWED_JOINS = {
     ("pipeline/cli/config.py", "configs"),
     ("pipeline/cli/sample.py", "data"),  # package data, like the configs
-    ("storage/memo.py", "memo"),
+    ("storage/memo/store.py", "memo"),
 }
 
 
@@ -70,12 +70,12 @@ def test_no_outdir_path_is_joined_outside_the_layout_module() -> None:
         for path in files
         for hit in _hand_joined(path.relative_to(ROOT).as_posix(), path.read_text("utf-8"))
     ]
-    assert found == [], "join these through storage/layout.py:\n" + "\n".join(found)
+    assert found == [], "join these through storage/files/layout.py:\n" + "\n".join(found)
 
 
 def test_the_check_sees_each_kind_of_hand_joined_path() -> None:
     source = (
-        "from ctxprec.storage.layout import STATE_DIR\n"  # STATE_DIR
+        "from ctxprec.storage.files.layout import STATE_DIR\n"  # STATE_DIR
         'a = outdir / STATE_DIR / "run.json"\n'  # STATE_DIR, / 'run.json', 'run.json'
         'b = outdir / f"{key}.pending"\n'  # / '.pending'
         'c = fs.join(folder, "_ctxprec/manifest.json")\n'  # join(...), '_ctxprec/...'

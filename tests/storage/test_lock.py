@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.lock import OutdirLock, live_holder, read_holder
+from ctxprec.storage.outdir.lock import OutdirLock, live_holder, read_holder
 
 
 def make(outdir: Path, log: list[str] | None = None, **kw: float) -> OutdirLock:

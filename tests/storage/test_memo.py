@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-import ctxprec.storage.memo as memo_module
-from ctxprec.storage.memo import Memo, item_keys, judge_prefix, memo_key, row_hasher
-from ctxprec.storage.memo_codec import MAX_REASON_BYTES, decode_entry, encode_entry
+import ctxprec.storage.memo.store as memo_module
+from ctxprec.storage.memo.codec import MAX_REASON_BYTES, decode_entry, encode_entry
+from ctxprec.storage.memo.store import Memo, item_keys, judge_prefix, memo_key, row_hasher
 
 
 def test_key_changes_with_everything_that_changes_a_verdict() -> None:
@@ -69,7 +69,7 @@ def test_batched_writes_are_diskcache_raw_rows_that_diskcache_reads_as_bytes(
     tmp_path: Path,
 ) -> None:
     """The memo is diskcache 5's table: a verdict is a raw-mode row whose value is its fixed
-    layout (`ctxprec.storage.memo_codec`), so diskcache's own `get` returns those bytes (never a
+    layout (`ctxprec.storage.memo.codec`), so diskcache's own `get` returns those bytes (never a
     pickle); a big reason is clipped into the row (no file of its own); a replaced key works too."""
     import diskcache
 
@@ -94,8 +94,8 @@ def test_batched_writes_are_diskcache_raw_rows_that_diskcache_reads_as_bytes(
 
 def test_writes_and_reads_are_one_statement_per_chunk(tmp_path: Path) -> None:
     """Each SQLite step hands the GIL over; a row-per-key query or an executemany does so once
-    per key, which stalls behind any thread running Python (storage/memo.py). 2,000 new keys go
-    in as one INSERT (a handful of multi-row ones for an SQLite without JSON functions) and are
+    per key, which stalls behind any thread running Python (storage/memo/store.py). 2,000 new keys
+    go in as one INSERT (a handful of multi-row ones for an SQLite without JSON functions) and are
     read back with one SELECT (one per 900 keys without JSON functions); keys holding the packed
     read's separator take the row-per-key read and are found too."""
     memo = Memo(tmp_path / "m")
@@ -207,8 +207,8 @@ def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: 
     still replayed; a torn last line (a kill mid-write) ends the journal uncounted."""
     import json
 
-    from ctxprec.storage.journal import replay_journals
-    from ctxprec.storage.layout import journal_dir
+    from ctxprec.storage.files.layout import journal_dir
+    from ctxprec.storage.memo.journal import replay_journals
 
     folder = tmp_path / "m"
     memo = Memo(folder)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxprec.storage import ownership
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.objpath import ObjPath, out_path
+from ctxprec.storage.files.objpath import ObjPath, out_path
+from ctxprec.storage.outdir import ownership
 from tests.fakes.folders import (
     FOREIGN_LAYOUTS,
     USER_FILES_INSIDE,

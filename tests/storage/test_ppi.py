@@ -1,4 +1,4 @@
-"""The corrected estimate (storage/core/ppi.py) against the papers' formulas written out here,
+"""The corrected estimate (storage/stats/ppi.py) against the papers' formulas written out here,
 against ppi-python (an independent implementation), and by simulation: a judge that flips a
 known share of verdicts, 5 % of rows labelled, 200 seeded runs."""
 
@@ -10,7 +10,7 @@ import pytest
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 from scipy import stats
 
-from ctxprec.storage.core.ppi import (
+from ctxprec.storage.stats.ppi import (
     MIN_REFERENCE,
     MIN_TUNING,
     Z95,

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ctxprec.storage.outdir.schema import output_schema
 from ctxprec.storage.report.summary import agreement, build_summary, render_markdown, write_summary
-from ctxprec.storage.schema import output_schema
 from tests.fakes.folders import commit
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from ctxprec.cli.main import main
 from ctxprec.connectors.sources import INPUT_ERROR
 from ctxprec.storage.core.metric import average_precision, map_score, round_half_up
+from ctxprec.storage.outdir.schema import output_schema
 from ctxprec.storage.report.rows import (
     SAMPLE,
     WORST,
@@ -30,7 +31,6 @@ from ctxprec.storage.report.rows import (
     report_rows,
 )
 from ctxprec.storage.report.summary import build_summary, write_summary
-from ctxprec.storage.schema import output_schema
 from tests.fakes.folders import commit
 from tests.fakes.runs import score
 

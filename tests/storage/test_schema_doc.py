@@ -6,7 +6,7 @@ import re
 
 import pyarrow as pa
 
-from ctxprec.storage.schema import SCHEMA_VERSION, output_schema
+from ctxprec.storage.outdir.schema import SCHEMA_VERSION, output_schema
 from tests.fakes.inputs import documentation
 
 _ROW = re.compile(r"^\| `([a-z_{}]+)` \| ([^|]+) \|")

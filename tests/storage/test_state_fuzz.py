@@ -1,6 +1,6 @@
-"""Every kind of state file ctxprec reads back from OUTDIR (`ctxprec.storage.layout`), damaged in
-every way we can think of, then the real CLI run again on the folder: each case ends in exit 2 with
-a one-line message and the folder unchanged (`_SUCCESS` kept), or in a safe recovery (the run
+"""Every kind of state file ctxprec reads back from OUTDIR (`ctxprec.storage.files.layout`), damaged
+in every way we can think of, then the real CLI run again on the folder: each case ends in exit 2
+with a one-line message and the folder unchanged (`_SUCCESS` kept), or in a safe recovery (the run
 finishes with every row); never exit 3, never a file changed outside OUTDIR."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from ctxprec.cli.main import main
-from ctxprec.storage.batches import BatchStore
 from ctxprec.storage.core.errors import UserError
-from ctxprec.storage.verdicts import VerdictStore, verdict_dir
+from ctxprec.storage.outdir.batches import BatchStore
+from ctxprec.storage.outdir.verdicts import VerdictStore, verdict_dir
 from tests.fakes.folders import checksums
 from tests.fakes.inputs import write_input
 from tests.fakes.runs import score

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ctxprec.storage.memo import Memo, MemoEntry
-from ctxprec.storage.verdicts import SharedMemo, VerdictStore, verdict_dir
+from ctxprec.storage.memo.store import Memo, MemoEntry
+from ctxprec.storage.outdir.verdicts import SharedMemo, VerdictStore, verdict_dir
 
 
 class Ticks:

@@ -1,6 +1,6 @@
 """The scored dataset already in an output folder (the part files ctxprec committed, as
-`ctxprec.storage.ownership` names them): which ids it holds (for incremental runs) and dropping rows
-that are about to be re-scored.
+`ctxprec.storage.outdir.ownership` names them): which ids it holds (for incremental runs) and
+dropping rows that are about to be re-scored.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxprec.storage.atomic import atomic_write
-from ctxprec.storage.confine import check_inside
-from ctxprec.storage.objpath import ObjPath, OutPath, readable
-from ctxprec.storage.ownership import part_files
+from ctxprec.storage.files.atomic import atomic_write
+from ctxprec.storage.files.confine import check_inside
+from ctxprec.storage.files.objpath import ObjPath, OutPath, readable
+from ctxprec.storage.outdir.ownership import part_files
 
 __all__ = ["drop_ids", "scored_ids"]
 

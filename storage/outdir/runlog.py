@@ -1,7 +1,7 @@
 """The run manifest of one output folder (which run it holds, opened, resumed or refused), its
 run figures and the success marker: `_SUCCESS` (and a "complete" manifest) marks a finished run.
-Parts are committed by `ctxprec.storage.commit`; which files are ctxprec's is
-`ctxprec.storage.ownership`'s answer.
+Parts are committed by `ctxprec.storage.outdir.commit`; which files are ctxprec's is
+`ctxprec.storage.outdir.ownership`'s answer.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ctxprec.storage import confine, layout, ownership, statefile
-from ctxprec.storage.atomic import atomic_write_text
-from ctxprec.storage.batches import BatchStore
 from ctxprec.storage.core.errors import OutputError, StateDamagedError
 from ctxprec.storage.core.redact import without_url_secrets
-from ctxprec.storage.layout import COMMITTED, PENDING
-from ctxprec.storage.lock import command_line
-from ctxprec.storage.mismatch import describe_differences
-from ctxprec.storage.objpath import OutPath
-from ctxprec.storage.ownership import has_manifest
+from ctxprec.storage.files import confine, layout
+from ctxprec.storage.files.atomic import atomic_write_text
+from ctxprec.storage.files.layout import COMMITTED, PENDING
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir import ownership, statefile
+from ctxprec.storage.outdir.batches import BatchStore
+from ctxprec.storage.outdir.lock import command_line
+from ctxprec.storage.outdir.mismatch import describe_differences
+from ctxprec.storage.outdir.ownership import has_manifest
 
 __all__ = ["RunLog", "fingerprint_of", "history_entry"]
 
@@ -165,14 +166,14 @@ class RunLog:
         text = without_url_secrets(json.dumps(body, indent=2, default=str))
         atomic_write_text(layout.manifest(self.outdir), text)
 
-    # -- parts (their commit is `ctxprec.storage.commit`) ---------------------------------------
+    # -- parts (their commit is `ctxprec.storage.outdir.commit`) --------------------------------
     def remove_stale(self) -> None:
         """Drop what a killed run, or a worker killed during this one, left half-done: files of
         parts never committed, pending records, temp files."""
         ownership.remove_torn(self.outdir)
 
     def save_json(self, path: OutPath, payload: Mapping[str, Any]) -> None:
-        """Save one of the state files `ctxprec.storage.layout` names (e.g.
+        """Save one of the state files `ctxprec.storage.files.layout` names (e.g.
         `layout.run_info(outdir)`)."""
         atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 

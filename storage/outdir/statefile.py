@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxprec.storage import confine
 from ctxprec.storage.core.errors import StateDamagedError
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files import confine
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
     "BATCH_STATE_CAP",

@@ -4,10 +4,10 @@ how to resume it), being written by a live run, or not a ctxprec output at all.
 
 from __future__ import annotations
 
-from ctxprec.storage import layout
-from ctxprec.storage.lock import live_holder
-from ctxprec.storage.objpath import OutPath
-from ctxprec.storage.ownership import read_manifest, records
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir.lock import live_holder
+from ctxprec.storage.outdir.ownership import read_manifest, records
 
 __all__ = ["unfinished"]
 

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from ctxprec.storage.layout import (
+from ctxprec.storage.files.layout import (
     JOURNAL_NEW,
     JOURNAL_SUFFIX,
     journal_dir,
     journal_file,
     journal_new,
 )
-from ctxprec.storage.memo import MemoEntry
-from ctxprec.storage.memo_codec import MAX_REASON_BYTES, MAX_TOKENS
+from ctxprec.storage.memo.codec import MAX_REASON_BYTES, MAX_TOKENS
+from ctxprec.storage.memo.store import MemoEntry
 
 __all__ = ["Journal", "Replay", "open_journal", "replay_journals"]
 

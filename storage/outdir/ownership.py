@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ctxprec.storage import confine, layout, statefile
-from ctxprec.storage.atomic import TMP_PREFIX, is_temp
 from ctxprec.storage.core.errors import OutputError, StateDamagedError
-from ctxprec.storage.layout import COMMITTED, PENDING
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files import confine, layout
+from ctxprec.storage.files.atomic import TMP_PREFIX, is_temp
+from ctxprec.storage.files.layout import COMMITTED, PENDING
+from ctxprec.storage.files.objpath import ObjPath, OutPath
+from ctxprec.storage.outdir import statefile
 
 __all__ = [
     "check_claimable",

@@ -1,26 +1,27 @@
 """Where everything lives in an output folder (OUTDIR), each path named once; every reader and
 writer asks here (as simonw/llm names each of its paths once: `user_dir()`, `logs_db_path()`).
-Works alike for a local `Path` and an object-store `ObjPath` (`ctxprec.storage.objpath`).
+Works alike for a local `Path` and an object-store `ObjPath` (`ctxprec.storage.files.objpath`).
 Modules are named from the `ctxprec` package down.
 
     OUTDIR/
-      <part files>                      named by the commit records (`storage.commit`)
+      <part files>                      named by the commit records (`storage.outdir.commit`)
       summary.json, summary.md          `ctxprec summary` (`storage.report.summary`)
       summary.html                      the same as one self-contained page (`storage.report.html`)
       charts/<chart>.png
       _SUCCESS                          the run finished
       _ctxprec/                         ctxprec's own state (never the user's)
-        manifest.json                   which run the folder holds (`storage.runlog`)
+        manifest.json                   which run the folder holds (`storage.outdir.runlog`)
         run.json                        the run's figures and history
         estimate.json                   the estimate saved before the run
         sink-<digest>.json              what each sink has loaded (`run.publish`)
-        lock                            the live writer (`storage.lock`)
-        parts/<key>.json, <key>.pending commit and pending records (`storage.commit`)
-        verdicts/<digest>/              the verdicts of one input file (`storage.verdicts`)
-        verdicts/keys/                  verdicts by key shard (`storage.keyshards`)
-        shuffle/<run>/keys|answers/     a keyed run's scratch (`storage.keyshards`)
-        batches/state.json, <chunk>.jsonl|.ids, batch-memo/   batch API runs (`storage.batches`)
+        lock                            the live writer (`storage.outdir.lock`)
+        parts/<key>.json, <key>.pending commit and pending records (`storage.outdir.commit`)
+        verdicts/<digest>/              the verdicts of one input file (`storage.outdir.verdicts`)
+        verdicts/keys/                  verdicts by key shard (`storage.outdir.keyshards`)
+        shuffle/<run>/keys|answers/     a keyed run's scratch (`storage.outdir.keyshards`)
+        batches/state.json, <chunk>.jsonl|.ids, batch-memo/   batch API runs
         batches-audit/state.json, <chunk>.jsonl|.ids          the audit judge's batches
+                                                              (both `storage.outdir.batches`)
 
 Also named here: the files of a `ctxprec compare -o DIR` folder, the memo folder's database and
 its verdict journals.
@@ -33,13 +34,12 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TypeVar
 
-from ctxprec.storage.report.charts import CHART_FILES, TREND_CHART
-
-if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (ctxprec.storage.objpath)
-    from ctxprec.storage.objpath import ObjPath, OutPath
+if TYPE_CHECKING:  # the CLI asks for paths before it may load pyarrow (files.objpath)
+    from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
     "CHARTS",
+    "CHART_FILES",
     "COMMITTED",
     "COMPARE_CHART",
     "COMPARE_FILES",
@@ -49,6 +49,7 @@ __all__ = [
     "MANIFEST_KEY",
     "PENDING",
     "STATE_DIR",
+    "TREND_CHART",
     "batch_file",
     "batch_memo",
     "batch_state",
@@ -114,6 +115,13 @@ _SUMMARY_JSON = "summary.json"
 _SUMMARY_MD = "summary.md"
 _SUMMARY_HTML = "summary.html"
 CHARTS = "charts"
+# the charts' file names (drawn by storage/report/charts.py) -> alt text in summary.md
+CHART_FILES: dict[str, str] = {
+    "score_distribution.png": "score distribution",
+    "relevance_by_position.png": "relevance by position",
+    "scores_by_group.png": "scores by group",
+}
+TREND_CHART = "trend.png"  # the per-night chart (storage/report/trend.py)
 # the manifest relative to OUTDIR, for a listing that knows folders by their string names
 MANIFEST_KEY = f"{STATE_DIR}/{_MANIFEST}"
 
@@ -151,7 +159,7 @@ def chart(outdir: P, name: str) -> P:
 
 def fixed_files() -> set[str]:
     """The files ctxprec writes by fixed name into OUTDIR, relative to it (ours only in a
-    folder that holds a manifest: `ctxprec.storage.ownership`)."""
+    folder that holds a manifest: `ctxprec.storage.outdir.ownership`)."""
     charts = (f"{CHARTS}/{name}" for name in (*CHART_FILES, TREND_CHART))
     return {_SUCCESS, _SUMMARY_JSON, _SUMMARY_MD, _SUMMARY_HTML, *charts}
 
@@ -294,7 +302,7 @@ def shuffle_requests(scratch: P, shard: int) -> P:
 
 def shuffle_request_file(scratch: P, shard: int, task: int, part: int) -> P:
     """One request file `t<task>-<part>.arrow` of a key shard
-    (`ctxprec.storage.keyshards.task_of`)."""
+    (`ctxprec.storage.outdir.keyshards.task_of`)."""
     return shuffle_requests(scratch, shard) / f"t{task:06d}-{part:05d}.arrow"
 
 
@@ -344,7 +352,7 @@ def memo_db(folder: Path) -> Path:
 
 
 def journal_dir(folder: Path) -> Path:
-    """The verdict journals in a memo folder (`ctxprec.storage.journal`): one per running paid
+    """The verdict journals in a memo folder (`ctxprec.storage.memo.journal`): one per running paid
     run."""
     return folder / "journal"
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ctxprec.storage import layout
-from ctxprec.storage.atomic import atomic_write
-from ctxprec.storage.confine import is_regular
-from ctxprec.storage.memo import MemoEntry, MemoStore
-from ctxprec.storage.objpath import OutPath, readable
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import atomic_write
+from ctxprec.storage.files.confine import is_regular
+from ctxprec.storage.files.objpath import OutPath, readable
+from ctxprec.storage.memo.store import MemoEntry, MemoStore
 
 __all__ = ["FLUSH_S", "SharedMemo", "VerdictStore", "open_shared", "verdict_dir"]
 

@@ -1,5 +1,5 @@
 """Cohen's κ of a 2×2 table of verdicts and its large-sample standard error: one definition,
-used by the summary (the judge against human labels) and by `ctxprec.storage.core.agreement`
+used by the summary (the judge against human labels) and by `ctxprec.storage.stats.agreement`
 (judge against judge, the judge against itself).
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
     "TMP_PREFIX",

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ctxprec.storage.core.kappa import cohen_kappa, kappa_asymptotic_se
+from ctxprec.storage.stats.kappa import cohen_kappa, kappa_asymptotic_se
 
 __all__ = [
     "EXACT_BELOW",

@@ -1,7 +1,7 @@
 """An output folder in an object store, spelled like a `pathlib.Path`: `ObjPath` is a key prefix
-in a pyarrow filesystem (`ctxprec.storage.fs`) with the few path operations ctxprec's storage code
-uses. `OutPath` (a local `Path` or an `ObjPath`) is what every OUTDIR function takes, so one code
-path serves both; mypy checks that nothing calls a local-only method on an object-store path.
+in a pyarrow filesystem (`ctxprec.storage.files.fs`) with the few path operations ctxprec's storage
+code uses. `OutPath` (a local `Path` or an `ObjPath`) is what every OUTDIR function takes, so one
+code path serves both; mypy checks that nothing calls a local-only method on an object-store path.
 
 Object stores have no folders, no rename and no O_EXCL: `mkdir` does nothing, a write is one PUT
 under the final name (visible whole or not at all), and a "folder" exists while a key lies below
@@ -23,9 +23,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from ctxprec.storage import fs as storage_fs
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.settings import StorageSettings
+from ctxprec.storage.files import fs as storage_fs
 
 __all__ = [
     "ObjPath",

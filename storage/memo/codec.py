@@ -3,7 +3,7 @@
 A memo folder may come from anyone who can write to it (a shared or copied folder, an OUTDIR),
 so a stored value is untrusted data: it decodes to a verdict or it is not one (a miss, judged
 again). The layout is 21 bytes of header and the reason as UTF-8 with no NUL character (so the
-memo's batched read can join reasons with NUL and split them back: `ctxprec.storage.memo`):
+memo's batched read can join reasons with NUL and split them back: `ctxprec.storage.memo.store`):
 
     magic b"cpv2" | relevant: 1 byte, 0 or 1 | input tokens: u64 LE | output tokens: u64 LE | reason
 
@@ -33,7 +33,8 @@ __all__ = [
     "entry_of",
 ]
 
-# (relevant, reason, input_tokens, output_tokens): read its fields by name (ctxprec.storage.memo)
+# (relevant, reason, input_tokens, output_tokens): read its fields by name
+# (ctxprec.storage.memo.store)
 MemoEntry = tuple[bool, str, int, int]
 
 _HEADER: Final = struct.Struct("<4sBQQ")
@@ -42,7 +43,8 @@ HEADER_SIZE: Final = _HEADER.size
 MAX_REASON_BYTES: Final = 32_000  # a judge's reason is clipped to 1,000 characters; an LLM row
 # reason is prose of a few sentences: a longer value is not one of ours
 MAX_VALUE_BYTES: Final = HEADER_SIZE + MAX_REASON_BYTES
-MAX_TOKENS: Final = 2**56 - 1  # a u64 whose top byte is 0 (checked in SQL: `ctxprec.storage.memo`)
+# a u64 whose top byte is 0 (checked in SQL: `ctxprec.storage.memo.store`)
+MAX_TOKENS: Final = 2**56 - 1
 
 
 def entry_of(reply: JudgeReply) -> MemoEntry:

@@ -21,11 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from ctxprec.storage import layout
-from ctxprec.storage.atomic import atomic_write
-from ctxprec.storage.memo import MemoEntry
-from ctxprec.storage.objpath import OutPath, readable
-from ctxprec.storage.verdicts import VerdictStore
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import atomic_write
+from ctxprec.storage.files.objpath import OutPath, readable
+from ctxprec.storage.memo.store import MemoEntry
+from ctxprec.storage.outdir.verdicts import VerdictStore
 
 __all__ = [
     "Answer",

@@ -1,8 +1,8 @@
 """Commit of part files: a part's files are named in a pending record before they are written
 (each by temp file and rename, or in an object store by one PUT under its final name), and count
 as done only once its commit record exists. No rename of the part itself is needed, so the same
-protocol holds on S3, GCS and Azure. Which files are ctxprec's is `ctxprec.storage.ownership`'s
-answer, read from these records.
+protocol holds on S3, GCS and Azure. Which files are ctxprec's is
+`ctxprec.storage.outdir.ownership`'s answer, read from these records.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxprec.storage import confine, layout, ownership
-from ctxprec.storage.atomic import atomic_write, atomic_write_text
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.seams import DEFAULT, Seams
-from ctxprec.storage.layout import COMMITTED, PENDING
-from ctxprec.storage.objpath import OutPath
+from ctxprec.storage.files import confine, layout
+from ctxprec.storage.files.atomic import atomic_write, atomic_write_text
+from ctxprec.storage.files.layout import COMMITTED, PENDING
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir import ownership
 
 __all__ = ["PartRecord", "commit_part", "committed"]
 

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ctxprec.storage import confine, layout, statefile
-from ctxprec.storage.atomic import atomic_write_text
+from ctxprec.storage.files import confine, layout
+from ctxprec.storage.files.atomic import atomic_write_text
+from ctxprec.storage.outdir import statefile
 
 __all__ = ["BatchStore", "ChunkWriter"]
 

@@ -11,9 +11,9 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from ctxprec.storage import layout
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
     "check_inside",

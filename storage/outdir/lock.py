@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ctxprec.storage import layout
-from ctxprec.storage.atomic import TMP_PREFIX, write_error
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.redact import without_url_secrets
 from ctxprec.storage.core.seams import DEFAULT
-from ctxprec.storage.objpath import ObjPath, OutPath
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import TMP_PREFIX, write_error
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
     "REFRESH_S",

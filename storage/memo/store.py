@@ -3,7 +3,7 @@
 A key is a tagged SHA-256 over everything that changes a verdict: the judge's identity
 (provider, model, base URL, decoding), the prompt version, query, expected output and item.
 Entries are never evicted: a verdict once paid for stays. A value is read by a fixed layout
-(`ctxprec.storage.memo_codec`), never unpickled: a memo folder is untrusted data.
+(`ctxprec.storage.memo.codec`), never unpickled: a memo folder is untrusted data.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import platformdirs
 
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.memo_codec import (
+from ctxprec.storage.memo.codec import (
     HEADER_SIZE,
     MAX_VALUE_BYTES,
     MemoEntry,
@@ -31,7 +31,7 @@ from ctxprec.storage.memo_codec import (
     encode_entry,
     entry_of,
 )
-from ctxprec.storage.memo_sqlite import (
+from ctxprec.storage.memo.database import (
     MODE_RAW,
     NO_MEMO_WAY_OUT,
     clear_rows,
@@ -65,7 +65,7 @@ MEMO_RECIPE = "ctxprec-memo-v2"  # change when the recipe below (or the stored f
 # v2: verdicts stored in a fixed layout, not pickled; v1 entries are left unread (`Memo.notes`)
 KEY_TAG = "v2-"
 
-# a verdict's fields in a MemoEntry (ctxprec.storage.memo_codec): read them by these names, not by
+# a verdict's fields in a MemoEntry (ctxprec.storage.memo.codec): read them by these names, not by
 # number
 RELEVANT: Final = 0
 REASON: Final = 1
@@ -130,8 +130,8 @@ class MemoStore(Protocol):
 
 # Batched access to diskcache 5's table (`Cache(rowid, key, raw, store_time, expire_time,
 # access_time, access_count, tag, size, mode, filename, value)`, unique index on (key, raw),
-# checked when the memo opens: `ctxprec.storage.memo_sqlite`). String keys are stored as they are
-# (raw = 1); a verdict is stored in the fixed layout of `ctxprec.storage.memo_codec`, as bytes in
+# checked when the memo opens: `ctxprec.storage.memo.database`). String keys are stored as they are
+# (raw = 1); a verdict is stored in the fixed layout of `ctxprec.storage.memo.codec`, as bytes in
 # `value` (diskcache's raw mode: `Cache.get` returns those bytes). A row is read only when it is
 # such a row (mode raw, no file, a BLOB of a verdict's length): a pickle, a file named by
 # `filename` or any other row is never read, whatever its mode says; it is a miss, counted
@@ -260,7 +260,7 @@ def _has_json(con: sqlite3.Connection) -> bool:
 
 class Memo:
     """The on-disk memo: diskcache 5's table, read and written in batches by fixed-layout values
-    (`ctxprec.storage.memo_codec`); call its methods from a worker thread. A folder it cannot write
+    (`ctxprec.storage.memo.codec`); call its methods from a worker thread. A folder it cannot write
     is used read-only (`read_only`: verdicts it holds are used, new ones are not kept); a database
     that is not diskcache 5's table is refused (OutputError naming `way_out`)."""
 
@@ -523,7 +523,7 @@ class Memo:
     # -- `ctxprec cache`
     def stats(self) -> tuple[int, float | None, float | None]:
         """Entries, and the oldest and newest store times
-        (`ctxprec.storage.memo_sqlite.table_stats`)."""
+        (`ctxprec.storage.memo.database.table_stats`)."""
         return (0, None, None) if self._con is None else table_stats(self._con)
 
     def clear(self, cutoff: float | None, old_format: bool = False) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.layout import memo_db
+from ctxprec.storage.files.layout import memo_db
 
 OPEN_LOCK: Final = "ctxprec-open.lock"  # taken while a process opens (or creates) the memo
 
