@@ -12,9 +12,13 @@ their way to `ctxprec.cli.main` and must not pay for Polars, aiohttp and the jud
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# `typing` is not imported at run time: `python -m ctxprec` runs this module before the command's
+# entry holds the stop signals, so it does as little as it can (mypy reads this as typing's own)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ctxprec.analysis.compare import compare_outputs
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
