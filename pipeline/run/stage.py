@@ -131,7 +131,7 @@ async def run_stage(
         if audit_judge is not None:
             own = journal if audit_memo is memo else None
             stage.audit = _audit_side(plan, audit_judge, audit_memo, own)
-        if keep_texts and extractor is None:
+        if keep_texts:
             stage.texts = RunTexts(INPUT_ERROR)
         finished = False
         try:
@@ -366,7 +366,9 @@ def _scored(run: _Stage, job: ChunkJob) -> Any:
     if run.texts is not None:
         # as Python values: a Polars Series made from Arrow imports pyarrow.compute (~25 ms)
         scores, statuses = (table.column(c).to_pylist() for c in ("score", "status"))
-        run.texts.add(job.frame, scores, statuses)
+        # an extractor's items are in the plans (the frame holds the source row instead)
+        items = None if run.extractor is None else [p.items or None for p in job.rows]
+        run.texts.add(job.frame, scores, statuses, items)
     return table
 
 

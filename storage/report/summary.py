@@ -21,6 +21,7 @@ from ctxprec.storage.files import layout
 from ctxprec.storage.files.atomic import atomic_write_bytes
 from ctxprec.storage.files.layout import CHART_FILES, TREND_CHART
 from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.outdir.schema import SCHEMA_VERSION
 from ctxprec.storage.report.audit import audit_lines, audit_summary
@@ -32,7 +33,7 @@ from ctxprec.storage.report.charts import (
 )
 from ctxprec.storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
 from ctxprec.storage.report.html import render_html
-from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
+from ctxprec.storage.report.rows import KeptTexts, TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
 from ctxprec.storage.report.words import judge_rows, rate, seconds
 from ctxprec.storage.stats.kappa import cohen_kappa
@@ -143,9 +144,7 @@ def _estimates(
 def _scan(parts: list[Path]) -> pl.LazyFrame:
     if not parts:
         return pl.LazyFrame(schema=_EMPTY)
-    return pl.scan_parquet(
-        parts, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-    )
+    return scan_parts(parts)
 
 
 def _norm(scale: float) -> pl.Expr:
@@ -494,8 +493,10 @@ def write_summary(
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
     atomic_write_bytes(layout.summary_json(outdir), text.encode())
     atomic_write_bytes(layout.summary_md(outdir), render_markdown(summary, charts=charts).encode())
-    page = render_html(summary, _html_rows(outdir, summary, texts))
+    kept = KeptTexts(outdir, texts)  # the texts of the rows it opens, kept for the next time
+    page = render_html(summary, _html_rows(outdir, summary, kept))
     atomic_write_bytes(layout.summary_html(outdir), page.encode())
+    kept.save()
 
 
 def _html_rows(
