@@ -23,6 +23,7 @@ from ctxprec.storage.core.options import CompareOptions
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.fs import is_uri
 from ctxprec.storage.files.objpath import ObjPath, OutPath, local_copies, out_path
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.stats.agreement import agreement_figures, mcnemar
 from ctxprec.storage.stats.paired import TIE_EPS, paired_figures
@@ -132,9 +133,7 @@ def _scan(side: Side) -> pl.LazyFrame:
             "pass an OUTDIR written by `ctxprec score`"
         )
     with local_copies(files, side.path) as local:  # object stores: read from a temp copy
-        lf = pl.scan_parquet(
-            local, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-        )
+        lf = scan_parts(local)
         # an object store's temp copy is gone once this returns: read it now
         return lf.collect().lazy() if isinstance(side.path, ObjPath) else lf
 

@@ -18,6 +18,7 @@ from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_O
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import ObjPath, OutPath
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.report.summary import BANDS
 
@@ -185,12 +186,7 @@ class RowTable:
                 partition_base_dir=self.outdir.path,
             )
             return pl.scan_pyarrow_dataset(dataset)
-        return pl.scan_parquet(
-            [str(p) for p in self.parts],
-            hive_partitioning=True,
-            missing_columns="insert",
-            extra_columns="ignore",
-        )
+        return scan_parts([str(p) for p in self.parts])
 
     def group_values(self) -> dict[str, list[dict[str, Any]]]:
         """Per grouping column, its most frequent values with their row counts."""
