@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import DATA, write_result  # noqa: E402
+from bench._common import labelled_data, write_result  # noqa: E402
 from ctxprec.flow.audit import audited  # noqa: E402
 from ctxprec.storage.core.metric import map_score, map_stage  # noqa: E402
 from ctxprec.storage.report.estimate import audit_reference, corrected_estimate  # noqa: E402
@@ -147,14 +147,14 @@ def _cell(v: float | None, digits: int = 3) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: 20 worlds, no tiling")
-    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--data", type=Path, default=None, help="default: CTXPREC_TEST_HOTPOT")
     p.add_argument("--tile", type=int, default=4, help="copies of the 500 rows (default 4)")
     p.add_argument("--worlds", type=int, default=200)
     p.add_argument("--miss", type=float, default=0.10)
     p.add_argument("--false", type=float, default=0.25)
     args = p.parse_args()
     worlds, tile = (20, 1) if args.quick else (args.worlds, args.tile)
-    log = hotpotqa(args.data, tile)
+    log = hotpotqa(args.data or labelled_data(), tile)
     res = coverage(log, worlds, FRACTIONS, args.miss, args.false)
     print(
         f"{res['rows']} rows, strong judge's mean MAP {res['truth']:.4f}, first judge's mean "

@@ -1,10 +1,11 @@
 """What a row costs in each judge mode, measured: `ctxprec score` through the loopback fake judge
 (its usage counts: the JSON of the messages it received and of the replies it wrote, about 4
-characters a token) on the shared HotpotQA rows, priced at gpt-4o-mini's prices (online, and
-batch at half), for item/row mode with and without per-item reasons (`--verdict-only`). Beside
-it: how far verdict-only's verdicts are from the reasoned mode's (Cohen's κ and flip rate over
-items) with a noisy judge whose borderline verdicts move with the prompt's wording
-(`p_flip_prompt`: a seeded share of (prompt, item) pairs get the other verdict).
+characters a token) on HotpotQA-shaped rows (the file CTXPREC_TEST_HOTPOT names, else the tests'
+generated log), priced at gpt-4o-mini's prices (online, and batch at half), for item/row mode
+with and without per-item reasons (`--verdict-only`). Beside it: how far verdict-only's verdicts
+are from the reasoned mode's (Cohen's κ and flip rate over items) with a noisy judge whose
+borderline verdicts move with the prompt's wording (`p_flip_prompt`: a seeded share of (prompt,
+item) pairs get the other verdict).
 
     python bench/cost_per_row.py [--rows 200] [--noise 0.05]
 
@@ -27,8 +28,9 @@ import polars as pl
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._common import labelled_data  # noqa: E402
 from ctxprec.storage.stats.agreement import cohen_kappa  # noqa: E402
-from tests.fakes.inputs import HOTPOT, HOTPOT_MAP  # noqa: E402
+from tests.fakes.inputs import HOTPOT_MAP  # noqa: E402
 from tests.fakes.runs import fake_stats, judge_process  # noqa: E402
 
 PRICE_IN, PRICE_OUT = (
@@ -71,7 +73,8 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ctxprec-cost-"))
     src = work / "in.parquet"
-    pl.read_parquet(HOTPOT).head(args.rows).write_parquet(src)
+    data = labelled_data()
+    pl.read_parquet(data).head(args.rows).write_parquet(src)
     results = {}
     with judge_process("--p-flip-prompt", str(args.noise), "--seed", "36") as url:
         for mode, bare in MODES:
@@ -86,7 +89,7 @@ def main() -> int:
                 online=online, batch=online / 2,
             )  # fmt: skip
     ragas = PEERS["Ragas (default prompt)"]
-    print(f"{args.rows} HotpotQA rows ({HOTPOT.name}), fake judge p_flip_prompt={args.noise}")
+    print(f"{args.rows} HotpotQA-shaped rows ({data.name}), fake judge p_flip_prompt={args.noise}")
     print("| mode | calls | input tokens | output tokens | $/1k rows online | $/1k rows batch "
           "| ÷ Ragas (batch) | κ vs reasoned | flip rate |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")

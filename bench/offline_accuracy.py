@@ -20,14 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._common import labelled_data  # noqa: E402
 from ctxprec.connectors.judges.base import ItemRequest, JudgeStats, NullThrottle  # noqa: E402
 from ctxprec.connectors.judges.offline import OfflineJudge  # noqa: E402
 from ctxprec.storage.core.metric import map_score  # noqa: E402
 from ctxprec.storage.core.settings import JudgeSettings  # noqa: E402
 
 __all__ = ["Scores", "main", "score"]
-
-DEFAULT_DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa_dev_distractor_500.parquet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +98,12 @@ def _row(label: str, part: str, s: Scores) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="Parquet dataset")
+    parser.add_argument(
+        "--data", type=Path, default=None, help="Parquet dataset (default: CTXPREC_TEST_HOTPOT)"
+    )
     parser.add_argument("--variant", default="", help="offline judge variant (default, strict…)")
     args = parser.parse_args(argv)
+    args.data = args.data or labelled_data()
     if not args.data.exists():
         print(f"dataset not found: {args.data} (pass --data PATH)", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._common import DATA  # noqa: E402
+from bench._common import labelled_data  # noqa: E402
 from ctxprec.storage.core.metric import map_stage  # noqa: E402
 from ctxprec.storage.stats.ppi import estimate_block, ppi_fit  # noqa: E402
 
@@ -98,12 +98,12 @@ def _cell(v: float | str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=DATA)
+    p.add_argument("--data", type=Path, default=None, help="default: CTXPREC_TEST_HOTPOT")
     p.add_argument("--worlds", type=int, default=200)
     p.add_argument("--miss", type=float, default=0.10)
     p.add_argument("--false", type=float, default=0.25)
     args = p.parse_args()
-    table = run(args.data, args.worlds, args.miss, args.false)
+    table = run(args.data or labelled_data(), args.worlds, args.miss, args.false)
     head = ["share labelled", "rows labelled", "corrected CI covers", "corrected CI width",
             "judge CI covers", "judge CI width"]  # fmt: skip
     print(f"{args.worlds} seeded worlds; judge misses {args.miss:.0%} of relevant items, calls "

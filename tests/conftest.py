@@ -1,36 +1,100 @@
-"""Shared test fixtures: an isolated memo folder, the shared HotpotQA log, the loopback fake judge
-server (on a thread, or in its own process), a loopback S3 server and a fresh bucket in it.
+"""Shared test fixtures: an isolated memo folder, the labelled HotpotQA-shaped log, the loopback
+fake judge server (on a thread, or in its own process), a loopback S3 server and a bucket in it.
 Plain constants and helpers live in `tests/fakes/` (`inputs.py`, `runs.py`)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import platformdirs
+import pyarrow.parquet as pq
 import pytest
 
 from ctxprec.connectors.judges.retry import RetryClock
 from tests.fakes.clock import instant_retries
-from tests.fakes.inputs import HOTPOT, KEY
+from tests.fakes.inputs import KEY, real_hotpot
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
+from tests.fakes.labelled import labelled_log
 from tests.fakes.recorder import recording_host
 from tests.fakes.runs import judge_process
 from tests.fakes.s3_server import S3Server, running_s3_server
+
+# The user's real ctxprec cache folder, as this process found it before the session moved HOME
+_REAL_CACHE = os.path.abspath(platformdirs.user_cache_dir("ctxprec"))
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="ctxprec-tests-home-"))
+_TOUCHED: list[str] = []  # what this process opened, listed or changed in _REAL_CACHE
+# the audit events that name a path first: opening, connecting, listing, changing
+_PATH_EVENTS = frozenset(
+    {"open", "sqlite3.connect", "os.listdir", "os.scandir", "os.mkdir", "os.remove",
+     "os.rmdir", "os.rename", "os.replace", "os.truncate", "os.utime", "os.chmod",
+     "shutil.rmtree", "shutil.copyfile", "shutil.move"}
+)  # fmt: skip
+
+
+def _watch_real_cache(event: str, args: tuple[object, ...]) -> None:
+    """An audit hook: note any path under the user's real cache this process reaches for."""
+    if event not in _PATH_EVENTS or not args or not isinstance(args[0], str | bytes | os.PathLike):
+        return
+    try:
+        path = os.path.abspath(os.fsdecode(args[0]))
+    except (TypeError, ValueError):
+        return
+    if path == _REAL_CACHE or path.startswith(_REAL_CACHE + os.sep):
+        _TOUCHED.append(f"{event} {path}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test (and any process a test starts, which inherits this environment): HOME,
+    the XDG folders and the memo folder point into a temp folder, so a ctxprec run that loses
+    its CTXPREC_CACHE_DIR (a subprocess given a trimmed environment, a Dask worker started
+    before a test set it) still reads and writes nothing but a temp folder. And this process
+    watches the user's real cache folder: a test that reaches into it fails."""
+    for name, sub in (
+        ("HOME", ""),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_STATE_HOME", ".local/state"),
+        ("CTXPREC_CACHE_DIR", "session-memo"),
+    ):
+        os.environ[name] = str(_SESSION_HOME / sub) if sub else str(_SESSION_HOME)
+    sys.addaudithook(_watch_real_cache)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No test touches the user's real memo folder."""
+) -> Iterator[None]:
+    """Each test gets its own memo folder, and fails if it reached into the user's real
+    ctxprec cache folder (a test reads and writes temp folders only)."""
     monkeypatch.setenv("CTXPREC_CACHE_DIR", str(tmp_path_factory.mktemp("memo")))
+    del _TOUCHED[:]
+    yield
+    touched, _TOUCHED[:] = sorted(set(_TOUCHED)), []
+    if touched:
+        pytest.fail(f"the test reached into the user's real cache {_REAL_CACHE}: {touched}")
 
 
-@pytest.fixture
-def hotpot() -> Path:
-    if not HOTPOT.is_file():
-        pytest.skip(f"shared dataset not found at {HOTPOT}")
-    return HOTPOT
+@pytest.fixture(scope="session")
+def hotpot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A labelled retrieval log in HotpotQA's shape (500 rows: id, question, ground_truth,
+    contexts, labels, source): the file CTXPREC_TEST_HOTPOT names, else the one
+    tests/fakes/labelled.py generates, written once a session. Tests only read it."""
+    real = real_hotpot()
+    if real is not None:
+        return real
+    path = tmp_path_factory.mktemp("labelled") / "labelled_500.parquet"
+    pq.write_table(labelled_log(), path)
+    return path
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
@@ -25,6 +25,7 @@ __all__ = [
     "check_creatable",
     "counted",
     "error_summary",
+    "passthrough_columns",
     "raise_append_error",
     "raise_if_differs",
     "read_parts",
@@ -115,11 +116,20 @@ def _conform(
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def passthrough_columns(schema: pa.Schema) -> list[str]:
+    """The output's columns copied from the input (between `id` and `score`): a later
+    --incremental run may add some, which the rows of earlier runs hold as null."""
+    names = schema.names
+    return names[1 : names.index("score")] if "score" in names else []
+
+
 def _check_part_columns(
     outdir: OutPath, paths: Sequence[OutPath], schema: pa.Schema, partition_by: Sequence[str]
 ) -> None:
-    """Footers only: a missing file or column fails here, not as silent nulls mid-load."""
-    wanted = [name for name in schema.names if name not in partition_by]
+    """Footers only: a missing file or column fails here, not as silent nulls mid-load (a
+    passthrough column an earlier run did not write is read as null)."""
+    skip = {*partition_by, *passthrough_columns(schema)}
+    wanted = [name for name in schema.names if name not in skip]
     for path in paths:
         if not path.is_file():
             raise OutputError(f"part file {path} is missing; rerun the scoring run for {outdir}")
@@ -155,8 +165,16 @@ def counted(reader: pa.RecordBatchReader) -> tuple[pa.RecordBatchReader, RowCoun
     return pa.RecordBatchReader.from_batches(reader.schema, batches()), counter
 
 
-def raise_if_differs(sink: str, expected: Mapping[str, str], actual: Mapping[str, str]) -> None:
-    """Column name -> type name, both in the target's own type names; order does not matter."""
+def raise_if_differs(
+    sink: str,
+    expected: Mapping[str, str],
+    actual: Mapping[str, str],
+    addable: Collection[str] = (),
+) -> list[str]:
+    """Column name -> type name, both in the target's own type names; order does not matter.
+    When all that differs is `addable` columns the table lacks, they are returned for the sink
+    to add (a passthrough column a later --incremental run added to the output); a table that
+    differs otherwise is refused, every difference named."""
     missing = [name for name in expected if name not in actual]
     extra = [name for name in actual if name not in expected]
     changed = [
@@ -169,11 +187,12 @@ def raise_if_differs(sink: str, expected: Mapping[str, str], actual: Mapping[str
         for label, names in (("missing", missing), ("unexpected", extra), ("type", changed))
         if names
     ]
-    if problems:
-        raise OutputError(
-            f"{sink}: the existing table's columns differ from ctxprec's output "
-            f"({'; '.join(problems)}); append to a new table instead"
-        )
+    if not problems or (not extra and not changed and set(missing) <= set(addable)):
+        return missing
+    raise OutputError(
+        f"{sink}: the existing table's columns differ from ctxprec's output "
+        f"({'; '.join(problems)}); append to a new table instead"
+    )
 
 
 def require_package(module: str, sink: str) -> None:

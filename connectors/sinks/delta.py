@@ -17,6 +17,7 @@ from ctxprec.connectors.sinks.base import (
     check_creatable,
     counted,
     error_summary,
+    passthrough_columns,
     raise_append_error,
     raise_if_differs,
     read_parts,
@@ -92,7 +93,8 @@ class DeltaSink:
         table = self._open()
         if table is not None:
             actual = pa.schema(table.schema().to_arrow())
-            raise_if_differs(self.name, _column_types(schema), _column_types(actual))
+            expected, have = _column_types(schema), _column_types(actual)
+            raise_if_differs(self.name, expected, have, passthrough_columns(schema))
         elif local is not None:
             check_creatable(local, self.name)
 
@@ -107,7 +109,8 @@ class DeltaSink:
                 self._create(stream, partition_by)
                 added = counter.rows
             else:
-                added = self._merge(table, stream)
+                have = set(pa.schema(table.schema().to_arrow()).names)
+                added = self._merge(table, stream, grows=not set(schema.names) <= have)
         except Exception as exc:
             raise_append_error(self.name, exc, counter)
         return SinkResult(self.name, added, counter.rows - added)
@@ -137,13 +140,16 @@ class DeltaSink:
             writer_properties=_writer_properties(),
         )
 
-    def _merge(self, table: DeltaTable, stream: pa.RecordBatchReader) -> int:
+    def _merge(self, table: DeltaTable, stream: pa.RecordBatchReader, grows: bool) -> int:
+        """`grows`: the output has columns the table lacks (passthrough columns a later
+        --incremental run added): the same commit adds them, null in the rows already there."""
         metrics = (
             table.merge(
                 stream,
                 _MERGE_ON,
                 source_alias="source",
                 target_alias="target",
+                merge_schema=grows,
                 writer_properties=_writer_properties(),
                 streamed_exec=True,
             )

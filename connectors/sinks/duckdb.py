@@ -17,6 +17,7 @@ from ctxprec.connectors.sinks.base import (
     check_creatable,
     counted,
     error_summary,
+    passthrough_columns,
     raise_append_error,
     raise_if_differs,
     read_parts,
@@ -110,7 +111,7 @@ class DuckDBSink:
         finally:
             con.close()
         if actual:
-            raise_if_differs(self.name, _duckdb_types(schema), actual)
+            raise_if_differs(self.name, _duckdb_types(schema), actual, passthrough_columns(schema))
 
     def append(
         self, outdir: OutPath, files: Sequence[str], schema: pa.Schema, partition_by: Sequence[str]
@@ -138,6 +139,10 @@ class DuckDBSink:
     ) -> int:
         con.begin()
         con.execute(_create_sql(self.table, schema, types))
+        have = _table_columns(con, self.table)
+        for name in raise_if_differs(self.name, types, have, passthrough_columns(schema)):
+            # a passthrough column a later --incremental run added: null in the rows there
+            con.execute(f"ALTER TABLE {_quote(self.table)} ADD COLUMN {_quote(name)} {types[name]}")
         raise_if_differs(self.name, types, _table_columns(con, self.table))
         con.register(_SOURCE, stream)
         row = con.execute(_insert_sql(self.table)).fetchone()

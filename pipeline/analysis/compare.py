@@ -23,6 +23,7 @@ from ctxprec.storage.core.options import CompareOptions
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.fs import is_uri
 from ctxprec.storage.files.objpath import ObjPath, OutPath, local_copies, out_path
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.stats.agreement import agreement_figures, mcnemar
 from ctxprec.storage.stats.paired import TIE_EPS, paired_figures
@@ -132,9 +133,7 @@ def _scan(side: Side) -> pl.LazyFrame:
             "pass an OUTDIR written by `ctxprec score`"
         )
     with local_copies(files, side.path) as local:  # object stores: read from a temp copy
-        lf = pl.scan_parquet(
-            local, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-        )
+        lf = scan_parts(local)
         # an object store's temp copy is gone once this returns: read it now
         return lf.collect().lazy() if isinstance(side.path, ObjPath) else lf
 
@@ -388,7 +387,7 @@ def _manifest_judge(path: OutPath) -> dict[str, Any] | None:
 def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
     """Differences between the sides' judge configurations (manifest and row columns)."""
     ja, jb = _manifest_judge(a.path), _manifest_judge(b.path)
-    differences, notes = [], []
+    differences, notes, settings = [], [], []
     if ja is None or jb is None:
         notes.append("a side has no ctxprec manifest: only the row columns were compared")
     else:
@@ -397,9 +396,11 @@ def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
         for key in sorted(set(ida) | set(idb)):
             if ida.get(key) != idb.get(key):
                 differences.append(f"judge {key}: A {ida.get(key)!r}, B {idb.get(key)!r}")
+                settings.append(f"judge {key}")
         for key in ("judge_model", "mode", "scale"):
             if ja.get(key) != jb.get(key):
                 differences.append(f"{key}: A {ja.get(key)!r}, B {jb.get(key)!r}")
+                settings.append(key)
         if url_a != url_b:
             notes.append(f"judge base URL: A {url_a!r}, B {url_b!r} (same provider settings)")
     for col in ("judge_model", "prompt_version"):
@@ -411,8 +412,15 @@ def _judge_check(a: Side, b: Side, pairs: pl.DataFrame) -> dict[str, Any]:
                     f"{col} differs on {diff.height} of {pairs.height} pairs "
                     f"(e.g. A {first[f'{col}_a']!r}, B {first[f'{col}_b']!r})"
                 )
+                settings.append(col)
     judges = {k: (j or {}).get("judge_model") for k, j in (("a", ja), ("b", jb))}
-    return {"same": not differences, "differences": differences, "notes": notes, "judges": judges}
+    return {
+        "same": not differences,
+        "differences": differences,
+        "settings": list(dict.fromkeys(settings)),  # the names of what differs, once each
+        "notes": notes,
+        "judges": judges,
+    }
 
 
 def _verdict_counts(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[np.ndarray, int]:

@@ -15,6 +15,7 @@ import polars as pl
 from ctxprec.connectors.sources import input_texts
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import OutPath, local_copies
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.report.page import clip
 from ctxprec.storage.report.rows import ranked_items, text_columns, text_exprs, with_keys
@@ -39,9 +40,7 @@ def side_evidence(
     describe = _describe(path)
     names = text_columns(describe)
     with local_copies(part_files(path), path) as local:
-        lf = pl.scan_parquet(
-            local, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-        )
+        lf = scan_parts(local)
         for column, value in filters:
             lf = lf.filter(pl.col(column).cast(pl.String) == value)
         cols = set(lf.collect_schema().names())

@@ -342,7 +342,9 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
             report["gate"]["margin"] = args.margin
     if args.output is not None:
         write_compare(args.output, report)
-    print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
+    print(
+        json.dumps(report, indent=2, default=str) if args.json else render_text(report, args.output)
+    )
 
     return gate_exit(0, message)
 

@@ -50,6 +50,7 @@ class RunCounters:
     memo_unreadable: int = 0  # memo entries that were not verdicts: judged again
     memo_notes: list[str] = field(default_factory=list)  # one line each (`storage.memo.store.Memo`)
     failed_by_cause: dict[str, int] = field(default_factory=dict)
+    rows_by_prompt: dict[str, int] = field(default_factory=dict)  # prompt version -> rows written
 
 
 def add_counts(total: Any, part: Any) -> None:

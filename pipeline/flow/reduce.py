@@ -230,7 +230,7 @@ def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
     return {
         "status": [plan.status for plan in plans],
         "error": [plan.error for plan in plans],
-        "context_count": [len(plan.items) for plan in plans],
+        "context_count": [len(p.items) if p.given is None else p.given for p in plans],
         "judge_model": [spec.judge_model] * len(plans),
         "prompt_version": [versions[plan.expected is not None] for plan in plans],
         "input_tokens": [t[0] for t in tokens],

@@ -38,6 +38,8 @@ class RowPlan:
     extra: list[ItemOutcome] = field(default_factory=list)
     extra_tokens: tuple[int, int] = (0, 0)
     waits: list[tuple[int, ItemOutcome]] = field(default_factory=list)
+    # a row failed on input keeps no items, but it had this many (its context_count)
+    given: int | None = None
 
 
 @dataclass(slots=True)
@@ -73,15 +75,22 @@ def _check_items(items: Any, max_chars: int) -> str | None:
     return None
 
 
+def _given(context: Any) -> int:
+    """How many items a row's context holds, whatever they are (0 when it is no list)."""
+    return len(context) if isinstance(context, list | tuple) else 0
+
+
 def _plan_row(query: Any, expected: Any, context: Any, max_chars: int) -> RowPlan:
     if query is None or not isinstance(query, str):
-        return RowPlan(None, None, [], STATUS_FAILED, f"{INPUT_CAUSE}: query is null")
+        error = f"{INPUT_CAUSE}: query is null"
+        return RowPlan(None, None, [], STATUS_FAILED, error, given=_given(context))
     exp = expected if isinstance(expected, str) else None
     if context is None:
         return RowPlan(query, exp, [], STATUS_EMPTY, None)
     problem = _check_items(context, max_chars)
     if problem is not None:
-        return RowPlan(query, exp, [], STATUS_FAILED, f"{INPUT_CAUSE}: {problem}")
+        error = f"{INPUT_CAUSE}: {problem}"
+        return RowPlan(query, exp, [], STATUS_FAILED, error, given=_given(context))
     if not context:
         return RowPlan(query, exp, [], STATUS_EMPTY, None)
     return RowPlan(query, exp, list(context))
@@ -127,7 +136,7 @@ def plan_rows(frame: pl.DataFrame, extractor: Extractor | None, max_chars: int) 
         queries, expecteds, contexts, problems, strict=True
     ):
         if problem is not None:  # found while reading the row (e.g. text that is not UTF-8)
-            plans.append(RowPlan(None, None, [], STATUS_FAILED, problem))
+            plans.append(RowPlan(None, None, [], STATUS_FAILED, problem, given=_given(context)))
         elif isinstance(context, _ExtractorFailure):
             plans.append(RowPlan(query, None, [], STATUS_FAILED, context.message))
         else:

@@ -10,6 +10,7 @@ Dask engine's driver and tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,7 +35,7 @@ from ctxprec.run.interrupt import stoppable
 from ctxprec.run.notices import memo_notices, run_notices, skipped_formats_line
 from ctxprec.run.publish import check_sinks, publish
 from ctxprec.storage.core.constants import STATUS_FAILED
-from ctxprec.storage.core.errors import ConfigError, UserError, first_meaningful
+from ctxprec.storage.core.errors import ConfigError, InputError, UserError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import OutPath
@@ -159,7 +160,14 @@ async def prepare_run(
     incremental run skips. On any error the lock is given back. `outdir` was converted once,
     where it came in (`ctxprec.storage.files.objpath.out_path`: the CLI's parser, the Python API's
     entry)."""
-    info = await anyio.to_thread.run_sync(_inspect, input, cfg)
+    cfg, kept = _keep_group_column(cfg)
+    info = await anyio.to_thread.run_sync(_inspect, input, cfg, kept)
+    if kept and kept not in info.partition_columns:
+        print(
+            f"ctxprec: note: --group-by {kept} keeps the input column `{kept}` in the output "
+            f"(as --passthrough {kept} would)",
+            file=sys.stderr,
+        )
     if cfg.columns.extractor:
         load_extractor(cfg.columns.extractor)  # a bad one fails before the folder is touched
     judge = create_judge(cfg.judge, seams=options.seams)
@@ -270,8 +278,33 @@ def _check_output_columns(cfg: Config, spec: TableSpec) -> None:
             )
 
 
-def _inspect(input: str, cfg: Config) -> SourceInfo:
-    info = inspect_input(input, cfg.columns, cfg.storage)
+def _keep_group_column(cfg: Config) -> tuple[Config, str | None]:
+    """--group-by naming no output column groups by the input column of that name: it is
+    passed through (the output keeps what the summary groups by). The config as the run uses
+    it, and the column added (None: nothing to add)."""
+    group = cfg.output.group_by
+    if not group:
+        return cfg, None
+    columns = cfg.column_map
+    fixed = output_schema(ks=cfg.scoring.ks, labels=columns.labels is not None, audit=True).names
+    passed = {columns.output_name(name) for name in columns.passthrough}
+    if group in fixed or group in passed or group in columns.passthrough:
+        return cfg, None
+    kept = dataclasses.replace(cfg.columns, passthrough=(*cfg.columns.passthrough, group))
+    return dataclasses.replace(cfg, columns=kept), group
+
+
+def _inspect(input: str, cfg: Config, kept: str | None = None) -> SourceInfo:
+    try:
+        info = inspect_input(input, cfg.columns, cfg.storage)
+    except InputError as exc:
+        missing = f"column `{kept}` is missing in "
+        if kept and str(exc).startswith(missing):  # the one column missing is the group's
+            where = str(exc).removeprefix(missing).split("; fix the name")[0]
+            raise ConfigError(
+                f"--group-by {kept}: `{kept}` is neither an output column nor a column of {where}"
+            ) from exc
+        raise
     line = skipped_formats_line(info)
     if line:
         print(line, file=sys.stderr, flush=True)
@@ -362,6 +395,17 @@ def finish_run(
     )
 
 
+def _prompts_used(run: RunPlan, rows_by_prompt: dict[str, int]) -> str:
+    """The prompt versions this run judged its rows with, most rows first; a run that wrote no
+    row names the ones its input allows (without an expected column: the query-only one)."""
+    if rows_by_prompt:
+        return " / ".join(sorted(rows_by_prompt, key=lambda v: (-rows_by_prompt[v], v)))
+    expected = ("expected", None) if run.info.has_expected else (None,)
+    return " / ".join(
+        prompt_version_for(e, run.spec.per_row, run.spec.verdict_only) for e in expected
+    )
+
+
 def _run_info(
     run: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
 ) -> dict[str, Any]:
@@ -375,10 +419,7 @@ def _run_info(
             "wall_s": wall,
             "input": run.input,
             "judge_model": model,
-            "prompt_version": " / ".join(
-                prompt_version_for(e, run.spec.per_row, run.spec.verdict_only)
-                for e in ("expected", None)
-            ),
+            "prompt_version": _prompts_used(run, c.rows_by_prompt),
             "incremental": bool(run.run_tag),
             "rows_this_run": c.rows_done - c.rows_skipped,
             "rows_skipped": c.rows_skipped,

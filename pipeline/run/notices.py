@@ -48,8 +48,9 @@ def _no_expected(info: SourceInfo, cfg: Config) -> str | None:
 
 def skipped_formats_line(info: SourceInfo) -> str | None:
     """The line on stderr, as the input is checked, naming the files in no input format that
-    were left out (of a folder, a glob or a prefix)."""
-    if not info.skipped:
+    were left out (of a glob or an object-store prefix). A local folder's are counted with its
+    other files not read, in the run's one note on them (`not_read_notice`)."""
+    if not info.skipped or info.not_read is not None:
         return None
     shown = ", ".join(info.skipped[:10])
     more = f", … ({len(info.skipped) - 10} more)" if len(info.skipped) > 10 else ""

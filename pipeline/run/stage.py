@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from ctxprec.config import Config
 from ctxprec.connectors.judges import Judge, JudgeStats, Throttle, audit_settings, create_judge
 from ctxprec.connectors.judges.base import SyncDecider
+from ctxprec.connectors.judges.prompts import prompt_version_for
 from ctxprec.connectors.sources import INPUT_ERROR, SourceChunk
 from ctxprec.flow.audit import AuditSide, AuditVerdicts
 from ctxprec.flow.dispatch import Dispatcher, RunCounters
@@ -130,7 +131,7 @@ async def run_stage(
         if audit_judge is not None:
             own = journal if audit_memo is memo else None
             stage.audit = _audit_side(plan, audit_judge, audit_memo, own)
-        if keep_texts and extractor is None:
+        if keep_texts:
             stage.texts = RunTexts(INPUT_ERROR)
         finished = False
         try:
@@ -365,7 +366,9 @@ def _scored(run: _Stage, job: ChunkJob) -> Any:
     if run.texts is not None:
         # as Python values: a Polars Series made from Arrow imports pyarrow.compute (~25 ms)
         scores, statuses = (table.column(c).to_pylist() for c in ("score", "status"))
-        run.texts.add(job.frame, scores, statuses)
+        # an extractor's items are in the plans (the frame holds the source row instead)
+        items = None if run.extractor is None else [p.items or None for p in job.rows]
+        run.texts.add(job.frame, scores, statuses, items)
     return table
 
 
@@ -405,3 +408,14 @@ async def _process(run: _Stage, planned: PlannedChunk) -> None:
     await anyio.to_thread.run_sync(commit)
     run.counters.rows_done += table.num_rows
     run.counters.rows_failed += failed
+    _count_prompts(run.counters, plan, [p.expected for p in plans].count(None), len(plans))
+
+
+def _count_prompts(counters: RunCounters, plan: RunPlan, query_only: int, rows: int) -> None:
+    """The prompt versions of the rows written (a row without an expected output is judged
+    against its query alone, with that prompt), as the output's prompt_version column has them."""
+    spec = plan.spec
+    for expected, n in (("", rows - query_only), (None, query_only)):
+        if n:
+            version = prompt_version_for(expected, spec.per_row, spec.verdict_only)
+            counters.rows_by_prompt[version] = counters.rows_by_prompt.get(version, 0) + n

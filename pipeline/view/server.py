@@ -132,6 +132,7 @@ def _describe(state: _State) -> dict[str, Any]:
                 "summary": _headline(table.summary()),
                 "summary_html": layout.summary_html(table.outdir).is_file(),
                 "query_column": table.query_column,
+                "search_note": table.search_note,
                 "texts": table.context_column is not None,
                 "groups": table.group_values(),
                 "judge_model": table.describe.get("judge_model"),

@@ -100,6 +100,7 @@ STATE_DIR = "_ctxprec"  # ctxprec's own folder inside an output folder
 _MANIFEST = "manifest.json"
 _RUN_INFO = "run.json"
 _ESTIMATE = "estimate.json"
+_REPORT_TEXTS = "report-texts.json"  # the texts of the rows summary.html opened
 _SINK_PREFIX = "sink-"
 _LOCK = "lock"
 _PARTS = "parts"
@@ -190,11 +191,17 @@ def sink_record(outdir: P, digest: str) -> P:
     return outdir / STATE_DIR / f"{_SINK_PREFIX}{digest}.json"
 
 
+def report_texts(outdir: P) -> P:
+    """The query, expected output and items of the rows summary.html opened that the output
+    does not hold, kept so that `ctxprec summary` can show them again."""
+    return outdir / STATE_DIR / _REPORT_TEXTS
+
+
 def owned_state(outdir: P) -> list[P]:
-    """The state files a new run replaces (--overwrite): manifest, run info, estimate and the
-    sinks' records; the verdicts (a memo) and the lock stay."""
+    """The state files a new run replaces (--overwrite): manifest, run info, estimate, the
+    report's texts and the sinks' records; the verdicts (a memo) and the lock stay."""
     state = outdir / STATE_DIR
-    found: list[P] = [state / name for name in (_MANIFEST, _RUN_INFO, _ESTIMATE)]
+    found: list[P] = [state / name for name in (_MANIFEST, _RUN_INFO, _ESTIMATE, _REPORT_TEXTS)]
     found.extend(state.glob(f"{_SINK_PREFIX}*.json"))
     return found
 
@@ -263,6 +270,13 @@ def incremental_tag(moment: datetime) -> str:
 def is_incremental_key(key: str) -> bool:
     """Whether a part key is one an --incremental run committed."""
     return _INCREMENTAL_KEY.match(key) is not None
+
+
+def run_of_part(name: str) -> str:
+    """Which run wrote the part file `name` (part-KEY.parquet): the --incremental run's tag, or
+    "" for the parts of the run that is not incremental."""
+    found = _INCREMENTAL_KEY.match(name.removeprefix(_PART_PREFIX))
+    return found.group(0) if found else ""
 
 
 # -- verdicts --------------------------------------------------------------------------------

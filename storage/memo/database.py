@@ -17,6 +17,7 @@ from typing import Final
 
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files.layout import memo_db
+from ctxprec.storage.memo.codec import HEADER_COLUMNS, HEADER_SIZE, MAGIC
 
 OPEN_LOCK: Final = "ctxprec-open.lock"  # taken while a process opens (or creates) the memo
 
@@ -25,11 +26,13 @@ __all__ = [
     "MODE_RAW",
     "NO_MEMO_WAY_OUT",
     "OpenedDb",
+    "Tally",
     "clear_rows",
     "connect_reader",
     "is_read_only_error",
     "open_db",
     "table_stats",
+    "tally_rows",
     "write_failed",
 ]
 
@@ -280,16 +283,60 @@ def table_stats(con: sqlite3.Connection) -> tuple[int, float | None, float | Non
     return int(total), (float(oldest) if n else None), (float(newest) if n else None)
 
 
+def _where(cutoff: float | None, only: str | None) -> tuple[str, tuple[float, ...]]:
+    """The WHERE clause (empty: every row) and its parameters of the rows stored before
+    `cutoff` (None: any time) that `only` selects (an SQL condition; None: every row)."""
+    tests = [] if cutoff is None else ["NOT (store_time >= ?)"]  # (unreadable times too)
+    tests += [] if only is None else [f"({only})"]
+    where = " WHERE " + " AND ".join(tests) if tests else ""
+    return where, (() if cutoff is None else (cutoff,))
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What some of the memo's rows hold: how many, their bytes (keys and values), and the
+    tokens their verdicts took (the headers of the values that are verdicts)."""
+
+    rows: int
+    size: int
+    input_tokens: int
+    output_tokens: int
+
+
+def tally_rows(con: sqlite3.Connection, cutoff: float | None, only: str | None = None) -> Tally:
+    """The rows `clear_rows` would delete with the same arguments, counted (only their
+    headers are read, a batch at a time)."""
+    where, params = _where(cutoff, only)
+    n, size = con.execute(
+        "SELECT count(*), coalesce(sum(coalesce(length(key), 0) + coalesce(length(value), 0)), 0)"
+        " FROM Cache" + where,
+        params,
+    ).fetchone()
+    heads = con.execute(
+        f"SELECT substr(value, 1, {HEADER_SIZE}) FROM Cache"
+        + (where or " WHERE 1")
+        + " AND typeof(value) = 'blob'",
+        params,
+    )
+    t_in = t_out = 0
+    while batch := heads.fetchmany(_TALLY_BATCH):
+        for (head,) in batch:
+            if len(head) == HEADER_SIZE and head.startswith(MAGIC):
+                _, _, tokens_in, tokens_out = HEADER_COLUMNS.unpack(head)
+                t_in, t_out = t_in + tokens_in, t_out + tokens_out
+    return Tally(int(n), int(size), t_in, t_out)
+
+
+_TALLY_BATCH: Final = 65_536
+
+
 def clear_rows(
     con: sqlite3.Connection, directory: Path, cutoff: float | None, only: str | None = None
 ) -> int:
     """Delete the rows stored before `cutoff` (None: all), and only those `only` selects (an
     SQL condition: None, every row), in one transaction, then the files diskcache kept for them
     (`_FILE_NAME` only, resolved inside `directory`); rows deleted."""
-    tests = [] if cutoff is None else ["NOT (store_time >= ?)"]  # (unreadable times too)
-    tests += [] if only is None else [f"({only})"]
-    where = " WHERE " + " AND ".join(tests) if tests else ""
-    params: tuple[float, ...] = () if cutoff is None else (cutoff,)
+    where, params = _where(cutoff, only)
     con.execute("BEGIN IMMEDIATE")
     try:
         files = [

@@ -34,11 +34,13 @@ from ctxprec.storage.memo.codec import (
 from ctxprec.storage.memo.database import (
     MODE_RAW,
     NO_MEMO_WAY_OUT,
+    Tally,
     clear_rows,
     connect_reader,
     is_read_only_error,
     open_db,
     table_stats,
+    tally_rows,
     write_failed,
 )
 
@@ -525,6 +527,12 @@ class Memo:
         """Entries, and the oldest and newest store times
         (`ctxprec.storage.memo.database.table_stats`)."""
         return (0, None, None) if self._con is None else table_stats(self._con)
+
+    def tally(self, cutoff: float | None, old_format: bool = False) -> Tally:
+        """What `clear` with the same arguments would remove: entries, bytes, tokens."""
+        if self._con is None:
+            return Tally(0, 0, 0, 0)
+        return tally_rows(self._con, cutoff, _OLDER_ROWS if old_format else None)
 
     def clear(self, cutoff: float | None, old_format: bool = False) -> int:
         """Remove the entries stored before `cutoff` (None: all), only those of memo formats

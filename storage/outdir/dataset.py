@@ -5,20 +5,55 @@ dropping rows that are about to be re-scored.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ctxprec.storage.files import layout
 from ctxprec.storage.files.atomic import atomic_write
 from ctxprec.storage.files.confine import check_inside
 from ctxprec.storage.files.objpath import ObjPath, OutPath, readable
 from ctxprec.storage.outdir.ownership import part_files
 
-__all__ = ["drop_ids", "scored_ids"]
+__all__ = ["drop_ids", "parts_schema", "scan_parts", "scored_ids"]
+
+
+def parts_schema(parts: Sequence[str]) -> pl.Schema | None:
+    """The columns of every part file, read from one part of each run that wrote them: a later
+    --incremental run may pass through more columns than the earlier ones (their rows read them
+    as null). None when every run wrote the same columns (nothing to reconcile)."""
+    first: dict[str, str] = {}
+    for path in parts:
+        first.setdefault(layout.run_of_part(PurePath(path).name), path)
+    if len(first) < 2:
+        return None
+    schemas = [pl.read_parquet_schema(path) for path in first.values()]
+    if all(s == schemas[0] for s in schemas):
+        return None
+    widest = max(schemas, key=lambda schema: len(schema))  # its columns keep their order
+    merged = dict(widest)
+    for schema in schemas:
+        for name, dtype in schema.items():
+            merged.setdefault(name, dtype)
+    return pl.Schema(merged)
+
+
+def scan_parts(parts: Sequence[Path | str], file_column: str | None = None) -> pl.LazyFrame:
+    """Local part files as one lazy frame (Hive partition columns from their folders), every
+    column of every run in it: a column a run did not write reads as null."""
+    paths = [str(p) for p in parts]
+    return pl.scan_parquet(
+        paths,
+        schema=parts_schema(paths),
+        hive_partitioning=True,
+        missing_columns="insert",
+        extra_columns="ignore",
+        include_file_paths=file_column,
+    )
 
 
 def scored_ids(outdir: OutPath) -> pl.DataFrame:

@@ -3,10 +3,11 @@ user types (`--model: 'offline' there, 'openai/x' here`), for the "holds another
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["describe_differences"]
+__all__ = ["added_columns", "describe_differences"]
 
 _NAMES = {
     "input": "INPUT",
@@ -44,6 +45,39 @@ def _pairs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             continue
         out.append(f"{_NAMES.get(key, key)}: {_short(a)} there, {_short(b)} here")
     return out
+
+
+_INPUT_KEYS = frozenset({"input", "files", "batch_rows"})  # which rows: not the configuration
+
+
+def _outputs(columns: list[Any]) -> dict[str, str] | None:
+    """A manifest's passthrough columns: source -> output name (None: not a column list)."""
+    passthrough = columns[5] if len(columns) > 5 else None
+    renames = columns[6] if len(columns) > 6 else []
+    if not isinstance(passthrough, list) or not isinstance(renames, list):
+        return None
+    if not all(isinstance(p, str) for p in passthrough):
+        return None
+    pairs = {str(r[0]): str(r[1]) for r in renames if isinstance(r, list) and len(r) == 2}
+    return {str(name): pairs.get(str(name), str(name)) for name in passthrough}
+
+
+def added_columns(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str] | None:
+    """The output columns `new` passes through that `old` did not, when that is all that
+    differs between the two runs' configurations (the rows they read aside); None when
+    anything else differs, a column is dropped or renamed, or nothing is added."""
+    new = json.loads(json.dumps(new, default=str))  # as the manifest holds it
+    for key in (set(old) | set(new)) - _INPUT_KEYS - {"columns"}:
+        if old.get(key) != new.get(key):
+            return None
+    before, after = old.get("columns"), new.get("columns")
+    if not isinstance(before, list) or not isinstance(after, list) or before[:5] != after[:5]:
+        return None
+    was, now = _outputs(before), _outputs(after)
+    if was is None or now is None or any(now.get(k) != v for k, v in was.items()):
+        return None
+    added = [out for source, out in now.items() if source not in was]
+    return added or None
 
 
 def describe_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

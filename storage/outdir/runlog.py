@@ -22,7 +22,7 @@ from ctxprec.storage.files.objpath import OutPath
 from ctxprec.storage.outdir import ownership, statefile
 from ctxprec.storage.outdir.batches import BatchStore
 from ctxprec.storage.outdir.lock import command_line
-from ctxprec.storage.outdir.mismatch import describe_differences
+from ctxprec.storage.outdir.mismatch import added_columns, describe_differences
 from ctxprec.storage.outdir.ownership import has_manifest
 
 __all__ = ["RunLog", "fingerprint_of", "history_entry"]
@@ -78,6 +78,14 @@ class RunLog:
         self.check_state(overwrite=overwrite)  # all read and checked before anything changes
         if overwrite:
             ownership.remove_owned(self.outdir)
+        elif incremental and self._other_config(manifest) and self._added(manifest):
+            added = ", ".join(f"`{c}`" for c in self._added(manifest) or [])
+            print(
+                f"ctxprec: note: --incremental adds the column(s) {added} to {self.outdir}: the "
+                "rows earlier runs wrote read them back as null (as a Delta or Iceberg table "
+                "adds a column)",
+                file=sys.stderr,
+            )
         elif incremental and self._other_config(manifest):
             raise OutputError(
                 f"output folder {self.outdir} was scored with another judge configuration "
@@ -91,8 +99,8 @@ class RunLog:
             # only what will work: --incremental is refused when the configuration differs
             fixes = (
                 "use a new folder, or --overwrite to replace it (--incremental adds rows only "
-                "under the same configuration)"
-                if self._other_config(manifest)
+                "under the same configuration, or with passthrough columns added)"
+                if self._other_config(manifest) and not self._added(manifest)
                 else "use a new folder, --overwrite to replace it, or --incremental to add to it"
             )
             raise OutputError(
@@ -141,6 +149,11 @@ class RunLog:
         return manifest is not None and manifest.get("config_fingerprint") != (
             self.config_fingerprint
         )
+
+    def _added(self, manifest: dict[str, Any] | None) -> list[str] | None:
+        """The passthrough columns this run adds to the folder's, when that is all that differs
+        in the configuration."""
+        return added_columns((manifest or {}).get("describe", {}), self.describe)
 
     def _holds_additions(self, manifest: dict[str, Any] | None) -> bool:
         """Rows of an --incremental run are committed here, or one wrote the manifest last

@@ -22,6 +22,7 @@ __all__ = [
     "ESTIMATE",
     "MANIFEST",
     "RECORD",
+    "REPORT_TEXTS",
     "RUN_INFO",
     "SINK_RECORD",
     "Spec",
@@ -260,3 +261,9 @@ RECORD = Spec(
 )
 COMMIT_RECORD = Spec(RECORD.fields, required=("key", "files", "rows", "failed"))
 SINK_RECORD = Spec({"sink": "?str", "loaded": {"*": "int"}}, required=("loaded",))
+# id -> the texts of a row summary.html opened (`ctxprec.storage.report.rows.Texts`)
+REPORT_TEXTS = Spec(
+    {"texts": {"*": {"query": "?str", "expected": "?str", "context": opt(["?str"])}}},
+    required=("texts",),
+    cap=MANIFEST_CAP,
+)

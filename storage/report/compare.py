@@ -120,8 +120,9 @@ _METRIC_HEAD = ["metric", "pairs", "mean A", "mean B", "delta B−A", "95% CI", 
                 "ties"]  # fmt: skip
 
 
-def render_text(report: Mapping[str, Any]) -> str:
-    """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics."""
+def render_text(report: Mapping[str, Any], written: Path | None = None) -> str:
+    """The terminal view: sides, pairs, the score delta with its CI and test, rank metrics.
+    `written`: the folder compare.json was written to (-o), which its lines may point to."""
     lines = [
         f"ctxprec compare: A = {_side(report, 'a')}",
         f"                 B = {_side(report, 'b')}",
@@ -141,7 +142,7 @@ def render_text(report: Mapping[str, Any]) -> str:
     lines += _honesty_lines(report, "  ")
     if (agree := report.get("judge_agreement")) and agree["judges_differ"]:
         lines += _agreement_text(agree)
-    lines += _judge_warning(report["judge_config"])
+    lines += _judge_warning(report["judge_config"], written)
     if gate := _gate_message(report):
         lines.append(f"  GATE FAILED: {gate}")
     elif (g := report.get("gate")) and g.get("figure"):
@@ -164,19 +165,29 @@ def corrected_lines(report: Mapping[str, Any]) -> list[str]:
     return [line] + ([f"note: {c['note']}"] if c.get("note") else [])
 
 
-def _judge_warning(judge: Mapping[str, Any]) -> list[str]:
-    """One line however many settings differ (compare.json and compare.md list them)."""
+_NAMED_SETTINGS = 4  # up to this many differing settings are named in the warning line
+
+
+def _judge_warning(judge: Mapping[str, Any], written: Path | None) -> list[str]:
+    """One line however many settings differ: one difference in full, a few by name, more by
+    count; the values are in compare.json (pointed to when -o wrote it) and --json."""
     differences = judge["differences"]
     if not differences:
         return []
     names = judge.get("judges") or {}
-    who = f"A {names.get('a') or '?'}, B {names.get('b') or '?'}"
+    head = f"  WARNING judge configuration differs (A {names.get('a') or '?'}, B "
+    head += f"{names.get('b') or '?'}):"
     if len(differences) == 1:
-        return [f"  WARNING judge configuration differs ({who}): {differences[0]}"]
-    return [
-        f"  WARNING judge configuration differs ({who}): {len(differences)} settings differ "
-        "(compare.json lists them under judge_config.differences)"
-    ]
+        return [f"{head} {differences[0]}"]
+    settings = judge.get("settings") or []
+    if written is not None:
+        where = f"{layout.compare_file(written, COMPARE_JSON)} lists each under "
+        where += "judge_config.differences"
+    else:
+        where = "--json lists each under judge_config.differences"
+    if settings and len(settings) <= _NAMED_SETTINGS:
+        return [f"{head} {', '.join(settings)} ({where})"]
+    return [f"{head} {len(differences)} settings differ ({where})"]
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:

@@ -7,6 +7,8 @@ output never sits in memory.
 from __future__ import annotations
 
 import bisect
+import json
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -15,8 +17,15 @@ from typing import Any
 import polars as pl
 
 from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.errors import StateDamagedError
+from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import atomic_write_bytes
+from ctxprec.storage.files.objpath import OutPath
+from ctxprec.storage.outdir import statefile
+from ctxprec.storage.outdir.dataset import scan_parts
 
 __all__ = [
+    "KeptTexts",
     "RunTexts",
     "TextLookup",
     "Texts",
@@ -75,13 +84,7 @@ def report_rows(
 
 
 def _scan(parts: Sequence[Path], file_column: str | None = None) -> pl.LazyFrame:
-    return pl.scan_parquet(
-        [str(p) for p in parts],
-        hive_partitioning=True,
-        missing_columns="insert",
-        extra_columns="ignore",
-        include_file_paths=file_column,
-    )
+    return scan_parts(parts, file_column)
 
 
 def _choose(lf: pl.LazyFrame, worst: int, sample: int) -> tuple[dict[str, list[str]], set[str]]:
@@ -152,12 +155,19 @@ class RunTexts:
         self._texts: Texts = {}
 
     def add(
-        self, frame: pl.DataFrame, scores: Sequence[float | None], statuses: Sequence[str]
+        self,
+        frame: pl.DataFrame,
+        scores: Sequence[float | None],
+        statuses: Sequence[str],
+        contexts: Sequence[Sequence[str] | None] | None = None,
     ) -> None:
         """One chunk: its input rows as read (id, query, expected, context) and their scores
-        and statuses in the same order. Call it from a worker thread (a Python pass over the
-        chunk's rows: ~0.8 ms for 1,000)."""
-        if frame.height != len(scores) or "context" not in frame.columns:
+        and statuses in the same order; `contexts`: each row's items when an extractor made
+        them (the frame has no context column then). Call it from a worker thread (a Python
+        pass over the chunk's rows: ~0.8 ms for 1,000)."""
+        if frame.height != len(scores) or ("context" not in frame.columns and contexts is None):
+            return
+        if contexts is not None and len(contexts) != frame.height:
             return
         column = frame.get_column("id").cast(pl.String)
         ids = column.to_list()
@@ -176,7 +186,7 @@ class RunTexts:
             kept = low.ids() | hashed.ids() | failed.ids()
             self._texts = {k: v for k, v in self._texts.items() if k in kept}
             new = [i for i, key in enumerate(ids) if key in kept and key not in self._texts]
-            self._texts.update(_frame_texts(frame, new, self._flag))
+            self._texts.update(_frame_texts(frame, new, self._flag, contexts))
 
     def lookup(self, fallback: TextLookup | None) -> TextLookup:
         """The kept texts, and `fallback`'s for ids this run did not keep."""
@@ -191,12 +201,63 @@ class RunTexts:
         return texts
 
 
-def _frame_texts(frame: pl.DataFrame, rows: list[int], flag: str) -> Texts:
-    """The query, expected and context of `rows` of a chunk as read, in `TextLookup`'s shape;
-    a row the reader flagged (`flag`) or whose values are not texts is left out."""
+class KeptTexts:
+    """The texts of the rows summary.html opens that the output does not hold, kept in the
+    output's state (`layout.report_texts`) once a report shows them: `ctxprec summary` shows
+    them again without the input (a JSON Lines, CSV or object-store input is never read back,
+    an extractor's items never were in it). A lookup: the kept texts first, then `fallback`'s;
+    `save` keeps exactly what the last report showed."""
+
+    def __init__(self, outdir: OutPath, fallback: TextLookup | None) -> None:
+        self._outdir, self._fallback = outdir, fallback
+        self._kept = _read_kept(outdir)
+        self._shown: Texts = {}
+
+    def __call__(self, ids: Sequence[str]) -> Texts:
+        got = {i: self._kept[i] for i in ids if i in self._kept}
+        rest = [i for i in ids if i not in got]
+        if rest and self._fallback is not None:
+            got.update(self._fallback(rest))
+        self._shown.update(got)
+        return got
+
+    def save(self) -> None:
+        if self._shown == self._kept:
+            return
+        path = layout.report_texts(self._outdir)
+        data = json.dumps({"texts": self._shown}, ensure_ascii=False).encode()
+        if not self._shown or len(data) > statefile.REPORT_TEXTS.cap:
+            path.unlink(missing_ok=True)  # too big to keep: the next summary reads the input
+            return
+        atomic_write_bytes(path, data)
+
+
+def _read_kept(outdir: OutPath) -> Texts:
+    """report-texts.json as a checked state file; a damaged one is only a lost cache."""
+    path = layout.report_texts(outdir)
+    try:
+        data = statefile.read_json(outdir, path, statefile.REPORT_TEXTS, "it is rewritten")
+    except StateDamagedError as exc:
+        print(f"ctxprec: note: {str(exc).split('; nothing was changed')[0]}; ignored (it only "
+              "holds the texts summary.html shows)", file=sys.stderr)  # fmt: skip
+        return {}
+    return dict(data["texts"]) if data else {}
+
+
+def _frame_texts(
+    frame: pl.DataFrame,
+    rows: list[int],
+    flag: str,
+    contexts: Sequence[Sequence[str] | None] | None = None,
+) -> Texts:
+    """The query, expected and context of `rows` of a chunk as read (the context from
+    `contexts` when given), in `TextLookup`'s shape; a row the reader flagged (`flag`) or whose
+    values are not texts is left out."""
     if not rows:
         return {}
     fields = [c for c in ("query", "expected", "context") if c in frame.columns]
+    if contexts is not None:
+        fields = [c for c in fields if c != "context"]
     taken = frame[rows]
     flagged = taken.get_column(flag).to_list() if flag in taken.columns else [None] * len(rows)
     out: Texts = {}
@@ -205,6 +266,11 @@ def _frame_texts(frame: pl.DataFrame, rows: list[int], flag: str) -> Texts:
         values = taken.select(fields).to_dicts()
     except (pl.exceptions.PolarsError, UnicodeDecodeError, ValueError):
         return {}
+    if contexts is not None:
+        for i, row in zip(rows, values, strict=True):
+            items = contexts[i]
+            row["context"] = list(items) if items is not None else None
+        fields.append("context")
     for key, problem, row in zip(ids, flagged, values, strict=True):
         if problem is not None or key is None:
             continue

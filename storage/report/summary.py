@@ -21,6 +21,7 @@ from ctxprec.storage.files import layout
 from ctxprec.storage.files.atomic import atomic_write_bytes
 from ctxprec.storage.files.layout import CHART_FILES, TREND_CHART
 from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.outdir.schema import SCHEMA_VERSION
 from ctxprec.storage.report.audit import audit_lines, audit_summary
@@ -32,7 +33,7 @@ from ctxprec.storage.report.charts import (
 )
 from ctxprec.storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
 from ctxprec.storage.report.html import render_html
-from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
+from ctxprec.storage.report.rows import KeptTexts, TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
 from ctxprec.storage.report.words import judge_rows, rate, seconds
 from ctxprec.storage.stats.kappa import cohen_kappa
@@ -50,6 +51,7 @@ __all__ = [
 _EPS = 1e-9  # scores carry two decimals; this only absorbs float noise in score / scale
 _BINS = 20
 _MAX_GROUPS = 200
+_END_GROUPS = 10  # groups of the lowest and of the highest mean score kept for summary.md
 # (band, lower, upper, range, meaning) on score / scale, the documented bands; "none" is exactly 0.
 BANDS: tuple[tuple[str, float, float, str, str], ...] = (
     ("excellent", 0.9, 1.0, "0.9 – 1.0", "relevant context comes first"),
@@ -142,9 +144,7 @@ def _estimates(
 def _scan(parts: list[Path]) -> pl.LazyFrame:
     if not parts:
         return pl.LazyFrame(schema=_EMPTY)
-    return pl.scan_parquet(
-        parts, hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-    )
+    return scan_parts(parts)
 
 
 def _norm(scale: float) -> pl.Expr:
@@ -281,7 +281,21 @@ def _by_group(lf: pl.LazyFrame, cols: set[str], column: str) -> dict[str, Any]:
         .collect()
     )
     groups = [{k: _r(v) for k, v in g.items()} for g in got.head(_MAX_GROUPS).iter_rows(named=True)]
-    return {"column": column, "groups": groups, "groups_total": got.height}
+    scored = got.filter(pl.col("mean_score").is_not_null())
+
+    def ends(descending: bool) -> list[dict[str, Any]]:
+        order = scored.sort(["mean_score", "rows", "group"], descending=[descending, True, False])
+        return [
+            {k: _r(v) for k, v in g.items()} for g in order.head(_END_GROUPS).iter_rows(named=True)
+        ]
+
+    return {
+        "column": column,
+        "groups": groups,  # the largest, most rows first
+        "groups_total": got.height,
+        "worst": ends(False),  # the lowest mean scores over every group, lowest first
+        "best": ends(True),  # and the highest, highest first
+    }
 
 
 def agreement(tp: int, fp: int, fn: int, tn: int) -> dict[str, Any]:
@@ -479,8 +493,10 @@ def write_summary(
     text = json.dumps(summary, indent=2, ensure_ascii=False, default=str) + "\n"
     atomic_write_bytes(layout.summary_json(outdir), text.encode())
     atomic_write_bytes(layout.summary_md(outdir), render_markdown(summary, charts=charts).encode())
-    page = render_html(summary, _html_rows(outdir, summary, texts))
+    kept = KeptTexts(outdir, texts)  # the texts of the rows it opens, kept for the next time
+    page = render_html(summary, _html_rows(outdir, summary, kept))
     atomic_write_bytes(layout.summary_html(outdir), page.encode())
+    kept.save()
 
 
 def _html_rows(
@@ -703,17 +719,46 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
         rows = [[k.replace("_", " "), shown.get(k)] for k in wanted]
         out += _md_table("Judge against itself (--recheck)", ["figure", "value"], rows)
     if g := s["by_group"]:
-        head = ["group", "rows", "failed", "mean score", "median"]
-        rows = [
-            [x["group"], x["rows"], x["failed"], x["mean_score"], x["median"]] for x in g["groups"]
-        ]
-        out += _md_table(f"By {g['column']}", head, rows) or [
-            f"## By {g['column']}",
-            "",
-            g["note"],
-            "",
-        ]
+        out += _group_md(g)
     return out
+
+
+def _group_md(g: Mapping[str, Any]) -> list[str]:
+    """The --group-by table, lowest mean score first: every group when they are few, else the
+    lowest and the highest few with how many are left out (the groups summary.json lists are
+    the largest)."""
+    head = ["group", "rows", "failed", "mean score", "median"]
+    total, groups = g.get("groups_total") or 0, g.get("groups") or []
+    worst, best = g.get("worst"), g.get("best")
+    if not groups:
+        return [f"## By {g['column']}", "", g.get("note") or "no rows", ""]
+    if worst is None or best is None or total <= len(worst) + len(best):
+        shown = sorted(groups, key=_mean_first)  # every group (summary.json lists them all)
+        lines = _md_table(f"By {g['column']}", head, [_group_row(x) for x in shown])
+        extra = (
+            []
+            if total <= len(groups)
+            else [f"{total - len(groups):,} more groups are left out.", ""]
+        )
+        return [*lines[:2], "Lowest mean score first.", "", *lines[2:], *extra]
+    rows = [*map(_group_row, worst), ["…", "", "", "", ""], *map(_group_row, best)]
+    lines = _md_table(f"By {g['column']}", head, rows)
+    left = total - len(worst) - len(best)
+    said = (
+        f"{total:,} groups: the {len(worst)} with the lowest mean score, then the {len(best)} "
+        f"with the highest; {left:,} of {total:,} are left out here (summary.json lists the "
+        f"{len(groups):,} largest)."
+    )
+    return [*lines[:2], said, "", *lines[2:]]
+
+
+def _mean_first(group: Mapping[str, Any]) -> tuple[bool, float, int, str]:
+    mean = group.get("mean_score")
+    return (mean is None, mean or 0.0, -(group.get("rows") or 0), str(group.get("group")))
+
+
+def _group_row(x: Mapping[str, Any]) -> list[Any]:
+    return [x["group"], x["rows"], x["failed"], x["mean_score"], x["median"]]
 
 
 def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:

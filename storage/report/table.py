@@ -18,6 +18,7 @@ from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_O
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import ObjPath, OutPath
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.report.summary import BANDS
 
@@ -150,6 +151,14 @@ class RowTable:
         self.query_column = self._present(names[1] if len(names) > 1 else None)
         self.context_column = self._present(names[3] if len(names) > 3 else None)
         self.group_columns = self._groups()
+        # what a search matches, said where the search is typed (None: ids and query texts)
+        query = names[1] if len(names) > 1 and isinstance(names[1], str) else "QUERY_COLUMN"
+        self.search_note = (
+            None
+            if self.query_column
+            else f"this output keeps no query text, so a search matches ids only: score with "
+            f"--passthrough {query} to search the queries"
+        )
 
     # -- what the output is --------------------------------------------------------------------
     def _present(self, name: Any) -> str | None:
@@ -177,12 +186,7 @@ class RowTable:
                 partition_base_dir=self.outdir.path,
             )
             return pl.scan_pyarrow_dataset(dataset)
-        return pl.scan_parquet(
-            [str(p) for p in self.parts],
-            hive_partitioning=True,
-            missing_columns="insert",
-            extra_columns="ignore",
-        )
+        return scan_parts([str(p) for p in self.parts])
 
     def group_values(self) -> dict[str, list[dict[str, Any]]]:
         """Per grouping column, its most frequent values with their row counts."""
@@ -261,7 +265,10 @@ class RowTable:
                 self._where(self.scan(), f).select(self._list_columns()).slice(offset, size)
             )
         rows = [self._list_row(r) for r in got.iter_rows(named=True)]
-        return {"total": total, "page": number, "size": size, "rows": rows}
+        found: dict[str, Any] = {"total": total, "page": number, "size": size, "rows": rows}
+        if f.search.strip() and self.search_note:
+            found["note"] = self.search_note
+        return found
 
     def _numbered(self) -> pl.LazyFrame:
         """The scan with each row's position in it (a stable tie-break, cheaper than the id)."""

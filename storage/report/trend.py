@@ -17,6 +17,7 @@ from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.figures import figure_text, percent_text
 from ctxprec.storage.files.layout import TREND_CHART
 from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
+from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.report.charts import fit_title, png, short_label, thin_ticks
 
@@ -64,9 +65,7 @@ def night_trend(
     candidates = _partition_by(outdir)
     if not candidates or not files:
         return None
-    lf = pl.scan_parquet(
-        list(files), hive_partitioning=True, missing_columns="insert", extra_columns="ignore"
-    )
+    lf = scan_parts(list(files))
     cols = set(lf.collect_schema().names())
     column = _date_column(lf, [c for c in candidates if c in cols])
     if column is None:

@@ -5,9 +5,8 @@ errors with its control characters shown as escapes."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from ctxprec.connectors.judges.retry import classify
 from ctxprec.storage.core.printable import printable
 from tests.fakes.inputs import REPO
+from tests.fakes.loopback import serving
 from tests.fakes.runs import score
 
 HOSTILE = 'forbidden\x00\x1b[2J\x1b[31mALL GOOD\x1b[0m\r\x07 {"x": 1}'
@@ -56,14 +56,9 @@ def hostile_403(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Forbidden)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
-    try:
+    with serving(Forbidden) as url:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")
         yield asked
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_the_terminal_gets_no_control_character_from_a_server(

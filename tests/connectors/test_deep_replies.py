@@ -5,15 +5,15 @@ reply: a failed call, the run goes on and says so."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from ctxprec.connectors.judges import jsonfast
+from tests.fakes.loopback import serving
 from tests.fakes.runs import score
 
 DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
@@ -54,15 +54,10 @@ def deep_judge(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Deep)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deep-0123456789")
-    try:
+    with serving(Deep) as url:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-deep-0123456789")
         yield str(request.param)
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_deeply_nested_reply_is_one_failed_call(

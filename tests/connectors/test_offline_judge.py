@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from pathlib import Path
+from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ctxprec.connectors.judges import offline
@@ -15,16 +17,48 @@ from ctxprec.connectors.judges.registry import create_judge
 from ctxprec.storage.core.errors import ConfigError
 from ctxprec.storage.core.metric import map_score
 from ctxprec.storage.core.settings import JudgeSettings
+from tests.fakes.inputs import HOTPOT_ENV, real_hotpot
+from tests.fakes.labelled import labelled_log
 
-DATASET = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "datasets"
-    / "hotpotqa_dev_distractor_500.parquet"
-)
-# Measured on that file with offline-v2: κ 0.791 (query + expected), 0.696 (query only).
-KAPPA_FLOOR_EXPECTED = 0.74
-KAPPA_FLOOR_QUERY_ONLY = 0.64
+
+@dataclass(frozen=True)
+class Labelled:
+    """A labelled log to hold the heuristic to: its rows, κ floors and pinned verdicts digest."""
+
+    rows: list[tuple[str, str, list[str], list[bool]]]
+    floor_expected: float  # κ against the labels, judged with the expected output
+    floor_query_only: float  # and without it
+    pinned: str
+
+
+# Every verdict and reason of the three variants (with and without the expected output), hashed.
+# A change that moves a digest changes verdicts or reasons, so it needs a new HEURISTIC_VERSION.
+# The generated log (tests/fakes/labelled.py), offline-v2: κ 0.771 (query + expected), 0.618
+# (query only).
+GENERATED = ("8a739e49b81fc9efbe1ec5e7ccfd1e5987b071ef3968640e0eaec41e9a4468a9", 0.74, 0.58)
+# The real HotpotQA sample (IRCoT's 500 dev questions, distractor setting), when CTXPREC_TEST_HOTPOT
+# names it: known by its bytes, since its floors and digest hold for that file only. offline-v2:
+# κ 0.791 / 0.696; digest pinned before the tokenizer was made faster.
+REAL_SHA256 = "06e959182cecf99686adaad5ff83d4f340865195ca5bc0d6979139be7c293be8"
+REAL = ("992a5e86f2bf3642b4c23228c6340b78362219d0e590d588848709b2cfdd202a", 0.74, 0.64)
+
+
+def _rows(table: pa.Table) -> list[tuple[str, str, list[str], list[bool]]]:
+    cols = table.select(["question", "ground_truth", "contexts", "labels"]).to_pydict()
+    return list(zip(*cols.values(), strict=True))
+
+
+@pytest.fixture(scope="module", params=["generated", "real"])
+def labelled(request: pytest.FixtureRequest) -> Labelled:
+    if request.param == "generated":
+        pinned, floor, floor_query = GENERATED
+        return Labelled(_rows(labelled_log()), floor, floor_query, pinned)
+    path = real_hotpot()
+    if path is None or hashlib.sha256(path.read_bytes()).hexdigest() != REAL_SHA256:
+        pytest.skip(f"the real HotpotQA sample is not named by {HOTPOT_ENV}")
+    pinned, floor, floor_query = REAL
+    return Labelled(_rows(pq.read_table(path)), floor, floor_query, pinned)
+
 
 QUERY = (
     "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
@@ -189,42 +223,30 @@ def _kappa(pred: list[bool], gold: list[bool]) -> float:
     return (observed - chance) / (1 - chance)
 
 
-@pytest.mark.skipif(not DATASET.exists(), reason=f"shared dataset not found at {DATASET}")
-def test_agreement_with_human_labels_stays_above_floor() -> None:
-    pl = pytest.importorskip("polars")
-    df = pl.read_parquet(DATASET, columns=["question", "ground_truth", "contexts", "labels"])
+def test_agreement_with_human_labels_stays_above_floor(labelled: Labelled) -> None:
     judge = make()
     gold: list[bool] = []
     with_expected: list[bool] = []
     query_only: list[bool] = []
-    for question, truth, contexts, labels in df.iter_rows():
+    for question, truth, contexts, labels in labelled.rows:
         gold.extend(labels)
         for item in contexts:
             with_expected.append(judge.decide(question, truth, item).relevant)
             query_only.append(judge.decide(question, None, item).relevant)
-    assert _kappa(with_expected, gold) >= KAPPA_FLOOR_EXPECTED
-    assert _kappa(query_only, gold) >= KAPPA_FLOOR_QUERY_ONLY
+    assert _kappa(with_expected, gold) >= labelled.floor_expected
+    assert _kappa(query_only, gold) >= labelled.floor_query_only
 
 
-# Every verdict and reason of the three variants on the HotpotQA file (with and without the
-# expected output), hashed. Pinned with offline-v2 before the tokenizer was made faster: a
-# change that moves it changes verdicts or reasons, so it needs a new HEURISTIC_VERSION.
-PINNED_VERDICTS = "992a5e86f2bf3642b4c23228c6340b78362219d0e590d588848709b2cfdd202a"
-
-
-@pytest.mark.skipif(not DATASET.exists(), reason=f"shared dataset not found at {DATASET}")
-def test_verdicts_and_reasons_are_pinned() -> None:
-    pl = pytest.importorskip("polars")
-    df = pl.read_parquet(DATASET, columns=["question", "ground_truth", "contexts"])
+def test_verdicts_and_reasons_are_pinned(labelled: Labelled) -> None:
     digest = hashlib.sha256()
     for variant in ("", "strict", "lenient"):
         judge = make(variant)
-        for question, truth, contexts in df.iter_rows():
+        for question, truth, contexts, _ in labelled.rows:
             for expected in (truth, None):
                 for item in contexts:
                     v = judge.decide(question, expected, item)
                     digest.update(b"%d%s\n" % (v.relevant, v.reason.encode()))
-    assert digest.hexdigest() == PINNED_VERDICTS
+    assert digest.hexdigest() == labelled.pinned
 
 
 def _reference_padded(text: str) -> str:
@@ -248,11 +270,8 @@ def test_fast_padded_text_equals_the_token_phrase_on_every_code_point() -> None:
         assert offline._padded(text) == _reference_padded(text)
 
 
-@pytest.mark.skipif(not DATASET.exists(), reason=f"shared dataset not found at {DATASET}")
-def test_fast_padded_text_equals_the_token_phrase_on_real_texts() -> None:
-    pl = pytest.importorskip("polars")
-    df = pl.read_parquet(DATASET, columns=["question", "ground_truth", "contexts"])
-    texts = [*df["question"], *df["ground_truth"], *(t for row in df["contexts"] for t in row)]
+def test_fast_padded_text_equals_the_token_phrase_on_real_texts(labelled: Labelled) -> None:
+    texts = [text for q, a, items, _ in labelled.rows for text in (q, a, *items)]
     rng = random.Random(27)
     for text in texts[:: len(texts) // 2_000]:  # and with odd characters put in
         at = rng.randrange(len(text) + 1)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from ctxprec.connectors.judges.parse import MAX_REASON_CHARS
+from tests.fakes.loopback import QuietServer
 from tests.fakes.runs import score
 
 
@@ -28,7 +29,7 @@ def completion(reason: str) -> bytes:
     }).encode()  # fmt: skip
 
 
-def serve(monkeypatch: pytest.MonkeyPatch, body: bytes, *, chunked: bool) -> ThreadingHTTPServer:
+def serve(monkeypatch: pytest.MonkeyPatch, body: bytes, *, chunked: bool) -> QuietServer:
     """A loopback judge answering every call with `body`, sized or chunked."""
 
     class Judge(BaseHTTPRequestHandler):
@@ -59,7 +60,7 @@ def serve(monkeypatch: pytest.MonkeyPatch, body: bytes, *, chunked: bool) -> Thr
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Judge)
+    server = QuietServer(("127.0.0.1", 0), Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-size-0123456789")

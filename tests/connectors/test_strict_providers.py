@@ -1,5 +1,5 @@
 """The HTTP judges against strict stand-ins of the real APIs (tests/fakes/strict.py, after
-../shared/providers.md §5): request shapes per model family, adaptation shared by the run,
+the providers' API references): request shapes per model family, adaptation shared by the run,
 refusals that stop the run, the kinds of 429 and 5xx, refusals and filters, usage, base URLs.
 Retry waits are instant and recorded; nothing asserts wall-clock time."""
 

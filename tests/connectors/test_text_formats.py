@@ -145,15 +145,16 @@ def test_a_mixed_folder_reads_every_format_and_names_what_it_skips(
     want = scored(tmp_path / "all.parquet", tmp_path / "one")
     capsys.readouterr()
     got = scored(src, tmp_path / "mixed")
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert got.height == 60
     assert got.get_column("id").is_unique().all()
     # one file vs three: other batches, so ndcg may differ in the last bit (float sums)
     assert_frame_equal(got, want)
-    skipped = [line for line in err.splitlines() if "skipped" in line]
-    assert skipped == [
-        "ctxprec: skipped 1 file(s) in no input format (Parquet, JSON Lines, CSV): "
-        + str(src / "notes.txt")
+    # one line names what was not read, with one count (_SUCCESS and notes.txt)
+    said = [line for line in (out + err).splitlines() if "notes.txt" in line]
+    assert said == [
+        f"ctxprec: note: 2 file(s) in {src} were not read (1 hidden or starting with '_', 1 in "
+        "no input format (Parquet, JSON Lines, CSV); e.g. _SUCCESS, notes.txt)"
     ]
 
 

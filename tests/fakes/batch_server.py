@@ -1,4 +1,4 @@
-"""A strict loopback fake of both provider batch APIs (../shared/providers.md §4, §5 items 31–35),
+"""A strict loopback fake of both provider batch APIs (OpenAI Batch, Anthropic Message Batches),
 on the same verdict rule as the fake judge server (`FakeJudgeServer._verdict`, a `flip_share`
 included), plus its online endpoints (to count, and serve, any online call).
 

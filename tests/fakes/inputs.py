@@ -1,9 +1,11 @@
-"""What the tests feed ctxprec, defined once: where the data lives, how the shared HotpotQA log's
+"""What the tests feed ctxprec, defined once: where the data lives (all of it in the repository:
+a fresh clone runs its tests with nothing beside it), how the labelled log's HotpotQA-shaped
 columns map onto ctxprec's, a small partitioned input, and a fake API key (key-shaped, so a leak
 of it would be caught)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,22 +14,34 @@ import pyarrow.parquet as pq
 from ctxprec.connectors.sources import ColumnMap
 
 __all__ = [
-    "HOTPOT",
     "HOTPOT_COLUMNS",
+    "HOTPOT_ENV",
     "HOTPOT_MAP",
     "KEY",
     "REPO",
     "SAMPLE",
-    "SHARED",
     "VECTORS",
+    "real_hotpot",
     "write_input",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-HOTPOT = SHARED / "datasets" / "hotpotqa_dev_distractor_500.parquet"
-VECTORS = SHARED / "conformance" / "map_vectors.json"
+VECTORS = REPO / "tests" / "data" / "map_vectors.json"
 SAMPLE = REPO / "examples" / "sample.parquet"
+# A real HotpotQA-shaped Parquet file to test on instead of the generated log, when given
+HOTPOT_ENV = "CTXPREC_TEST_HOTPOT"
+
+
+def real_hotpot() -> Path | None:
+    """The file `CTXPREC_TEST_HOTPOT` names, or None when it is unset or empty. A name that is
+    not a file is an error, not a silent fallback to the generated log."""
+    named = os.environ.get(HOTPOT_ENV, "").strip()
+    if not named:
+        return None
+    path = Path(named).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"{HOTPOT_ENV} names {path}, which is not a file")
+    return path
 
 
 def documentation() -> str:
@@ -37,7 +51,7 @@ def documentation() -> str:
     return "\n\n".join(page.read_text(encoding="utf-8") for page in pages)
 
 
-# HotpotQA's `question` and `ground_truth` columns, as CLI flags and as a ColumnMap
+# The labelled log's `question` and `ground_truth` columns, as CLI flags and as a ColumnMap
 HOTPOT_MAP = ["--map", "query=question", "--map", "expected=ground_truth"]
 HOTPOT_COLUMNS = ColumnMap(query="question", expected="ground_truth")
 

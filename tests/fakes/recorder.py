@@ -3,10 +3,11 @@ answers 404: the host a planted state file names, which must receive nothing."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.fakes.loopback import serving
 
 
 @contextmanager
@@ -26,10 +27,5 @@ def recording_host() -> Iterator[tuple[str, list[str]]]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", asked
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Recorder) as url:
+        yield f"{url}/v1", asked

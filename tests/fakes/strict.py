@@ -1,4 +1,4 @@
-"""Strict stand-ins of the real judge APIs (../shared/providers.md §5, items 1–30): OpenAI chat
+"""Strict stand-ins of the real judge APIs, as their API references document them: OpenAI chat
 completions (and the OpenAI-compatible llama.cpp, Ollama and vLLM flavours) and Anthropic
 Messages. Unlike `judge_server`, they validate requests the way the providers do and answer
 with the providers' own bodies and headers, so a client is tested against the API, not against

@@ -1,8 +1,8 @@
 """A judge transport that answers from a function instead of a server (httpx's `MockTransport`
 idea): `MockTransport(handler)` calls `handler(request)` for each request (sent, or streamed
 as a download) and records every request it saw. The builders below return what real providers
-send (../shared/providers.md): chat completions, Anthropic messages, and their error bodies and
-headers.
+send, as their API references document: chat completions, Anthropic messages, and their error
+bodies and headers.
 
     transport = MockTransport(replies(rate_limited(2.0), openai_completion('{"relevant": true}')))
     judge = OpenAIJudge("gpt-4o-mini", settings, throttle, stats, seams=Seams(transport=transport))

@@ -546,7 +546,7 @@ def test_group_by_a_column_that_is_not_in_the_output(
     tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = write(tmp_path / "in.parquet")
-    fragments = ["nosuch", "--passthrough"]
+    fragments = ["--group-by nosuch: `nosuch` is neither an output column nor a column of"]
     refused(capsys, fake, [source, "-o", tmp_path / "out", "--group-by", "nosuch"], fragments)
 
 
@@ -807,6 +807,39 @@ def test_one_megabyte_item_fails_only_that_row(
     scored_ok(rows, "r0", "r2")
     assert big not in fake.stats.items
     assert "short" not in fake.stats.items
+
+
+def _bad_query() -> dict[str, Any]:
+    return {"query": ["q0?", None, "q2?"], "contexts": [["a", "b"], ["c", "d", "e"], ["f"]]}
+
+
+def _bad_item() -> dict[str, Any]:
+    return {"contexts": pa.array([["a", "b"], ["c", None, "e"], ["d"]], pa.list_(pa.string()))}
+
+
+def _long_item() -> dict[str, Any]:
+    return {"contexts": [["a", "b"], ["short", "x" * 300_000, "y"], ["d"]]}
+
+
+def _bad_text() -> dict[str, Any]:
+    queries = pa.array([b"q0?", b"q\xff\xfe1?", b"q2?"], pa.binary()).view(pa.string())
+    return {"query": queries, "contexts": [["a"], ["b", "c", "e"], ["d"]]}
+
+
+@pytest.mark.parametrize(
+    "bad", [_bad_query, _bad_item, _long_item, _bad_text], ids=lambda f: f.__name__[1:]
+)
+def test_a_row_failed_on_input_counts_the_items_it_had(
+    bad: Any, tmp_path: Path, fake: FakeJudgeServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """context_count is what the row holds, judged or not: a row that failed on input had
+    its items (its error says which one is wrong), not none."""
+    source = write(tmp_path / "in.parquet", **bad())
+    rows = row_level(capsys, source, tmp_path / "o", 1)
+    assert rows["r1"][0] == "failed"
+    counts = dict(read(tmp_path / "o").select("id", "context_count").iter_rows())
+    assert counts["r1"] == 3
+    assert counts["r2"] == 1
 
 
 def test_non_utf8_text_fails_only_that_row(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import re
 import time
 from pathlib import Path
@@ -128,6 +129,29 @@ def test_group_by_says_it_takes_one_column(
     assert "--group-by must be one column" in capsys.readouterr().err
 
 
+def test_group_by_an_input_column_keeps_it_and_says_so_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Grouping by an input column needs no --passthrough: the output keeps the column (the
+    summary's groups are read from it) and one note says so."""
+    src = log(tmp_path / "in.parquet")
+    out = tmp_path / "o"
+    args = ["score", str(src), "-o", str(out), "--group-by", "retriever", "--progress", "off"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    note = "--group-by retriever keeps the input column `retriever` in the output"
+    assert err.count(note) == 1, err
+    assert "error" not in err
+    rows = pl.read_parquet(out / "*.parquet")
+    assert sorted(set(rows["retriever"])) == ["a", "b"]
+    groups = json.loads((out / "summary.json").read_text())["by_group"]
+    assert groups["column"] == "retriever"
+    assert "## By retriever" in (out / "summary.md").read_text()
+    # the same command again resumes (same configuration), and says it again
+    assert main(args) == 0
+    assert capsys.readouterr().err.count(note) == 1
+
+
 def test_numbers_are_for_people(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = log(tmp_path / "in.parquet")
     out = tmp_path / "o"
@@ -190,7 +214,7 @@ def test_cache_info_and_clear(
     info = capsys.readouterr().out
     assert str(folder) in info
     assert "2 verdicts" in info
-    assert main(["cache", "clear", "--older-than", "30d"]) == 0
+    assert main(["cache", "clear", "--older-than", "30d", "--yes"]) == 0
     assert "removed 1 verdicts" in capsys.readouterr().out
     assert main(["cache", "clear", "--older-than", "soon"]) == 2
     assert "--older-than 'soon': give a duration such as" in capsys.readouterr().err
@@ -201,7 +225,7 @@ def test_cache_info_and_clear(
     assert main(["cache", "info"]) == 2
     assert "CTXPREC_CACHE_DIR (environment) is" in capsys.readouterr().err
     monkeypatch.setenv("CTXPREC_CACHE_DIR", str(folder))
-    assert main(["cache", "clear"]) == 0
+    assert main(["cache", "clear", "--yes"]) == 0
     assert "removed 1 verdicts" in capsys.readouterr().out
     memo = Memo(folder)
     assert len(memo) == 0

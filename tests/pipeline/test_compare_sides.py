@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from ctxprec.cli.main import main
+from ctxprec.storage.report.compare import _judge_warning
 from tests.fakes.folders import commit
 
 
@@ -149,14 +150,27 @@ def test_judge_difference_is_loud_and_strict_refuses(
     assert any("judge model" in d for d in r["judge_config"]["differences"])
     assert main(["compare", str(a), str(b)]) == 0
     warnings = [x for x in capsys.readouterr().out.splitlines() if "WARNING" in x]
-    n = len(r["judge_config"]["differences"])
-    assert n > 1
-    # one line naming both judges, however many settings differ (it printed one line each)
-    assert warnings == [
+    assert len(r["judge_config"]["differences"]) > 1
+    settings = r["judge_config"]["settings"]
+    assert "prompt_version" in settings
+    assert "judge model" in settings
+    # one line naming both judges and the few settings that differ (it printed one line each);
+    # without -o no compare.json exists, so it points to --json
+    head = (
         "  WARNING judge configuration differs (A "
         f"{r['judge_config']['judges']['a']}, B {r['judge_config']['judges']['b']}): "
-        f"{n} settings differ (compare.json lists them under judge_config.differences)"
+    )
+    assert warnings == [
+        f"{head}{', '.join(settings)} (--json lists each under judge_config.differences)"
     ]
+    written = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "-o", str(written)]) == 0
+    warnings = [x for x in capsys.readouterr().out.splitlines() if "WARNING" in x]
+    assert warnings == [
+        f"{head}{', '.join(settings)} ({written / 'compare.json'} lists each under "
+        "judge_config.differences)"
+    ]
+    assert (written / "compare.json").is_file()
     assert main(["compare", str(a), str(b), "--strict"]) == 2
     assert "--strict" in capsys.readouterr().err
 
@@ -179,3 +193,18 @@ def test_identical_sides_and_drop_gate_at_threshold(
     assert code == 5
     assert r["gate"]["failed"]
     assert "0.0100 more than allowed" in r["gate"]["message"]
+
+
+def test_many_differing_settings_are_counted_not_listed() -> None:
+    """Past a few, the warning line counts the settings and points to where each is listed."""
+    six = [f"judge s{i}" for i in range(6)]
+    judge = {"differences": [f"{s}: A 1, B 2" for s in six], "settings": six,
+             "judges": {"a": "openai/x", "b": "openai/y"}}  # fmt: skip
+    assert _judge_warning(judge, None) == [
+        "  WARNING judge configuration differs (A openai/x, B openai/y): 6 settings differ "
+        "(--json lists each under judge_config.differences)"
+    ]
+    one = {**judge, "differences": ["mode: A 'item', B 'row'"], "settings": ["mode"]}
+    assert _judge_warning(one, None) == [
+        "  WARNING judge configuration differs (A openai/x, B openai/y): mode: A 'item', B 'row'"
+    ]

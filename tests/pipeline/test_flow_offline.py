@@ -111,6 +111,22 @@ def test_query_only_rows_use_their_own_prompt(tmp_path: Path) -> None:
     assert versions["q001"] == "cp-item-v3"
 
 
+def test_the_prompt_versions_reported_are_the_ones_the_rows_used(tmp_path: Path) -> None:
+    """summary.json (its `run` and `judge`) and run.json name the prompts the rows were judged
+    with: one when every row has an expected output, not every prompt the judge has."""
+    every = tmp_path / "every.parquet"
+    pl.read_parquet(SAMPLE).filter(pl.col("expected_output").is_not_null()).write_parquet(every)
+    assert _run(every, "-o", tmp_path / "one") == 0
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    run = json.loads((tmp_path / "one" / "_ctxprec" / "run.json").read_text())
+    assert summary["run"]["prompt_version"] == run["prompt_version"] == "cp-item-v3"
+    assert summary["judge"]["prompt_version"] == "cp-item-v3"
+    assert _run(SAMPLE, "-o", tmp_path / "both") == 0  # one row has no expected output
+    summary = json.loads((tmp_path / "both" / "summary.json").read_text())
+    assert summary["run"]["prompt_version"] == "cp-item-v3 / cp-item-query-v3"
+    assert summary["judge"]["prompt_version"] == "cp-item-v3 (11 rows) / cp-item-query-v3 (1 row)"
+
+
 def test_the_python_entry_point_takes_one_options_object(tmp_path: Path) -> None:
     """`pipeline.score(input, outdir, config, RunOptions(...))`, or its fields as keywords."""
     out, cfg = tmp_path / "out", load_config(None, {}, env={})

@@ -252,7 +252,7 @@ def test_old_format_verdicts_are_named_until_cache_clear_old_format_removes_only
     assert any(note in line for line in run["notices"])
     assert main(["cache", "info", "--old-format", "--cache-dir", str(filled)]) == 2
     assert "--old-format is for `ctxprec cache clear`" in capsys.readouterr().err
-    assert main(["cache", "clear", "--old-format", "--cache-dir", str(filled)]) == 0
+    assert main(["cache", "clear", "--old-format", "--yes", "--cache-dir", str(filled)]) == 0
     said = capsys.readouterr().out
     assert f"removed 3 verdicts of memo formats before v2 from {filled}; {ITEMS} left" in said
     assert _keys(filled) == current

@@ -5,15 +5,15 @@ receives nothing."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.fakes.judge_server import FakeJudgeServer
+from tests.fakes.loopback import serving
 from tests.fakes.runs import score
 
 HTTP = ("--model", "openai/judge-1")
@@ -37,15 +37,9 @@ def redirecting(fake: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch) -> Itera
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
-    try:
+    with serving(Redirect) as url:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"{url}/v1")
         yield asked
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_redirect_is_a_failed_call_and_the_other_host_gets_nothing(

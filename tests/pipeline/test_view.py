@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+import polars as pl
 import pytest
 
 from ctxprec.storage.core.metric import average_precision, round_half_up
-from tests.fakes.inputs import REPO
+from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.viewer import HOSTILE, Viewer, get, make_outputs, tree_digest, viewer
 from tests.test_readme import documented_commands
 
@@ -76,6 +77,29 @@ def test_search_by_id_and_query_text(server: Viewer) -> None:
     assert [r["id"] for r in found] == ["q008"]
     assert api(server, "/api/rows", q="<script>")["total"] == 1  # literal, not a pattern
     assert api(server, "/api/rows", q=".*")["total"] == 0
+
+
+def test_an_output_without_its_query_text_says_search_matches_ids_only(tmp_path: Path) -> None:
+    """Scored without --passthrough of the query, the output cannot be searched by query
+    text: the page's info and every search's answer say so, instead of 0 rows in silence."""
+    src = tmp_path / "in.parquet"
+    pl.read_parquet(SAMPLE).write_parquet(src)
+    out = tmp_path / "out"
+    args = ["score", str(src), "-o", str(out), "--progress", "off", "--quiet"]
+    done = subprocess.run([sys.executable, "-m", "ctxprec", *args], capture_output=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    note = (
+        "this output keeps no query text, so a search matches ids only: score with "
+        "--passthrough query to search the queries"
+    )
+    with viewer(out) as running:
+        info = api(running, "/api/info")
+        assert info["outputs"][0]["query_column"] is None
+        assert info["outputs"][0]["search_note"] == note
+        found = api(running, "/api/rows", q="berlin")
+        assert (found["total"], found["note"]) == (0, note)
+        assert api(running, "/api/rows", q="q007")["total"] == 1  # ids still match
+        assert "note" not in api(running, "/api/rows")  # nothing searched, nothing to say
 
 
 def test_filters_by_status_band_and_group(server: Viewer) -> None:

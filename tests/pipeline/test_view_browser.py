@@ -10,13 +10,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import polars as pl
 import pytest
 
+from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.viewer import HOSTILE, Viewer, get, make_outputs, viewer
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -232,3 +236,32 @@ def test_screenshots_fit_the_width(
     view.page.wait_for_selector("dialog[open] .pair")
     view.page.screenshot(path=str(shots / f"pair-{width}-{scheme}.png"))
     view.clean()
+
+
+def test_a_search_the_output_cannot_answer_says_why_on_the_page(
+    browser: Any, tmp_path: Path
+) -> None:
+    """An output scored without its query texts: the box says it searches ids, and a search
+    that finds nothing says why under it instead of an empty table alone."""
+    src = tmp_path / "in.parquet"
+    pl.read_parquet(SAMPLE).write_parquet(src)
+    out = tmp_path / "out"
+    args = ["score", str(src), "-o", str(out), "--progress", "off", "--quiet"]
+    done = subprocess.run([sys.executable, "-m", "ctxprec", *args], capture_output=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    with viewer(out) as running:
+        view = Page(browser, running, 1280, "light")
+        assert (
+            view.page.get_attribute("#q", "placeholder") == "id (this output keeps no query text)"
+        )
+        assert view.page.is_hidden("#search-note")
+        view.page.fill("#q", "berlin")
+        view.total("0")
+        expect(view.page.locator("#search-note")).to_have_text(
+            "this output keeps no query text, so a search matches ids only: score with "
+            "--passthrough query to search the queries"
+        )
+        view.page.fill("#q", "")
+        view.total("12")
+        assert view.page.is_hidden("#search-note")
+        view.clean()

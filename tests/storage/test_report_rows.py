@@ -133,8 +133,20 @@ def test_texts_come_from_the_input_as_the_run_read_it(tmp_path: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<script" not in page.lower()
     assert "<img" not in page.lower()
+    # the input moved on (other texts, a later mtime): the report keeps showing what was scored
+    table = pq.read_table(src)
+    items = pa.array([["Marlowe wrote it."], ["Bacon wrote it."]], pa.list_(pa.string()))
+    pq.write_table(
+        table.set_column(table.schema.get_field_index("contexts"), "contexts", items), src
+    )
     stat = src.stat()
-    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # the input moved on
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert main(["summary", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "summary.html").read_text(encoding="utf-8")
+    assert "Shakespeare wrote Hamlet." in page
+    assert "Bacon" not in page
+    # without the texts the report kept, a changed input is not read back: no texts at all
+    (tmp_path / "out" / "_ctxprec" / "report-texts.json").unlink()
     assert main(["summary", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "summary.html").read_text(encoding="utf-8")
     assert "Shakespeare wrote Hamlet." not in page
@@ -238,3 +250,59 @@ def test_the_runs_page_equals_the_page_read_back_from_its_input(tmp_path: Path) 
     shown = (tmp_path / "out-jsonl" / "summary.html").read_text(encoding="utf-8")
     assert "Item texts are not in the output" not in shown
     assert shown.count("question ") >= 100
+
+
+def _texts_log(n: int = 120) -> dict[str, list[object]]:
+    rng = random.Random(5)
+    return {
+        "id": [f"q{i:04d}" for i in range(n)],
+        "query": [f"question {i}?" for i in range(n)],
+        "expected_output": [f"answer {i}" for i in range(n)],
+        "contexts": [
+            [f"answer {i} is here" if rng.random() < 0.4 else f"other {i}.{j}" for j in range(5)]
+            for i in range(n)
+        ],
+    }
+
+
+def test_summary_rebuilt_later_shows_the_texts_a_json_lines_run_showed(tmp_path: Path) -> None:
+    """A JSON Lines input is never read back; `ctxprec summary OUT` shows the same texts as the
+    run's own page all the same (the report keeps the texts of the rows it opened), and after
+    the input is gone too."""
+    rows = _texts_log()
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(
+        "".join(
+            json.dumps(dict(zip(rows, values, strict=True))) + "\n"
+            for values in zip(*rows.values(), strict=True)
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    assert score(lines, "-o", out, "--batch-rows", "7") == 0
+    page = (out / "summary.html").read_bytes()
+    assert page.count(b"question ") >= 60
+    lines.unlink()
+    assert main(["summary", str(out)]) == 0
+    assert (out / "summary.html").read_bytes() == page
+    kept = json.loads((out / "_ctxprec" / "report-texts.json").read_text(encoding="utf-8"))
+    assert len(kept["texts"]) == page.count(b'<details class="row"')
+
+
+def test_an_extractor_runs_page_shows_the_items_it_made(tmp_path: Path) -> None:
+    """With --extractor the items are made from each row: the run keeps them for its page (and
+    for `ctxprec summary` later), as it does a context column's."""
+    rows = _texts_log(40)
+    blob = ["||".join(items) for items in rows.pop("contexts")]  # type: ignore[arg-type]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({**rows, "blob": blob}), src)
+    module = tmp_path / "split_blob.py"
+    module.write_text("def items(row):\n    return row['blob'].split('||')\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert score(src, "-o", out, "--extractor", f"{module}:items") == 0
+    page = (out / "summary.html").read_text(encoding="utf-8")
+    assert "Item texts are not in the output" not in page
+    assert page.count("answer ") >= 20  # the items' own texts
+    before = (out / "summary.html").read_bytes()
+    assert main(["summary", str(out)]) == 0
+    assert (out / "summary.html").read_bytes() == before

@@ -170,6 +170,8 @@ function setup() {
   const sizes = [10, 25, 50, 100, info.page_size.max].filter((n, i, a) => n <= info.page_size.max && a.indexOf(n) === i);
   options($("size"), sizes.map((n) => [String(n), String(n)]), String(S.size));
   $("q").value = S.q;
+  // an output without its query texts is searched by id only: the box and a line say so
+  $("q").placeholder = out && out.search_note ? "id (this output keeps no query text)" : "id or query text";
   renderHead(out, compare);
 }
 
@@ -301,6 +303,8 @@ async function load() {
   }
   if (seq !== S.seq) return; // a newer query is on its way
   showProblem("");
+  $("search-note").hidden = !data.note;
+  $("search-note").textContent = data.note || "";
   S.total = data.total;
   const pages = Math.max(1, Math.ceil(data.total / S.size));
   if (S.page > pages && data.total > 0) { S.page = pages; load(); return; }
