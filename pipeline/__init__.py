@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ctxprec.analysis.compare import compare_outputs
+    from ctxprec.analysis.verdict import EvalVerdict
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
     from ctxprec.engines.local import run_score
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
         ContextPrecisionScorer,
         EvalItem,
         EvalResult,
+        NotScorable,
         ScoreResult,
         create_context_precision_scorer,
+        not_scorable,
         run_evals,
     )
     from ctxprec.storage.core.errors import (
@@ -52,8 +55,11 @@ _EXPORTS: dict[str, str] = {
     "EvalItem": "ctxprec.scorer",
     "EvalResult": "ctxprec.scorer",
     "ScoreResult": "ctxprec.scorer",
+    "NotScorable": "ctxprec.scorer",
     "create_context_precision_scorer": "ctxprec.scorer",
+    "not_scorable": "ctxprec.scorer",
     "run_evals": "ctxprec.scorer",
+    "EvalVerdict": "ctxprec.analysis.verdict",
     "ConfigError": "ctxprec.storage.core.errors",
     "CtxprecError": "ctxprec.storage.core.errors",
     "InputError": "ctxprec.storage.core.errors",
@@ -74,8 +80,10 @@ __all__ = [
     "CtxprecError",
     "EvalItem",
     "EvalResult",
+    "EvalVerdict",
     "InputError",
     "JudgeError",
+    "NotScorable",
     "OutputError",
     "RunOptions",
     "RunResult",
@@ -87,6 +95,7 @@ __all__ = [
     "load_config",
     "map_score",
     "map_stage",
+    "not_scorable",
     "rank_metrics",
     "round_half_up",
     "run_evals",

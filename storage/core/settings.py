@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ __all__ = [
     "ScoringSettings",
     "SettingSpec",
     "StorageSettings",
+    "named",
+    "named_as_options",
     "settings",
 ]
 
@@ -543,3 +547,28 @@ def settings() -> Iterator[SettingSpec]:
                 m["unset"],
                 m["metavar"],
             )
+
+
+# how a setting is named in the messages of the layers below the public API: the CLI's flag and
+# TOML entry, or, inside a call of the Python API, the option's name (`named_as_options`)
+_AS_OPTIONS: ContextVar[bool] = ContextVar("ctxprec_settings_named_as_options", default=False)
+
+
+def named(key: str) -> str:
+    """A setting as the user gives it, for an error message: `--api-key-env / [judge]
+    api_key_env` on the command line, `option 'api_key_env'` inside the Python API."""
+    section, _, name = key.partition(".")
+    if _AS_OPTIONS.get():
+        return f"option {name!r}"
+    flag = next((s.flag for s in settings() if s.key == key), None)
+    return f"{flag} / [{section}] {name}" if flag else f"[{section}] {name}"
+
+
+@contextmanager
+def named_as_options() -> Iterator[None]:
+    """Within this block (and the tasks and threads it starts), `named` gives option names."""
+    token = _AS_OPTIONS.set(True)
+    try:
+        yield
+    finally:
+        _AS_OPTIONS.reset(token)
