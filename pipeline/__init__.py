@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
     from ctxprec.engines.local import run_score
+    from ctxprec.frames import FrameSummary, ScoredFrame, score_frame, score_frame_async
     from ctxprec.run.driver import RunOptions, RunResult
     from ctxprec.scorer import (
         ContextPrecisionScorer,
@@ -50,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "RunOptions": "ctxprec.run.driver",
     "RunResult": "ctxprec.run.driver",
     "run_score": "ctxprec.engines.local",
+    "FrameSummary": "ctxprec.frames",
+    "ScoredFrame": "ctxprec.frames",
+    "score_frame": "ctxprec.frames",
+    "score_frame_async": "ctxprec.frames",
     "score": "ctxprec.engines.choice",
     "ContextPrecisionScorer": "ctxprec.scorer",
     "EvalItem": "ctxprec.scorer",
@@ -81,6 +86,7 @@ __all__ = [
     "EvalItem",
     "EvalResult",
     "EvalVerdict",
+    "FrameSummary",
     "InputError",
     "JudgeError",
     "NotScorable",
@@ -89,6 +95,7 @@ __all__ = [
     "RunResult",
     "ScoreFailedError",
     "ScoreResult",
+    "ScoredFrame",
     "UserError",
     "compare_outputs",
     "create_context_precision_scorer",
@@ -101,6 +108,8 @@ __all__ = [
     "run_evals",
     "run_score",
     "score",
+    "score_frame",
+    "score_frame_async",
 ]
 
 
