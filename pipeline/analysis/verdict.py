@@ -47,10 +47,20 @@ class EvalVerdict:
     reasons: tuple[str, ...] = ()
     thresholds: tuple[ThresholdResult, ...] = ()
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    # what it was decided from: each scorer's unrounded (mean, items scored), the errors shown
+    scored: Mapping[str, tuple[float | None, int]] = field(default_factory=dict, repr=False)
+    errors: tuple[str, ...] = field(default=(), repr=False)
+    noun: str = field(default="item", repr=False)
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    def with_thresholds(self, given: float | Mapping[str, Any] | None) -> EvalVerdict:
+        """The verdict again with `given` thresholds over the ones it had."""
+        limits = {t.scorer: t.threshold for t in self.thresholds}
+        limits.update(thresholds_of(given, list(self.scored)))
+        return decide(self.scored, limits, self.outcomes, self.errors, self.noun)
 
     def __str__(self) -> str:
         counts = ", ".join(f"{self.outcomes.get(k, 0)} {k}" for k in OUTCOMES)
@@ -121,4 +131,6 @@ def decide(
         more = f" (and {failed - _SHOWN_ERRORS} more)" if failed > _SHOWN_ERRORS else ""
         reasons.append(f"{failed} of {counted(total, noun)} failed to run: {shown}{more}")
     status = "failed" if reasons else "passed"
-    return EvalVerdict(status, tuple(reasons), results, dict(outcomes))
+    return EvalVerdict(
+        status, tuple(reasons), results, dict(outcomes), dict(means), tuple(errors), noun
+    )
