@@ -216,7 +216,7 @@ def _read_back(outdir: Path, rows: int) -> pa.Table:
     table = pa.concat_tables(parts, promote_options="default").sort_by("id")
     if table.num_rows != rows or table.column("id").to_pylist() != list(range(rows)):
         raise CtxprecError(f"the run wrote {table.num_rows} of the frame's {rows} rows")
-    return table.drop_columns(["id"])
+    return table.drop_columns([c for c in ("id", _ROW) if c in table.column_names])
 
 
 def _api_words(exc: CtxprecError, path: Path) -> CtxprecError:

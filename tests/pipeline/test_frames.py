@@ -83,6 +83,13 @@ async def test_every_kind_in_a_running_loop_gives_label_map_and_the_clis_scores(
         _as(kind, rows), model="openai/x", columns=MAP, options=_options(tmp_path), progress=False
     )
     assert type(out) is type(_as(kind, rows))
+    names = {
+        "rows": lambda: list(out[0]),
+        "arrow": lambda: out.column_names,
+        "lazy": lambda: out.collect_schema().names(),
+    }.get(kind, lambda: list(out.columns))()
+    assert names[: rows.width] == rows.columns
+    assert names[rows.width : rows.width + 2] == ["score", "status"]  # no column of ctxprec's own
     assert _column(out, kind, "question") == rows.get_column("question").to_list()
     labels_map = [map_score(labels) for labels in rows.get_column("relevance").to_list()]
     assert _column(out, kind, "score") == labels_map
