@@ -38,10 +38,12 @@ class ThresholdResult:
         return self.message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class EvalVerdict:
     """`status` "passed" or "failed", the `reasons` it failed for (empty when it passed), each
-    threshold's result and the execution outcomes (completed / skipped / error counts)."""
+    threshold's result and the execution outcomes (completed / skipped / error counts). It
+    equals its status, as Mastra's verdict is one (`evals.verdict == "passed"`); `str()` is
+    the verdict in words."""
 
     status: str
     reasons: tuple[str, ...] = ()
@@ -55,6 +57,17 @@ class EvalVerdict:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.status == other
+        if isinstance(other, EvalVerdict):
+            mine = (self.status, self.reasons, self.thresholds, dict(self.outcomes))
+            return mine == (other.status, other.reasons, other.thresholds, dict(other.outcomes))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.status, self.reasons))
 
     def with_thresholds(self, given: float | Mapping[str, Any] | None) -> EvalVerdict:
         """The verdict again with `given` thresholds over the ones it had."""

@@ -227,12 +227,13 @@ async def test_thresholds_give_a_verdict_with_its_reasons() -> None:
     data = [{"input": QUESTION, "groundTruth": ANSWER}] * 3
     passed = await run_evals(data=data, scorers=[{"scorer": scorer, "threshold": 0.8}])
     assert passed.verdict.passed
+    assert passed.verdict == "passed"  # Mastra's verdict is its status
     assert passed.verdict.reasons == ()
     assert str(passed.verdict.thresholds[0]) == (
         "context-precision: mean 0.8300 over 3 scored items meets 0.8"
     )
     failed = await run_evals(data=data, scorers=[scorer], thresholds={"context-precision": 0.9})
-    assert failed.verdict.status == "failed"
+    assert failed.verdict == "failed"
     assert failed.verdict.reasons == (
         "context-precision: the mean score of 3 scored items is 0.8300, 0.0700 below the "
         "threshold 0.9",
