@@ -220,6 +220,13 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def _one_of(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error to raise for a task group's: a Ctrl-C or a user error first, else the group's
+    only exception, else the group."""
+    found = first_meaningful(group)
+    return group.exceptions[0] if found is group and len(group.exceptions) == 1 else found
+
+
 # one context item's verdict: (relevant, reason, input tokens, output tokens, paid by this call)
 _Reply = tuple[bool, str, int, int, bool]
 
@@ -296,11 +303,14 @@ class ContextPrecisionScorer:
             return ScoreResult(None, why, [], version, status=STATUS_NOT_SCORABLE)
         replies: list[_Reply | None] = [None] * len(items)
         errors: list[str] = []
-        async with anyio.create_task_group() as tg:
-            for i, item in enumerate(items):
-                tg.start_soon(
-                    self._judge_one, i, ItemRequest(query, expected, item), version, replies, errors
-                )
+        try:
+            with named_as_options():  # a judge's refusal names options, not flags
+                async with anyio.create_task_group() as tg:
+                    for i, item in enumerate(items):
+                        request = ItemRequest(query, expected, item)
+                        tg.start_soon(self._judge_one, i, request, version, replies, errors)
+        except BaseExceptionGroup as group:  # the run refused (a bad key, no such model)
+            raise _one_of(group) from None
         if errors:
             partial = [Verdict(r[0], r[1]) if r else None for r in replies]
             raise ScoreFailedError(
@@ -643,10 +653,7 @@ async def run_evals(
     try:
         await each(items, evaluate, concurrency)
     except BaseExceptionGroup as group:  # an error inside the pool comes out as itself
-        found = first_meaningful(group)
-        raise (
-            group.exceptions[0] if found is group and len(group.exceptions) == 1 else found
-        ) from None
+        raise _one_of(group) from None
     means: dict[str, tuple[float | None, int]] = {}
     for scorer in chosen:
         vals = [

@@ -554,13 +554,16 @@ def settings() -> Iterator[SettingSpec]:
 _AS_OPTIONS: ContextVar[bool] = ContextVar("ctxprec_settings_named_as_options", default=False)
 
 
-def named(key: str) -> str:
+def named(key: str, *, flag_only: bool = False) -> str:
     """A setting as the user gives it, for an error message: `--api-key-env / [judge]
-    api_key_env` on the command line, `option 'api_key_env'` inside the Python API."""
+    api_key_env` on the command line (`--api-key-env` with `flag_only`), `option
+    'api_key_env'` inside the Python API (the model: its `model=` argument)."""
     section, _, name = key.partition(".")
     if _AS_OPTIONS.get():
-        return f"option {name!r}"
+        return "model=" if key == "judge.model" else f"option {name!r}"
     flag = next((s.flag for s in settings() if s.key == key), None)
+    if flag and flag_only:
+        return flag
     return f"{flag} / [{section}] {name}" if flag else f"[{section}] {name}"
 
 

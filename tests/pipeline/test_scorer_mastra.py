@@ -23,6 +23,7 @@ from ctxprec import (
     not_scorable,
     run_evals,
 )
+from ctxprec.storage.core.errors import JudgeRefusedRunError
 from ctxprec.storage.core.figures import round_figure
 from tests.fakes.judge_server import FakeJudgeServer, expected_verdict
 
@@ -271,3 +272,12 @@ def test_load_config_takes_a_column_map_as_documented() -> None:
         load_config(flags={"map": {"question": "q"}}, env={})
     with pytest.raises(ConfigError, match="unknown setting 'mapping'"):
         load_config(flags={"mapping": {"query": "q"}}, env={})
+
+
+async def test_a_refusal_during_a_call_names_the_model_argument(fake: FakeJudgeServer) -> None:
+    fake.config.script = ["404"] * 3
+    scorer = create_context_precision_scorer("openai/x", {"context": ITEMS, "concurrency": 1})
+    with pytest.raises(JudgeRefusedRunError) as caught:  # as itself, not in a group
+        await scorer.run(input=QUESTION, output=ANSWER)
+    assert "check model= and the base URL" in str(caught.value)
+    assert "--model" not in str(caught.value)
