@@ -424,7 +424,7 @@ def _api_settings(model: str, opts: Mapping[str, Any]) -> Config:
 
 
 def create_context_precision_scorer(
-    model: str = _JUDGE.model, options: Mapping[str, Any] | None = None
+    model: str | Mapping[str, Any] = _JUDGE.model, options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
     """options: context (a list of strings), context_extractor (`fn(input, output)`, plain or
     async, returning a list of strings or `not_scorable(reason)`; wins over context), scale,
@@ -432,7 +432,11 @@ def create_context_precision_scorer(
     judge call with its retries ends within it), max_retries, temperature, verdict_only (any
     [judge] setting but mode and batch_api), cache_dir (memo on disk; none by default), id (the
     scorer's id in run_evals' results). Each may be written in camelCase (`contextExtractor`).
-    Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ..."""
+    Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ...
+    Mastra's one object, `create_context_precision_scorer({"model": ..., "options": {...}})`,
+    is taken too."""
+    if isinstance(model, Mapping):
+        model, options = _mastra_call(model, options)
     opts = snake_keys(options or {}, "options")
     context = opts.pop("context", None)
     extractor = opts.pop("context_extractor", None)
@@ -468,6 +472,22 @@ def create_context_precision_scorer(
         verdict_only=cfg.judge.verdict_only,
         id=scorer_id,
     )
+
+
+def _mastra_call(
+    given: Mapping[str, Any], options: Mapping[str, Any] | None
+) -> tuple[str, Mapping[str, Any] | None]:
+    """(model, options) of Mastra's `createContextPrecisionScorer({model, options})`."""
+    spec = snake_keys(given, "create_context_precision_scorer's argument")
+    if options is not None or set(spec) - {"model", "options"}:
+        raise TypeError(
+            "create_context_precision_scorer takes model=..., options={...} or Mastra's one "
+            f"object {{'model': ..., 'options': {{...}}}}; got {_shown(given)}"
+        )
+    model = spec.get("model", _JUDGE.model)
+    if not isinstance(model, str):
+        raise ConfigError(f"model must be a string provider/model, got {_shown(model)}")
+    return model, spec.get("options")
 
 
 @dataclass
@@ -622,8 +642,8 @@ def _scorers_of(given: Sequence[Any]) -> tuple[list[ContextPrecisionScorer], dic
 
 @camel_case_keywords
 async def run_evals(
-    data: Sequence[Mapping[str, Any]],
-    scorers: Sequence[Any],
+    data: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+    scorers: Sequence[Any] | None = None,
     target: Target | None = None,
     on_item_complete: Callable[[EvalItem], Any] | None = None,
     concurrency: int = _LIMITS.concurrency,
@@ -636,8 +656,16 @@ async def run_evals(
     to judge (`not_scorable`) is skipped. `concurrency` items are evaluated at once (default:
     [limits] concurrency, as the CLI's calls in flight). `thresholds` (a number for every
     scorer, or {scorer id: number}; or Mastra's {"scorer": s, "threshold": x} in `scorers`) are
-    judged on each scorer's mean by the rule of --fail-under, in `result.verdict`.
+    judged on each scorer's mean by the rule of --fail-under, in `result.verdict`. Mastra's one
+    object, `run_evals({"data": ..., "scorers": ..., "target": ...})`, is taken too.
     """
+    if isinstance(data, Mapping):
+        if scorers is not None:
+            raise TypeError("run_evals takes data=[...] or Mastra's one object, not both")
+        spec = snake_keys(data, "run_evals' argument")
+        return await run_evals(**spec)  # type: ignore[no-any-return]
+    if scorers is None:
+        raise TypeError("run_evals() needs scorers=[...]")
     chosen, given = _scorers_of(scorers)
     ids = [s.id for s in chosen]
     limits = {**given, **thresholds_of(thresholds, ids)}

@@ -281,3 +281,23 @@ async def test_a_refusal_during_a_call_names_the_model_argument(fake: FakeJudgeS
         await scorer.run(input=QUESTION, output=ANSWER)
     assert "check model= and the base URL" in str(caught.value)
     assert "--model" not in str(caught.value)
+
+
+async def test_mastras_one_object_calls() -> None:
+    """`createContextPrecisionScorer({model, options})` and `runEvals({data, scorers, target})`
+    as Mastra's docs write them, in Python."""
+    scorer = create_context_precision_scorer(
+        {"model": "offline", "options": {"context": ITEMS, "scale": 1}}
+    )
+    assert (await scorer.run({"input": QUESTION, "output": ANSWER})).score == 0.83
+    evals = await run_evals(
+        {
+            "data": [{"input": QUESTION, "groundTruth": ANSWER}],
+            "scorers": [{"scorer": scorer, "threshold": 0.8}],
+            "target": lambda question: {"output": ANSWER},
+            "onItemComplete": lambda item: None,
+        }
+    )
+    assert (evals.scores, evals.verdict) == ({"context-precision": 0.83}, "passed")
+    with pytest.raises(TypeError, match="Mastra's one object"):
+        create_context_precision_scorer({"model": "offline", "context": ITEMS})
