@@ -39,6 +39,7 @@ from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_O
 from ctxprec.storage.core.errors import ConfigError, CtxprecError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.core.settings import DEFAULT_EXPECTED, named_as_options, settings
+from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import out_path
 from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.outdir.schema import output_schema
@@ -286,7 +287,7 @@ async def _score(
     mode = progress if isinstance(progress, str) else ("notebook" if progress else "off")
     folder = Path(tempfile.mkdtemp(prefix="ctxprec-frame-"))  # ours: removed whatever happens
     try:
-        path, outdir = folder / "rows.parquet", folder / "scored"
+        path, outdir = layout.frame_rows(folder), layout.frame_outdir(folder)
         # row numbers by Polars: pa.array imports pandas, which a Polars user may not have
         numbers = pl.int_range(0, table.num_rows, eager=True, dtype=pl.Int64).to_arrow()
         run_table = table.append_column(_ROW, numbers)
