@@ -41,13 +41,17 @@ __all__ = [
     "DEFAULTS",
     "ENV_VARS",
     "FLAGS",
+    "MAP_FIELDS",
     "Config",
+    "column_map_flags",
     "env_setting",
     "flag_type",
     "load_config",
+    "map_pairs",
     "parse_duration",
     "where",
     "with_audit",
+    "with_settings",
 ]
 
 API_OPTIONS = "options"  # the origin of settings given to the Python API as options=
@@ -316,8 +320,11 @@ def load_config(
     *,
     flags_origin: str = "command line",
 ) -> Config:
-    """Merge defaults < TOML file < environment < flags and validate the result. `flags_origin`
-    names where the flags came from in errors: the command line, or API_OPTIONS."""
+    """Merge defaults < TOML file < environment < flags and validate the result. `flags` are
+    dotted setting keys ({"judge.model": "openai/gpt-4o-mini"}) and "map", a column map as
+    `--map` takes it ({"query": "question"} or "query=question,expected=ground_truth").
+    `flags_origin` names where the flags came from in errors: the command line, or
+    API_OPTIONS."""
     env = os.environ if env is None else env
     merged: dict[str, Any] = dict(DEFAULTS)
     origins = dict.fromkeys(DEFAULTS, "defaults")
@@ -328,13 +335,19 @@ def load_config(
     for layer, origin in (
         (file_values, str(path)),
         (_from_env(env), "environment"),
-        (dict(flags or {}), flags_origin),
+        (_flag_values(flags or {}, flags_origin), flags_origin),
     ):
         for key, value in layer.items():
             if value is None:
                 continue
             merged[key] = _coerce(key, value, origin)
             origins[key] = origin
+    return _built(merged, origins, prices, path)
+
+
+def _built(
+    merged: dict[str, Any], origins: dict[str, str], prices: Mapping[str, Price], path: Path | None
+) -> Config:
     merged["judge.model"] = merged["judge.model"].strip()
     _validate(merged, origins)
     sections = {
@@ -342,6 +355,19 @@ def load_config(
         for name, cls in SECTIONS.items()
     }
     return Config(**sections, prices=prices, source_file=path)
+
+
+def with_settings(cfg: Config, values: Mapping[str, Any], origin: str = API_OPTIONS) -> Config:
+    """`cfg` with some settings changed ({"judge.timeout_s": 5, "columns.query": "q"}, or
+    "map" as in `load_config`), each checked as `load_config` checks a flag, the whole
+    validated again: the Python API's options over a `Config` it was given."""
+    merged = {s.key: getattr(getattr(cfg, s.section), s.name) for s in settings()}
+    origins = dict.fromkeys(merged, "defaults")
+    for key, value in _flag_values(values, origin).items():
+        if value is not None:
+            merged[key] = _coerce(key, value, origin)
+            origins[key] = origin
+    return _built(merged, origins, cfg.prices, cfg.source_file)
 
 
 def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
@@ -361,6 +387,63 @@ def _validate(v: dict[str, Any], origins: dict[str, str]) -> None:
             "no context given: map a list<string> column with --map context=COLUMN "
             'or set [columns] extractor = "module:function"'
         )
+
+
+# the [columns] roles `--map FIELD=COLUMN` (and a flags' "map") sets
+MAP_FIELDS = tuple(s.name for s in settings() if s.flag and s.flag.startswith("--map "))
+
+
+def map_pairs(given: str) -> list[str]:
+    """`query=question,expected=ground_truth`: a comma starts a new pair only where a field
+    name and `=` follow it, so a column named `a,b` still maps (`context=a,b`)."""
+    fields = "|".join(sorted(MAP_FIELDS))
+    return re.split(rf",\s*(?=(?:{fields})\s*=)", given)
+
+
+def column_map_flags(given: Any, origin: str) -> dict[str, str]:
+    """{"columns.FIELD": COLUMN} of a column map given as {"query": "question"}, as
+    "query=question,expected=ground_truth" or a list of such strings (the CLI's `--map`)."""
+    pairs: list[tuple[str, Any, str]]  # (field, column, as the user wrote it)
+    if isinstance(given, Mapping):
+        pairs = [(str(k), v, f"{k}={v}") for k, v in given.items()]
+    else:
+        texts = [given] if isinstance(given, str) else given
+        if not isinstance(texts, list | tuple) or not all(isinstance(t, str) for t in texts):
+            raise ConfigError(
+                f"{_map_name(origin)} must be a mapping FIELD -> COLUMN, got {given!r}"
+            )
+        pairs = [(*p.partition("=")[::2], p) for t in texts for p in map_pairs(t)]
+    out: dict[str, str] = {}
+    for field_name, column, shown in pairs:
+        name = field_name.strip()
+        if name not in MAP_FIELDS or not isinstance(column, str) or not column.strip():
+            raise ConfigError(
+                f"{_map_name(origin)} {shown!r}: write FIELD=COLUMN with FIELD one of "
+                f"{', '.join(sorted(MAP_FIELDS))}"
+            )
+        out[f"columns.{name}"] = column.strip()
+    return out
+
+
+def _map_name(origin: str) -> str:
+    return "--map" if origin == "command line" else "the column map"
+
+
+def _flag_values(flags: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    """Flags as dotted setting keys: a "map" entry becomes [columns] settings; an unknown key is
+    a ConfigError (not a KeyError deep in the loader)."""
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        if key == "map":
+            out.update(column_map_flags(value, origin))
+        elif key in DEFAULTS:
+            out[key] = value
+        else:
+            raise ConfigError(
+                f"unknown setting {key!r}; settings are dotted keys such as 'judge.model' or "
+                "'columns.query' (ctxprec.config.DEFAULTS lists them), and 'map' a column map"
+            )
+    return out
 
 
 AUDIT_OPTIONS = ("audit_model", "audit_fraction", "audit_seed", "audit_base_url")

@@ -1,13 +1,14 @@
 """The per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
 `run_evals` over a list of items with a target function. Same judges, memo and formula as the
-batch pipeline.
+batch pipeline. Names follow `ctxprec.spelling` (camelCase as aliases); a target, extractor or
+callback may be a plain function or a coroutine function.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ctxprec.config import API_OPTIONS, Config, load_config
+from ctxprec.analysis.verdict import OUTCOMES, EvalVerdict, decide, thresholds_of
+from ctxprec.config import Config, with_settings
 from ctxprec.connectors.judges import (
     ItemRequest,
     Judge,
@@ -34,44 +36,97 @@ from ctxprec.flow.llm_reason import keep_built_reason
 from ctxprec.flow.reason import build_reason
 from ctxprec.limits.limiter import RateThrottle
 from ctxprec.limits.pool import each
-from ctxprec.storage.core.errors import ConfigError, JudgeError, ScoreFailedError
+from ctxprec.spelling import camel_case_keywords, snake_keys
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_OK
+from ctxprec.storage.core.errors import (
+    ConfigError,
+    JudgeError,
+    ScoreFailedError,
+    first_meaningful,
+)
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.core.settings import LimitsSettings
+from ctxprec.storage.core.settings import LimitsSettings, named_as_options
 from ctxprec.storage.memo.store import Memo, judge_prefix, memo_key
 from ctxprec.storage.stats.ppi import estimate_block, ppi_fit
 
 __all__ = [
+    "STATUS_NOT_SCORABLE",
     "ContextPrecisionScorer",
     "EvalItem",
     "EvalResult",
+    "NotScorable",
     "ScoreResult",
     "create_context_precision_scorer",
+    "not_scorable",
     "run_evals",
 ]
 
-ContextExtractor = Callable[[Any, Any], Sequence[str]]
+STATUS_NOT_SCORABLE = "not_scorable"  # a ScoreResult's status when there was nothing to judge
+
+
+@dataclass(frozen=True, slots=True)
+class NotScorable:
+    """What a context extractor or a target returns for an input there is nothing to judge
+    for (Mastra's `notScorable()`): the item is skipped, left out of means and thresholds and
+    counted apart, with `reason`."""
+
+    reason: str = ""
+
+
+def not_scorable(reason: str = "") -> NotScorable:
+    """Return this from a context extractor or a target (or as the target's context) to say
+    the item has nothing to judge: `not_scorable("no retrieval for small talk")`."""
+    return NotScorable(str(reason))
+
+
+ContextExtractor = Callable[[Any, Any], Any]  # -> list[str] | NotScorable, or an awaitable
 
 
 @dataclass(frozen=True)
 class ScoreResult:
-    score: float
+    """One scored input. `status` is "ok", "empty_context" (no item: score 0.0, no call) or
+    "not_scorable" (score None). Tokens: `paid_*` are what this call paid the provider (0 for a
+    verdict from the memo), `verdict_*` what the verdicts cost when they were first paid."""
+
+    score: float | None
     reason: str
     verdicts: list[Verdict]
     prompt_version: str
-    input_tokens: int = 0
-    output_tokens: int = 0
+    paid_input_tokens: int = 0
+    paid_output_tokens: int = 0
+    verdict_input_tokens: int = 0
+    verdict_output_tokens: int = 0
+    status: str = STATUS_OK
+
+    @property
+    def input_tokens(self) -> int:
+        """The input tokens this call paid (`paid_input_tokens`)."""
+        return self.paid_input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        """The output tokens this call paid (`paid_output_tokens`)."""
+        return self.paid_output_tokens
 
 
-# the keys of the run object Mastra's scorers take (`scorer.run({input, output, ...})`)
-RUN_KEYS = ("input", "output", "groundTruth", "ground_truth", "runId", "requestContext",
-            "runtimeContext", "additionalContext", "tracingContext")  # fmt: skip
-# what runEvals' data items hold
-EVAL_KEYS = ("input", "groundTruth", "ground_truth", "requestContext", "runtimeContext",
-             "tracingContext", "labels")  # fmt: skip
+# the keys of the run object Mastra's scorers take (`scorer.run({input, output, ...})`), and of
+# what run_evals' data items hold, in snake_case (camelCase is taken too: ctxprec.spelling)
+RUN_KEYS = ("input", "output", "ground_truth", "run_id", "request_context", "runtime_context",
+            "additional_context", "tracing_context")  # fmt: skip
+EVAL_KEYS = ("input", "ground_truth", "request_context", "runtime_context", "tracing_context",
+             "labels")  # fmt: skip
 _SHAPES = (
     "a string, a message {'role': ..., 'content': ...}, a list of messages, or Mastra's agent "
     "input {'inputMessages': [...]}"
 )
+_LIST = "a list of strings (one per context item, in ranked order)"
+
+
+def _camel(name: str) -> str:
+    """`ground_truth` -> `groundTruth`: a key as Mastra's docs write it."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _message_text(message: Mapping[str, Any]) -> str | None:
@@ -122,36 +177,79 @@ def _shown(value: Any) -> str:
 def _run_object(run: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     """(input, output, expected output) of Mastra's run object: the expected output is its
     groundTruth when given, else its output (a context_extractor gets input and output)."""
-    unknown = sorted(str(k) for k in run if k not in RUN_KEYS)
-    if unknown or "input" not in run:
+    given = snake_keys(run, "scorer.run's run object")
+    unknown = sorted(str(k) for k, s in zip(run, given, strict=True) if s not in RUN_KEYS)
+    if unknown or "input" not in given:
         raise TypeError(
             "scorer.run takes input=..., output=... or Mastra's run object {'input': ..., "
-            f"'output': ..., 'groundTruth': ...}} (keys: {', '.join(RUN_KEYS)}); got "
+            f"'output': ..., 'groundTruth': ...}} (keys: {', '.join(map(_camel, RUN_KEYS))}); got "
             + (f"unknown key(s) {', '.join(unknown)}" if unknown else "no 'input' key")
         )
-    truth = run.get("groundTruth", run.get("ground_truth"))
-    return run["input"], run.get("output"), truth if truth is not None else run.get("output")
+    truth = given.get("ground_truth")
+    return given["input"], given.get("output"), truth if truth is not None else given.get("output")
+
+
+def _checked_context(value: Any, source: str) -> list[str] | NotScorable:
+    """The context items as given by `source` (an option, a call, an extractor or a target),
+    or a ConfigError naming it: a string is not a list of items (it would be judged character by
+    character), and every item is a string."""
+    if isinstance(value, NotScorable):
+        return value
+    if isinstance(value, str | bytes):
+        raise ConfigError(
+            f"{source} is a string; give {_LIST}, or ctxprec.not_scorable(reason) when there is "
+            "nothing to judge"
+        )
+    if value is None or isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise ConfigError(f"{source} must be {_LIST}, got {_shown(value)}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise ConfigError(
+                f"{source}: item #{i + 1} is {type(item).__name__}, not a string; give {_LIST}"
+            )
+    return items
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """The user's function called as it is written: a coroutine function (or one returning an
+    awaitable) awaited, a plain function's value taken as it is."""
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+def _one_of(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error to raise for a task group's: a Ctrl-C or a user error first, else the group's
+    only exception, else the group."""
+    found = first_meaningful(group)
+    return group.exceptions[0] if found is group and len(group.exceptions) == 1 else found
+
+
+# one context item's verdict: (relevant, reason, input tokens, output tokens, paid by this call)
+_Reply = tuple[bool, str, int, int, bool]
 
 
 class ContextPrecisionScorer:
     """Scores one (input, output, context) at a time; items are judged concurrently."""
 
-    id = "context-precision"
-
     def __init__(
         self,
         judge: Judge,
         *,
-        context: Sequence[str] | None,
+        context: Sequence[str] | NotScorable | None,
         extractor: ContextExtractor | None,
         scale: float,
         reason: str,
         memo: Memo | None,
         stats: JudgeStats,
         verdict_only: bool = False,
+        id: str = "context-precision",
     ):
+        self.id = id
         self.judge = judge
-        self.context = list(context) if context is not None else None
+        self.context = None if context is None else _checked_context(context, "option 'context'")
         self.extractor = extractor
         self.scale = scale
         self.reason_mode = reason
@@ -160,41 +258,59 @@ class ContextPrecisionScorer:
         self.verdict_only = verdict_only
         self._prefix = judge_prefix(judge.identity())
 
-    def _context_for(self, input: Any, output: Any, context: Sequence[str] | None) -> list[str]:
+    async def _context_for(
+        self, input: Any, output: Any, context: Any, source: str
+    ) -> list[str] | NotScorable:
         if context is not None:
-            items = context
-        elif self.extractor is not None:
-            items = self.extractor(input, output)
-        elif self.context is not None:
-            items = self.context
-        else:
-            raise ConfigError("no context: pass options={'context': [...]} or a context_extractor")
-        bad = [i for i, t in enumerate(items) if not isinstance(t, str)]
-        if bad:
-            raise ConfigError(f"context item #{bad[0] + 1} is not a string")
-        return list(items)
+            return _checked_context(context, source)
+        if self.extractor is not None:
+            got = await _call(self.extractor, input, output)
+            return _checked_context(got, "the context_extractor's return")
+        if self.context is not None:
+            return self.context
+        raise ConfigError("no context: pass options={'context': [...]} or a context_extractor")
 
+    @camel_case_keywords
     async def run(
-        self, input: Any = None, output: Any = None, *, context: Sequence[str] | None = None
+        self,
+        input: Any = None,
+        output: Any = None,
+        *,
+        context: Sequence[str] | NotScorable | None = None,
+        ground_truth: Any = None,
     ) -> ScoreResult:
-        """Judge every item, then score. `output` is the expected output (None: query only).
-        `scorer.run({"input": ..., "output": ..., "groundTruth": ...})`, Mastra's run object, is
-        read as Mastra's scorers read it (see `_run_object`). `context` (or what run_evals'
-        target returned) wins over the context_extractor and options["context"]."""
-        expected_as_given = output
+        """Judge every item, then score. `output` is the expected output unless `ground_truth`
+        is given (None: query only). `scorer.run({"input": ..., "output": ..., "groundTruth":
+        ...})`, Mastra's run object, is read as Mastra's scorers read it (see `_run_object`).
+        `context` (or what run_evals' target returned) wins over the context_extractor and
+        options["context"]."""
         if isinstance(input, Mapping) and output is None and _is_run_object(input):
-            input, output, expected_as_given = _run_object(input)
+            input, output, ground_truth = _run_object(input)
+        return await self.score(input, output, ground_truth, context, "scorer.run(context=...)")
+
+    async def score(
+        self, input: Any, output: Any, ground_truth: Any, context: Any, source: str
+    ) -> ScoreResult:
+        """`run` with the context's `source` named in its errors (run_evals: the target)."""
         query = _text(input, "input", "user") or ""
-        expected = _text(expected_as_given, "output", "assistant")
-        items = self._context_for(input, output, context)
+        expected = _text(
+            ground_truth if ground_truth is not None else output, "output", "assistant"
+        )
+        items = await self._context_for(input, output, context, source)
         version = prompt_version_for(expected, False, self.verdict_only)
-        replies: list[tuple[bool, str, int, int] | None] = [None] * len(items)
+        if isinstance(items, NotScorable):
+            why = f"not scorable: {items.reason}" if items.reason else "not scorable"
+            return ScoreResult(None, why, [], version, status=STATUS_NOT_SCORABLE)
+        replies: list[_Reply | None] = [None] * len(items)
         errors: list[str] = []
-        async with anyio.create_task_group() as tg:
-            for i, item in enumerate(items):
-                tg.start_soon(
-                    self._judge_one, i, ItemRequest(query, expected, item), version, replies, errors
-                )
+        try:
+            with named_as_options():  # a judge's refusal names options, not flags
+                async with anyio.create_task_group() as tg:
+                    for i, item in enumerate(items):
+                        request = ItemRequest(query, expected, item)
+                        tg.start_soon(self._judge_one, i, request, version, replies, errors)
+        except BaseExceptionGroup as group:  # the run refused (a bad key, no such model)
+            raise _one_of(group) from None
         if errors:
             partial = [Verdict(r[0], r[1]) if r else None for r in replies]
             raise ScoreFailedError(
@@ -208,14 +324,14 @@ class ContextPrecisionScorer:
         i: int,
         req: ItemRequest,
         version: str,
-        out: list[tuple[bool, str, int, int] | None],
+        out: list[_Reply | None],
         errors: list[str],
     ) -> None:
         key = memo_key(self._prefix, version, req.query, req.expected, req.item)
         if self.memo is not None:
             hit = await anyio.to_thread.run_sync(self.memo.get_many, [key])
             if key in hit:
-                out[i] = hit[key]
+                out[i] = (*hit[key], False)  # its tokens were paid when it was first judged
                 return
         try:
             reply = await self.judge.judge_item(req)
@@ -228,12 +344,12 @@ class ContextPrecisionScorer:
             reply.input_tokens,
             reply.output_tokens,
         )
-        out[i] = entry
+        out[i] = (*entry, True)
         if self.memo is not None:
             await anyio.to_thread.run_sync(self.memo.set_many, [(key, entry)])
 
     async def _result(
-        self, query: str, expected: str | None, got: list[tuple[bool, str, int, int]], version: str
+        self, query: str, expected: str | None, got: list[_Reply], version: str
     ) -> ScoreResult:
         relevant = [g[0] for g in got]
         score = map_score(relevant, self.scale)
@@ -250,8 +366,11 @@ class ContextPrecisionScorer:
             reason,
             [Verdict(g[0], g[1]) for g in got],
             version,
-            sum(g[2] for g in got),
-            sum(g[3] for g in got),
+            paid_input_tokens=sum(g[2] for g in got if g[4]),
+            paid_output_tokens=sum(g[3] for g in got if g[4]),
+            verdict_input_tokens=sum(g[2] for g in got),
+            verdict_output_tokens=sum(g[3] for g in got),
+            status=STATUS_OK if got else STATUS_EMPTY,
         )
 
     async def aclose(self) -> None:
@@ -275,44 +394,72 @@ _OPTIONS = {
     "reason": "scoring.reason",
     "cache_dir": "run.cache_dir",
 }
+# the scorer's own options, beside the settings
+_OWN = ("context", "context_extractor", "id")
 
 
 def _api_settings(model: str, opts: Mapping[str, Any]) -> Config:
     """The settings the options give, checked as the CLI checks its flags (the loader's types and
-    rules, the same ConfigError messages naming the option); the environment is not read."""
+    rules, the same ConfigError messages naming the option); the environment is not read. A
+    judge call with its retries ends within `timeout_s` unless `retry_budget_s` is given (the
+    CLI waits out a judge that is down for its whole budget; a caller in code wants an
+    answer)."""
     unknown = set(opts) - set(_OPTIONS)
     if unknown:
-        raise ConfigError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"unknown option(s): {', '.join(sorted(unknown))}; the options: "
+            f"{', '.join((*_OWN, *_OPTIONS))} (or their camelCase spellings)"
+        )
     flags: dict[str, Any] = {"judge.model": model}
     for name, value in opts.items():
         flags[_OPTIONS[name]] = str(value) if isinstance(value, Path) else value
     providers = flags.pop("judge.providers", None)  # already a table, as the loader makes it
-    cfg = load_config(None, flags, env={}, flags_origin=API_OPTIONS)
+    cfg = with_settings(Config(), flags)
     if providers is not None:
         cfg = dataclasses.replace(cfg, judge=dataclasses.replace(cfg.judge, providers=providers))
+    if "retry_budget_s" not in opts:
+        judge = dataclasses.replace(cfg.judge, retry_budget_s=cfg.judge.timeout_s)
+        cfg = dataclasses.replace(cfg, judge=judge)
     return cfg
 
 
 def create_context_precision_scorer(
-    model: str = _JUDGE.model, options: Mapping[str, Any] | None = None
+    model: str | Mapping[str, Any] = _JUDGE.model, options: Mapping[str, Any] | None = None
 ) -> ContextPrecisionScorer:
-    """options: context, context_extractor (wins over context), scale, reason ("verdicts" |
-    "llm"), base_url, api_key_env, concurrency, rpm, tpm, timeout_s, max_retries, temperature,
-    verdict_only (any [judge] setting but mode and batch_api), cache_dir (memo on disk; none by
-    default).
-    Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ..."""
-    opts = dict(options or {})
+    """options: context (a list of strings), context_extractor (`fn(input, output)`, plain or
+    async, returning a list of strings or `not_scorable(reason)`; wins over context), scale,
+    reason ("verdicts" | "llm"), base_url, api_key_env, concurrency, rpm, tpm, timeout_s (a
+    judge call with its retries ends within it), max_retries, temperature, verdict_only (any
+    [judge] setting but mode and batch_api), cache_dir (memo on disk; none by default), id (the
+    scorer's id in run_evals' results). Each may be written in camelCase (`contextExtractor`).
+    Defaults are those of the CLI (storage/core/settings.py): concurrency 32, scale 1, ...
+    Mastra's one object, `create_context_precision_scorer({"model": ..., "options": {...}})`,
+    is taken too."""
+    if isinstance(model, Mapping):
+        model, options = _mastra_call(model, options)
+    opts = snake_keys(options or {}, "options")
     context = opts.pop("context", None)
-    extractor = opts.pop("context_extractor", None) or opts.pop("contextExtractor", None)
+    extractor = opts.pop("context_extractor", None)
+    scorer_id = opts.pop("id", "context-precision")
     if context is None and extractor is None:
         raise ConfigError(
             "create_context_precision_scorer needs options={'context': [...]} or "
             "options={'context_extractor': fn}"
         )
+    if extractor is not None and not callable(extractor):
+        raise ConfigError(
+            f"option 'context_extractor' must be a function (input, output) -> list of "
+            f"strings, got {_shown(extractor)}"
+        )
+    if not isinstance(scorer_id, str) or not scorer_id:
+        raise ConfigError(f"option 'id' must be a non-empty string, got {scorer_id!r}")
+    if context is not None:
+        _checked_context(context, "option 'context'")  # before a judge is made
     cfg = _api_settings(model, opts)
     limits, stats = cfg.limits, JudgeStats()
     throttle = RateThrottle(limits.concurrency, limits.rpm, limits.tpm, adaptive=limits.adaptive)
-    judge = create_judge(cfg.judge, throttle=throttle, stats=stats)
+    with named_as_options():
+        judge = create_judge(cfg.judge, throttle=throttle, stats=stats)
     cache_dir = cfg.run.cache_dir if "cache_dir" in opts else None  # no memo unless asked
     return ContextPrecisionScorer(
         judge,
@@ -323,11 +470,32 @@ def create_context_precision_scorer(
         memo=Memo(cache_dir) if cache_dir else None,
         stats=stats,
         verdict_only=cfg.judge.verdict_only,
+        id=scorer_id,
     )
+
+
+def _mastra_call(
+    given: Mapping[str, Any], options: Mapping[str, Any] | None
+) -> tuple[str, Mapping[str, Any] | None]:
+    """(model, options) of Mastra's `createContextPrecisionScorer({model, options})`."""
+    spec = snake_keys(given, "create_context_precision_scorer's argument")
+    if options is not None or set(spec) - {"model", "options"}:
+        raise TypeError(
+            "create_context_precision_scorer takes model=..., options={...} or Mastra's one "
+            f"object {{'model': ..., 'options': {{...}}}}; got {_shown(given)}"
+        )
+    model = spec.get("model", _JUDGE.model)
+    if not isinstance(model, str):
+        raise ConfigError(f"model must be a string provider/model, got {_shown(model)}")
+    return model, spec.get("options")
 
 
 @dataclass
 class EvalItem:
+    """One data item of run_evals: what the target returned (`target_result`), each scorer's
+    result, and what kept a scorer from a result: `errors` (target, scorer or callback: the
+    item failed to run) and `skipped` (nothing to judge: `not_scorable`, by scorer or target)."""
+
     index: int
     input: Any
     output: Any = None
@@ -335,56 +503,89 @@ class EvalItem:
     # human labels of the context items, in order (a data item's "labels"): the reference of
     # the corrected estimate; None on items without labels
     labels: list[bool] | None = None
+    target_result: Any = None
     scorer_results: dict[str, ScoreResult] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
         return bool(self.errors)
 
+    @property
+    def outcome(self) -> str:
+        """ "error" (something failed), "skipped" (no scorer had anything to judge) or
+        "completed"."""
+        if self.errors:
+            return "error"
+        scored = any(r.status != STATUS_NOT_SCORABLE for r in self.scorer_results.values())
+        return "completed" if scored else "skipped"
+
 
 @dataclass
 class EvalResult:
+    """`scores`: each scorer's mean over the items it scored (rounded as every figure shown;
+    None when it scored none); `verdict`: the thresholds and outcomes judged
+    (`ctxprec.analysis.verdict`); `outcomes`: completed / skipped / error counts."""
+
     scores: dict[str, float | None]
     items: list[EvalItem]
     # per scorer, the corrected estimate of its mean against the items' labels (prediction-
     # powered, as summary.json's `estimate`); None for a scorer without a labelled item
     estimates: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    verdict: EvalVerdict = field(default_factory=lambda: EvalVerdict("passed"))
 
     @property
     def failed(self) -> list[EvalItem]:
         return [i for i in self.items if i.failed]
 
+    @property
+    def skipped(self) -> list[EvalItem]:
+        return [i for i in self.items if i.outcome == "skipped"]
 
-Target = Callable[[Any], Awaitable[Any]]
+    @property
+    def outcomes(self) -> dict[str, int]:
+        return dict(self.verdict.outcomes)
 
 
-def _split_target_output(value: Any) -> tuple[Any, Sequence[str] | None]:
+Target = Callable[[Any], Any]  # input -> output, (output, context) or {"output", "context"}
+
+
+def _split_target_output(value: Any, where: str) -> tuple[Any, Any]:
     """target(input) may return (output, context), {"output":..., "context":[...]} or output."""
     if isinstance(value, tuple) and len(value) == 2:
         return value[0], value[1]
-    if isinstance(value, Mapping) and "output" in value:
-        ctx = value.get("context", value.get("retrieved_context"))
-        return value["output"], ctx
+    if isinstance(value, Mapping):
+        got = snake_keys(value, where)
+        if "output" in got:
+            return got["output"], got.get("context", got.get("retrieved_context"))
     return value, None
 
 
 async def _eval_one(
     item: EvalItem, scorers: Sequence[ContextPrecisionScorer], target: Target | None
 ) -> None:
-    context: Sequence[str] | None = None
+    context: Any = None
+    where = f"the target's return for data[{item.index}]"
     if target is not None:
         try:
-            item.output, context = _split_target_output(await target(item.input))
+            item.target_result = await _call(target, item.input)
         except Exception as exc:  # the user's target: its failure is this item's failure
             item.errors["target"] = f"{type(exc).__name__}: {exc}"
             return
-    expected = item.ground_truth if item.ground_truth is not None else item.output
+        if isinstance(item.target_result, NotScorable):
+            context = item.target_result
+        else:
+            item.output, context = _split_target_output(item.target_result, where)
     for scorer in scorers:
         try:
-            item.scorer_results[scorer.id] = await scorer.run(item.input, expected, context=context)
-        except (JudgeError, ConfigError) as exc:
+            result = await scorer.score(item.input, item.output, item.ground_truth, context, where)
+        except JudgeError as exc:
             item.errors[scorer.id] = str(exc)
+            continue
+        item.scorer_results[scorer.id] = result
+        if result.status == STATUS_NOT_SCORABLE:
+            item.skipped[scorer.id] = result.reason
 
 
 async def _notify(callback: Callable[[EvalItem], Any] | None, item: EvalItem) -> None:
@@ -392,58 +593,112 @@ async def _notify(callback: Callable[[EvalItem], Any] | None, item: EvalItem) ->
     if callback is None:
         return
     try:
-        res = callback(item)
-        if inspect.isawaitable(res):
-            await res
+        await _call(callback, item)
     except Exception as exc:
         item.errors["on_item_complete"] = f"{type(exc).__name__}: {exc}"
 
 
-def _eval_data(d: Any) -> Mapping[str, Any]:
+def _eval_data(d: Any) -> dict[str, Any]:
     """One of run_evals' data items, as runEvals takes them; TypeError naming the keys else."""
-    if not isinstance(d, Mapping) or "input" not in d or any(k not in EVAL_KEYS for k in d):
+    given = snake_keys(d, "a data item") if isinstance(d, Mapping) else None
+    if given is None or "input" not in given or any(k not in EVAL_KEYS for k in given):
         got = _shown(d) if isinstance(d, Mapping) else type(d).__name__
         raise TypeError(
             f"run_evals: each data item is a mapping with 'input' (and optionally "
-            f"{', '.join(EVAL_KEYS[1:])}); got {got}"
+            f"{', '.join(map(_camel, EVAL_KEYS[1:]))}); got {got}"
         )
-    return d
+    return given
 
 
+def _scorers_of(given: Sequence[Any]) -> tuple[list[ContextPrecisionScorer], dict[str, float]]:
+    """The scorers, and the thresholds given with them as Mastra writes them: a scorer, or
+    {"scorer": scorer, "threshold": 0.7}."""
+    scorers: list[ContextPrecisionScorer] = []
+    thresholds: dict[str, float] = {}
+    for entry in given:
+        if isinstance(entry, Mapping):
+            spec = snake_keys(entry, "a scorers entry")
+            if set(spec) - {"scorer", "threshold"} or "scorer" not in spec:
+                raise ConfigError(
+                    "run_evals: a scorers entry is a scorer or {'scorer': scorer, 'threshold': "
+                    f"number}}, got {_shown(entry)}"
+                )
+            entry, threshold = spec["scorer"], spec.get("threshold")
+            if threshold is not None and isinstance(entry, ContextPrecisionScorer):
+                thresholds.update(thresholds_of({entry.id: threshold}, [entry.id]))
+        if not isinstance(entry, ContextPrecisionScorer):
+            raise ConfigError(
+                "run_evals: scorers holds what create_context_precision_scorer returns, got "
+                f"{_shown(entry)}"
+            )
+        if any(s.id == entry.id for s in scorers):
+            raise ConfigError(
+                f"run_evals: two scorers have the id {entry.id!r}; give each its own with "
+                "options={'id': ...}"
+            )
+        scorers.append(entry)
+    return scorers, thresholds
+
+
+@camel_case_keywords
 async def run_evals(
-    data: Sequence[Mapping[str, Any]],
-    scorers: Sequence[ContextPrecisionScorer],
+    data: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+    scorers: Sequence[Any] | None = None,
     target: Target | None = None,
     on_item_complete: Callable[[EvalItem], Any] | None = None,
     concurrency: int = _LIMITS.concurrency,
+    thresholds: float | Mapping[str, float] | None = None,
 ) -> EvalResult:
     """Run `target` on each item's input, score its retrieved context with every scorer.
 
     Relevance is judged against the item's ground_truth when given, else the target's output.
-    One failing item is reported as failed and does not stop the others. `concurrency` items
-    are evaluated at once (default: [limits] concurrency, as the CLI's calls in flight).
+    One failing item is reported as failed and does not stop the others; an item with nothing
+    to judge (`not_scorable`) is skipped. `concurrency` items are evaluated at once (default:
+    [limits] concurrency, as the CLI's calls in flight). `thresholds` (a number for every
+    scorer, or {scorer id: number}; or Mastra's {"scorer": s, "threshold": x} in `scorers`) are
+    judged on each scorer's mean by the rule of --fail-under, in `result.verdict`. Mastra's one
+    object, `run_evals({"data": ..., "scorers": ..., "target": ...})`, is taken too.
     """
+    if isinstance(data, Mapping):
+        if scorers is not None:
+            raise TypeError("run_evals takes data=[...] or Mastra's one object, not both")
+        spec = snake_keys(data, "run_evals' argument")
+        return await run_evals(**spec)  # type: ignore[no-any-return]
+    if scorers is None:
+        raise TypeError("run_evals() needs scorers=[...]")
+    chosen, given = _scorers_of(scorers)
+    ids = [s.id for s in chosen]
+    limits = {**given, **thresholds_of(thresholds, ids)}
     items = [
-        EvalItem(
-            i,
-            d.get("input"),
-            ground_truth=d.get("ground_truth", d.get("groundTruth")),
-            labels=_labels_of(d),
-        )
+        EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth"), labels=_labels_of(d))
         for i, d in enumerate(map(_eval_data, data))
     ]
 
     async def evaluate(item: EvalItem) -> None:
-        await _eval_one(item, scorers, target)
+        await _eval_one(item, chosen, target)
         await _notify(on_item_complete, item)
 
-    await each(items, evaluate, concurrency)
-    scores: dict[str, float | None] = {}
-    for scorer in scorers:
-        vals = [i.scorer_results[scorer.id].score for i in items if scorer.id in i.scorer_results]
-        scores[scorer.id] = sum(vals) / len(vals) if vals else None
-    estimates = {s.id: _labels_estimate(items, s) for s in scorers}
-    return EvalResult(scores, items, estimates)
+    try:
+        await each(items, evaluate, concurrency)
+    except BaseExceptionGroup as group:  # an error inside the pool comes out as itself
+        raise _one_of(group) from None
+    means: dict[str, tuple[float | None, int]] = {}
+    for scorer in chosen:
+        vals = [
+            r.score
+            for i in items
+            if (r := i.scorer_results.get(scorer.id)) is not None and r.score is not None
+        ]
+        means[scorer.id] = (sum(vals) / len(vals) if vals else None, len(vals))
+    scores = {s: None if m is None else round_figure(m) for s, (m, _) in means.items()}
+    estimates = {s.id: _labels_estimate(items, s) for s in chosen}
+    outcomes = {k: sum(i.outcome == k for i in items) for k in OUTCOMES}
+    errors = [
+        f"data[{i.index}] ({where}): {message}"
+        for i in items
+        for where, message in list(i.errors.items())[:1]
+    ]
+    return EvalResult(scores, items, estimates, decide(means, limits, outcomes, errors))
 
 
 def _labels_of(d: Mapping[str, Any]) -> list[bool] | None:
@@ -466,7 +721,7 @@ def _labels_estimate(
     judge, reference = [], []
     for item in items:
         result = item.scorer_results.get(scorer.id)
-        if result is None:
+        if result is None or result.score is None:
             continue
         judge.append(result.score)
         labels = item.labels

@@ -23,7 +23,7 @@ from ctxprec.storage.core.errors import ConfigError
 from ctxprec.storage.core.seams import (
     KeySource,  # where API keys are read (the environment by default)
 )
-from ctxprec.storage.core.settings import Price
+from ctxprec.storage.core.settings import Price, named
 
 __all__ = [
     "DATA_FILE",
@@ -76,7 +76,7 @@ class ProviderSpec:
         the registry's, with each {VAR} read from the environment (ConfigError when unset).
         Credentials in it are checked (`secrets.checked_base_url`)."""
         if given:
-            return checked_base_url(given, "--base-url / [judge] base_url")
+            return checked_base_url(given, named("judge.base_url"))
         if self.base_url_env and os.environ.get(self.base_url_env, "").strip():
             return checked_base_url(os.environ[self.base_url_env].strip(), self.base_url_env)
 
@@ -85,7 +85,7 @@ class ProviderSpec:
             if not value:
                 raise ConfigError(
                     f"provider {self.id} needs the environment variable {found.group(1)} for its "
-                    f"URL {self.base_url} (or give the whole URL with --base-url)"
+                    f"URL {self.base_url} (or give the whole URL with {named('judge.base_url')})"
                 )
             return value
 
@@ -118,7 +118,7 @@ class ProviderSpec:
         local = "; servers on localhost need none" if self.key_required == "remote" else ""
         raise ConfigError(
             f"judge {model} needs an API key: set the environment variable {first}{also}; "
-            f"--api-key-env / [judge] api_key_env names another variable{local}"
+            f"{named('judge.api_key_env')} names another variable{local}"
         )
 
     def auth(self, key: str | None) -> dict[str, str]:
@@ -295,7 +295,7 @@ def lookup(
     raise ConfigError(
         f"unknown judge provider {provider!r} in model {model!r}; {hint}all known: "
         f"{', '.join(sorted({*table, *others}))}. For another OpenAI-compatible server, "
-        f"{_HOW_TO_ADD}, or use openai/<model> with --base-url"
+        f"{_HOW_TO_ADD}, or use openai/<model> with {named('judge.base_url')}"
     )
 
 

@@ -43,6 +43,7 @@ import anyio.lowlevel
 from ctxprec.connectors.judges import jsonfast
 from ctxprec.storage.core.errors import JudgeError, JudgeFatalError, JudgeRetryableError
 from ctxprec.storage.core.printable import printable
+from ctxprec.storage.core.settings import named
 
 __all__ = [
     "MAX_WAIT_S",
@@ -172,9 +173,10 @@ def run_refusal(err: JudgeError, key_env: str, url: str) -> str | None:
         return f"the API key was refused ({err}). Fix: put a valid key in ${key_env}"
     if status == 403:
         return (f"this key may not use the model: {err}. Fix: use a key or project with "
-                "access to it, or another --model")  # fmt: skip
+                f"access to it, or another {named('judge.model', flag_only=True)}")  # fmt: skip
     if status == 404:
-        return (f"unknown model or wrong endpoint: {err}. Fix: check --model and the base "
+        return (f"unknown model or wrong endpoint: {err}. Fix: check "
+                f"{named('judge.model', flag_only=True)} and the base "
                 f"URL ({url})")  # fmt: skip
     return None
 

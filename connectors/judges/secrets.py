@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlsplit
 from ctxprec.storage.core.errors import ConfigError
 from ctxprec.storage.core.printable import printable
 from ctxprec.storage.core.redact import without_url_secrets
+from ctxprec.storage.core.settings import named
 
 __all__ = [
     "REDACTED",
@@ -74,8 +75,8 @@ def checked_base_url(url: str, source: str) -> str:
     if has_userinfo:
         raise ConfigError(
             f"the base URL from {source} ({without_url_secrets(url)}) carries user:password@; "
-            "ctxprec sends the API key from the environment (--api-key-env) in the provider's "
-            "auth header: give the URL without it"
+            f"ctxprec sends the API key from the environment ({named('judge.api_key_env')}) in "
+            "the provider's auth header: give the URL without it"
         )
     for name, value in parse_qsl(parts.query, keep_blank_values=False):
         if without_url_secrets(f"?{name}=x") != f"?{name}=x":
@@ -132,7 +133,8 @@ def api_key_from_env(env_name: str, base_url: str, model: str) -> str | None:
     if key is None and not is_loopback(base_url):
         raise ConfigError(
             f"judge {model} needs an API key: set the environment variable {env_name} "
-            "(or name another one with [judge] api_key_env); servers on localhost need none"
+            f"(or name another one with {named('judge.api_key_env')}); servers on localhost need "
+            "none"
         )
     register_secret(key)
     return key

@@ -15,7 +15,7 @@ from ctxprec.storage.files.objpath import OutPath, local_copies
 from ctxprec.storage.outdir.ownership import part_files
 from ctxprec.storage.stats.paired import TIE_EPS
 
-__all__ = ["GATE_EXIT", "gate_exit", "ids_before", "run_mean", "under_gate"]
+__all__ = ["GATE_EXIT", "below", "gate_exit", "ids_before", "run_mean", "shortfall", "under_gate"]
 
 GATE_EXIT = 5
 _SCORED = (STATUS_OK, STATUS_EMPTY)
@@ -48,14 +48,26 @@ def run_mean(outdir: OutPath, before: pl.Series | None = None) -> tuple[float | 
     return float(rows.get_column("score").mean()), rows.height  # type: ignore[arg-type]
 
 
+def below(mean: float | None, threshold: float) -> bool:
+    """The gate's rule: the mean is below `threshold` (a mean equal to it, within float noise,
+    passes). The Python API's thresholds (`ctxprec.analysis.verdict`) use it too."""
+    return mean is not None and mean < threshold - TIE_EPS
+
+
+def shortfall(mean: float, threshold: float) -> str:
+    """ "0.6917, 0.0083 below the threshold": the mean as summary.md and --quiet show it, and a
+    gap that adds up to it."""
+    shown = round_figure(mean)
+    return f"{shown:.4f}, {round_figure(threshold - shown):.4f} below the threshold"
+
+
 def under_gate(mean: float | None, rows: int, threshold: float) -> str | None:
     """The failure message when the mean is below `threshold` (a mean equal to it passes)."""
-    if mean is None or not mean < threshold - TIE_EPS:
+    if mean is None or not below(mean, threshold):
         return None
-    shown = round_figure(mean)  # as summary.md and --quiet show it; the gap adds up to it
     return (
         f"--fail-under {threshold:g} failed: the mean score of this run's {rows:,} scored rows "
-        f"is {shown:.4f}, {round_figure(threshold - shown):.4f} below the threshold"
+        f"is {shortfall(mean, threshold)}"
     )
 
 

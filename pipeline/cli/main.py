@@ -21,7 +21,6 @@ import importlib
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import traceback
@@ -35,11 +34,12 @@ from ctxprec.cli.help import Parser, show_defaults
 from ctxprec.cli.process import INTERRUPTED, leave
 from ctxprec.cli.providers import add_providers_command
 from ctxprec.cli.sample import add_sample_command
-from ctxprec.config import FLAGS, Config, env_setting, flag_type, load_config
+from ctxprec.config import FLAGS, Config, column_map_flags, env_setting, flag_type, load_config
 from ctxprec.connectors.judges.secrets import RedactingFilter
 from ctxprec.run.interrupt import Stop
 from ctxprec.storage.core.errors import (
     BatchesPendingError,
+    ConfigError,
     CtxprecError,
     JudgeError,
     JudgeRefusedRunError,
@@ -72,7 +72,6 @@ COMMANDS: dict[str, str] = {
 }
 
 SETTINGS = {s.key: s for s in settings()}
-MAP_FIELDS = {s.name for s in SETTINGS.values() if s.flag and s.flag.startswith("--map ")}
 
 
 def _add_setting(g: Any, key: str, **extra: Any) -> None:
@@ -357,23 +356,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """{dotted key: value} of every setting given on the command line (argparse dests are the
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
-    for item in (pair for given in args.map for pair in _map_pairs(given)):
-        field, sep, column = item.partition("=")
-        field = field.strip()
-        if not sep or field not in MAP_FIELDS or not column.strip():
-            raise UserError(
-                f"--map {item!r}: write FIELD=COLUMN with FIELD one of "
-                f"{', '.join(sorted(MAP_FIELDS))}"
-            )
-        flags[f"columns.{field}"] = column.strip()
+    try:
+        flags.update(column_map_flags(list(args.map), "command line"))
+    except ConfigError as exc:  # the CLI's usage error, as before the loader took maps
+        raise UserError(str(exc)) from None
     return flags
-
-
-def _map_pairs(given: str) -> list[str]:
-    """`--map query=question,expected=ground_truth`: a comma starts a new pair only where a field
-    name and `=` follow it, so a column named `a,b` still maps (`--map context=a,b`)."""
-    fields = "|".join(sorted(MAP_FIELDS))
-    return re.split(rf",\s*(?=(?:{fields})\s*=)", given)
 
 
 def _check_conflicts(args: argparse.Namespace) -> None:

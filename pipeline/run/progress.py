@@ -1,5 +1,6 @@
 """Progress for long runs: a tqdm bar on a terminal, a log line every few seconds otherwise,
-nothing in quiet mode. Reads the run counters on a timer instead of per item.
+nothing in quiet mode; "notebook" (the Python API's `score_frame`) is tqdm.auto's bar, a widget
+in Jupyter and text elsewhere. Reads the run counters on a timer instead of per item.
 """
 
 from __future__ import annotations
@@ -56,7 +57,11 @@ class Progress:
         """Refresh until cancelled."""
         if self.mode == "off":
             return
-        if self.mode == "bar":
+        if self.mode == "notebook":
+            from tqdm.auto import tqdm as auto_bar
+
+            self._bar = auto_bar(total=self.total, unit="row", file=self.stream)
+        elif self.mode == "bar":
             from tqdm import tqdm
 
             width = _fixed_width(self.stream)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ __all__ = [
     "ScoringSettings",
     "SettingSpec",
     "StorageSettings",
+    "named",
+    "named_as_options",
     "settings",
 ]
 
@@ -543,3 +547,31 @@ def settings() -> Iterator[SettingSpec]:
                 m["unset"],
                 m["metavar"],
             )
+
+
+# how a setting is named in the messages of the layers below the public API: the CLI's flag and
+# TOML entry, or, inside a call of the Python API, the option's name (`named_as_options`)
+_AS_OPTIONS: ContextVar[bool] = ContextVar("ctxprec_settings_named_as_options", default=False)
+
+
+def named(key: str, *, flag_only: bool = False) -> str:
+    """A setting as the user gives it, for an error message: `--api-key-env / [judge]
+    api_key_env` on the command line (`--api-key-env` with `flag_only`), `option
+    'api_key_env'` inside the Python API (the model: its `model=` argument)."""
+    section, _, name = key.partition(".")
+    if _AS_OPTIONS.get():
+        return "model=" if key == "judge.model" else f"option {name!r}"
+    flag = next((s.flag for s in settings() if s.key == key), None)
+    if flag and flag_only:
+        return flag
+    return f"{flag} / [{section}] {name}" if flag else f"[{section}] {name}"
+
+
+@contextmanager
+def named_as_options() -> Iterator[None]:
+    """Within this block (and the tasks and threads it starts), `named` gives option names."""
+    token = _AS_OPTIONS.set(True)
+    try:
+        yield
+    finally:
+        _AS_OPTIONS.reset(token)

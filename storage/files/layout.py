@@ -60,6 +60,8 @@ __all__ = [
     "compare_file",
     "estimate",
     "fixed_files",
+    "frame_outdir",
+    "frame_rows",
     "in_state_dir",
     "incremental_tag",
     "is_incremental_key",
@@ -358,6 +360,17 @@ def batch_memo(outdir: P) -> P:
 def compare_file(outdir: P, name: str) -> P:
     """One of COMPARE_FILES in a `ctxprec compare -o DIR` folder."""
     return outdir / name
+
+
+def frame_rows(folder: Path) -> Path:
+    """The rows of a `score_frame` call, written as Parquet in the temporary folder ctxprec
+    makes for it (`ctxprec.frames`)."""
+    return folder / "rows.parquet"
+
+
+def frame_outdir(folder: Path) -> Path:
+    """The output folder a `score_frame` call's run writes, in the same temporary folder."""
+    return folder / "scored"
 
 
 def memo_db(folder: Path) -> Path:
