@@ -67,5 +67,7 @@ def test_the_python_api_goes_through_the_same_choice(tmp_path: Path) -> None:
     with pytest.raises(UserError):
         score(SAMPLE, tmp_path / "out", _cfg(batch_api=True, model="offline"))
     assert not (tmp_path / "out").exists()
-    result = score(SAMPLE, tmp_path / "ok", _cfg(), progress="off")
+    cfg = _cfg()  # a Config built in code names no memo folder: give it this test's own
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, cache_dir=tmp_path / "memo"))
+    result = score(SAMPLE, tmp_path / "ok", cfg, progress="off")
     assert result.summary["rows"]["total"] == 12
