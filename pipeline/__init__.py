@@ -24,17 +24,15 @@ if TYPE_CHECKING:
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
     from ctxprec.engines.local import run_score
+    from ctxprec.evals import EvalItem, EvalResult, run_evals
     from ctxprec.frames import FrameSummary, ScoredFrame, score_frame, score_frame_async
     from ctxprec.run.driver import RunOptions, RunResult
     from ctxprec.scorer import (
         ContextPrecisionScorer,
-        EvalItem,
-        EvalResult,
         NotScorable,
         ScoreResult,
         create_context_precision_scorer,
         not_scorable,
-        run_evals,
     )
     from ctxprec.storage.core.errors import (
         ConfigError,
@@ -61,13 +59,13 @@ _EXPORTS: dict[str, str] = {
     "score_frame_async": "ctxprec.frames",
     "score": "ctxprec.engines.choice",
     "ContextPrecisionScorer": "ctxprec.scorer",
-    "EvalItem": "ctxprec.scorer",
-    "EvalResult": "ctxprec.scorer",
+    "EvalItem": "ctxprec.evals",
+    "EvalResult": "ctxprec.evals",
     "ScoreResult": "ctxprec.scorer",
     "NotScorable": "ctxprec.scorer",
     "create_context_precision_scorer": "ctxprec.scorer",
     "not_scorable": "ctxprec.scorer",
-    "run_evals": "ctxprec.scorer",
+    "run_evals": "ctxprec.evals",
     "EvalVerdict": "ctxprec.analysis.verdict",
     "ConfigError": "ctxprec.storage.core.errors",
     "CtxprecError": "ctxprec.storage.core.errors",

@@ -1,7 +1,7 @@
-"""The per-row API: `create_context_precision_scorer(...)` and its `.run()`, plus
-`run_evals` over a list of items with a target function. Same judges, memo and formula as the
-batch pipeline. Names follow `ctxprec.spelling` (camelCase as aliases); a target, extractor or
-callback may be a plain function or a coroutine function.
+"""The per-row API: `create_context_precision_scorer(...)` and its `.run()` (`run_evals` over
+a dataset is `ctxprec.evals`). Same judges, memo and formula as the batch pipeline. Names follow
+`ctxprec.spelling` (camelCase as aliases); an extractor may be a plain function or a coroutine
+function.
 """
 
 from __future__ import annotations
@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-import numpy as np
 
-from ctxprec.analysis.verdict import OUTCOMES, EvalVerdict, decide, thresholds_of
 from ctxprec.config import Config, with_settings
 from ctxprec.connectors.judges import (
     ItemRequest,
@@ -35,7 +33,6 @@ from ctxprec.connectors.judges.prompts import (
 from ctxprec.flow.llm_reason import keep_built_reason
 from ctxprec.flow.reason import build_reason
 from ctxprec.limits.limiter import RateThrottle
-from ctxprec.limits.pool import each
 from ctxprec.spelling import camel_case_keywords, snake_keys
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_OK
 from ctxprec.storage.core.errors import (
@@ -44,22 +41,22 @@ from ctxprec.storage.core.errors import (
     ScoreFailedError,
     first_meaningful,
 )
-from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.core.settings import LimitsSettings, named_as_options
+from ctxprec.storage.core.settings import named_as_options
 from ctxprec.storage.memo.store import Memo, judge_prefix, memo_key
-from ctxprec.storage.stats.ppi import estimate_block, ppi_fit
 
 __all__ = [
+    "EVAL_KEYS",
     "STATUS_NOT_SCORABLE",
     "ContextPrecisionScorer",
-    "EvalItem",
-    "EvalResult",
     "NotScorable",
     "ScoreResult",
+    "call_user",
     "create_context_precision_scorer",
     "not_scorable",
-    "run_evals",
+    "one_of",
+    "shown",
+    "snake_to_camel",
 ]
 
 STATUS_NOT_SCORABLE = "not_scorable"  # a ScoreResult's status when there was nothing to judge
@@ -123,7 +120,7 @@ _SHAPES = (
 _LIST = "a list of strings (one per context item, in ranked order)"
 
 
-def _camel(name: str) -> str:
+def snake_to_camel(name: str) -> str:
     """`ground_truth` -> `groundTruth`: a key as Mastra's docs write it."""
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
@@ -160,7 +157,7 @@ def _text(value: Any, what: str, role: str) -> str | None:
     if isinstance(value, Sequence) and all(isinstance(m, Mapping) for m in value):
         mine = [m for m in value if m.get("role") == role] or list(value)
         return (_message_text(mine[0]) or "") if mine else ""
-    raise TypeError(f"scorer.run: {what} must be {_SHAPES}, got {_shown(value)}")
+    raise TypeError(f"scorer.run: {what} must be {_SHAPES}, got {shown(value)}")
 
 
 def _is_run_object(value: Mapping[str, Any]) -> bool:
@@ -168,7 +165,7 @@ def _is_run_object(value: Mapping[str, Any]) -> bool:
     return not any(k in value for k in ("inputMessages", "messages", "content", "text", "role"))
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     if isinstance(value, Mapping):
         return f"a mapping with keys {sorted(map(str, value))}"
     return type(value).__name__
@@ -180,9 +177,10 @@ def _run_object(run: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     given = snake_keys(run, "scorer.run's run object")
     unknown = sorted(str(k) for k, s in zip(run, given, strict=True) if s not in RUN_KEYS)
     if unknown or "input" not in given:
+        keys = ", ".join(map(snake_to_camel, RUN_KEYS))
         raise TypeError(
             "scorer.run takes input=..., output=... or Mastra's run object {'input': ..., "
-            f"'output': ..., 'groundTruth': ...}} (keys: {', '.join(map(_camel, RUN_KEYS))}); got "
+            f"'output': ..., 'groundTruth': ...}} (keys: {keys}); got "
             + (f"unknown key(s) {', '.join(unknown)}" if unknown else "no 'input' key")
         )
     truth = given.get("ground_truth")
@@ -201,7 +199,7 @@ def _checked_context(value: Any, source: str) -> list[str] | NotScorable:
             "nothing to judge"
         )
     if value is None or isinstance(value, Mapping) or not isinstance(value, Iterable):
-        raise ConfigError(f"{source} must be {_LIST}, got {_shown(value)}")
+        raise ConfigError(f"{source} must be {_LIST}, got {shown(value)}")
     items = list(value)
     for i, item in enumerate(items):
         if not isinstance(item, str):
@@ -211,7 +209,7 @@ def _checked_context(value: Any, source: str) -> list[str] | NotScorable:
     return items
 
 
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+async def call_user(fn: Callable[..., Any], *args: Any) -> Any:
     """The user's function called as it is written: a coroutine function (or one returning an
     awaitable) awaited, a plain function's value taken as it is."""
     value = fn(*args)
@@ -220,7 +218,7 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
-def _one_of(group: BaseExceptionGroup[BaseException]) -> BaseException:
+def one_of(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The error to raise for a task group's: a Ctrl-C or a user error first, else the group's
     only exception, else the group."""
     found = first_meaningful(group)
@@ -264,7 +262,7 @@ class ContextPrecisionScorer:
         if context is not None:
             return _checked_context(context, source)
         if self.extractor is not None:
-            got = await _call(self.extractor, input, output)
+            got = await call_user(self.extractor, input, output)
             return _checked_context(got, "the context_extractor's return")
         if self.context is not None:
             return self.context
@@ -310,7 +308,7 @@ class ContextPrecisionScorer:
                         request = ItemRequest(query, expected, item)
                         tg.start_soon(self._judge_one, i, request, version, replies, errors)
         except BaseExceptionGroup as group:  # the run refused (a bad key, no such model)
-            raise _one_of(group) from None
+            raise one_of(group) from None
         if errors:
             partial = [Verdict(r[0], r[1]) if r else None for r in replies]
             raise ScoreFailedError(
@@ -380,7 +378,7 @@ class ContextPrecisionScorer:
 
 
 # the API's defaults are the CLI's: the fields of storage/core/settings.py
-_JUDGE, _LIMITS = JudgeSettings(), LimitsSettings()
+_JUDGE = JudgeSettings()
 # option -> setting: any [judge] setting but the row mode and batch ones (the scorer calls the
 # judge item by item, online), the [limits] of the calls, the score's scale and reason, the memo
 _OPTIONS = {
@@ -449,7 +447,7 @@ def create_context_precision_scorer(
     if extractor is not None and not callable(extractor):
         raise ConfigError(
             f"option 'context_extractor' must be a function (input, output) -> list of "
-            f"strings, got {_shown(extractor)}"
+            f"strings, got {shown(extractor)}"
         )
     if not isinstance(scorer_id, str) or not scorer_id:
         raise ConfigError(f"option 'id' must be a non-empty string, got {scorer_id!r}")
@@ -482,257 +480,9 @@ def _mastra_call(
     if options is not None or set(spec) - {"model", "options"}:
         raise TypeError(
             "create_context_precision_scorer takes model=..., options={...} or Mastra's one "
-            f"object {{'model': ..., 'options': {{...}}}}; got {_shown(given)}"
+            f"object {{'model': ..., 'options': {{...}}}}; got {shown(given)}"
         )
     model = spec.get("model", _JUDGE.model)
     if not isinstance(model, str):
-        raise ConfigError(f"model must be a string provider/model, got {_shown(model)}")
+        raise ConfigError(f"model must be a string provider/model, got {shown(model)}")
     return model, spec.get("options")
-
-
-@dataclass
-class EvalItem:
-    """One data item of run_evals: what the target returned (`target_result`), each scorer's
-    result, and what kept a scorer from a result: `errors` (target, scorer or callback: the
-    item failed to run) and `skipped` (nothing to judge: `not_scorable`, by scorer or target)."""
-
-    index: int
-    input: Any
-    output: Any = None
-    ground_truth: Any = None
-    # human labels of the context items, in order (a data item's "labels"): the reference of
-    # the corrected estimate; None on items without labels
-    labels: list[bool] | None = None
-    target_result: Any = None
-    scorer_results: dict[str, ScoreResult] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.errors)
-
-    @property
-    def outcome(self) -> str:
-        """ "error" (something failed), "skipped" (no scorer had anything to judge) or
-        "completed"."""
-        if self.errors:
-            return "error"
-        scored = any(r.status != STATUS_NOT_SCORABLE for r in self.scorer_results.values())
-        return "completed" if scored else "skipped"
-
-
-@dataclass
-class EvalResult:
-    """`scores`: each scorer's mean over the items it scored (rounded as every figure shown;
-    None when it scored none); `verdict`: the thresholds and outcomes judged
-    (`ctxprec.analysis.verdict`); `outcomes`: completed / skipped / error counts."""
-
-    scores: dict[str, float | None]
-    items: list[EvalItem]
-    # per scorer, the corrected estimate of its mean against the items' labels (prediction-
-    # powered, as summary.json's `estimate`); None for a scorer without a labelled item
-    estimates: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    verdict: EvalVerdict = field(default_factory=lambda: EvalVerdict("passed"))
-
-    @property
-    def failed(self) -> list[EvalItem]:
-        return [i for i in self.items if i.failed]
-
-    @property
-    def skipped(self) -> list[EvalItem]:
-        return [i for i in self.items if i.outcome == "skipped"]
-
-    @property
-    def outcomes(self) -> dict[str, int]:
-        return dict(self.verdict.outcomes)
-
-
-Target = Callable[[Any], Any]  # input -> output, (output, context) or {"output", "context"}
-
-
-def _split_target_output(value: Any, where: str) -> tuple[Any, Any]:
-    """target(input) may return (output, context), {"output":..., "context":[...]} or output."""
-    if isinstance(value, tuple) and len(value) == 2:
-        return value[0], value[1]
-    if isinstance(value, Mapping):
-        got = snake_keys(value, where)
-        if "output" in got:
-            return got["output"], got.get("context", got.get("retrieved_context"))
-    return value, None
-
-
-async def _eval_one(
-    item: EvalItem, scorers: Sequence[ContextPrecisionScorer], target: Target | None
-) -> None:
-    context: Any = None
-    where = f"the target's return for data[{item.index}]"
-    if target is not None:
-        try:
-            item.target_result = await _call(target, item.input)
-        except Exception as exc:  # the user's target: its failure is this item's failure
-            item.errors["target"] = f"{type(exc).__name__}: {exc}"
-            return
-        if isinstance(item.target_result, NotScorable):
-            context = item.target_result
-        else:
-            item.output, context = _split_target_output(item.target_result, where)
-    for scorer in scorers:
-        try:
-            result = await scorer.score(item.input, item.output, item.ground_truth, context, where)
-        except JudgeError as exc:
-            item.errors[scorer.id] = str(exc)
-            continue
-        item.scorer_results[scorer.id] = result
-        if result.status == STATUS_NOT_SCORABLE:
-            item.skipped[scorer.id] = result.reason
-
-
-async def _notify(callback: Callable[[EvalItem], Any] | None, item: EvalItem) -> None:
-    """Call the user's callback; its failure is recorded on the item, never fatal to the run."""
-    if callback is None:
-        return
-    try:
-        await _call(callback, item)
-    except Exception as exc:
-        item.errors["on_item_complete"] = f"{type(exc).__name__}: {exc}"
-
-
-def _eval_data(d: Any) -> dict[str, Any]:
-    """One of run_evals' data items, as runEvals takes them; TypeError naming the keys else."""
-    given = snake_keys(d, "a data item") if isinstance(d, Mapping) else None
-    if given is None or "input" not in given or any(k not in EVAL_KEYS for k in given):
-        got = _shown(d) if isinstance(d, Mapping) else type(d).__name__
-        raise TypeError(
-            f"run_evals: each data item is a mapping with 'input' (and optionally "
-            f"{', '.join(map(_camel, EVAL_KEYS[1:]))}); got {got}"
-        )
-    return given
-
-
-def _scorers_of(given: Sequence[Any]) -> tuple[list[ContextPrecisionScorer], dict[str, float]]:
-    """The scorers, and the thresholds given with them as Mastra writes them: a scorer, or
-    {"scorer": scorer, "threshold": 0.7}."""
-    scorers: list[ContextPrecisionScorer] = []
-    thresholds: dict[str, float] = {}
-    for entry in given:
-        if isinstance(entry, Mapping):
-            spec = snake_keys(entry, "a scorers entry")
-            if set(spec) - {"scorer", "threshold"} or "scorer" not in spec:
-                raise ConfigError(
-                    "run_evals: a scorers entry is a scorer or {'scorer': scorer, 'threshold': "
-                    f"number}}, got {_shown(entry)}"
-                )
-            entry, threshold = spec["scorer"], spec.get("threshold")
-            if threshold is not None and isinstance(entry, ContextPrecisionScorer):
-                thresholds.update(thresholds_of({entry.id: threshold}, [entry.id]))
-        if not isinstance(entry, ContextPrecisionScorer):
-            raise ConfigError(
-                "run_evals: scorers holds what create_context_precision_scorer returns, got "
-                f"{_shown(entry)}"
-            )
-        if any(s.id == entry.id for s in scorers):
-            raise ConfigError(
-                f"run_evals: two scorers have the id {entry.id!r}; give each its own with "
-                "options={'id': ...}"
-            )
-        scorers.append(entry)
-    return scorers, thresholds
-
-
-@camel_case_keywords
-async def run_evals(
-    data: Sequence[Mapping[str, Any]] | Mapping[str, Any],
-    scorers: Sequence[Any] | None = None,
-    target: Target | None = None,
-    on_item_complete: Callable[[EvalItem], Any] | None = None,
-    concurrency: int = _LIMITS.concurrency,
-    thresholds: float | Mapping[str, float] | None = None,
-) -> EvalResult:
-    """Run `target` on each item's input, score its retrieved context with every scorer.
-
-    Relevance is judged against the item's ground_truth when given, else the target's output.
-    One failing item is reported as failed and does not stop the others; an item with nothing
-    to judge (`not_scorable`) is skipped. `concurrency` items are evaluated at once (default:
-    [limits] concurrency, as the CLI's calls in flight). `thresholds` (a number for every
-    scorer, or {scorer id: number}; or Mastra's {"scorer": s, "threshold": x} in `scorers`) are
-    judged on each scorer's mean by the rule of --fail-under, in `result.verdict`. Mastra's one
-    object, `run_evals({"data": ..., "scorers": ..., "target": ...})`, is taken too.
-    """
-    if isinstance(data, Mapping):
-        if scorers is not None:
-            raise TypeError("run_evals takes data=[...] or Mastra's one object, not both")
-        spec = snake_keys(data, "run_evals' argument")
-        return await run_evals(**spec)  # type: ignore[no-any-return]
-    if scorers is None:
-        raise TypeError("run_evals() needs scorers=[...]")
-    chosen, given = _scorers_of(scorers)
-    ids = [s.id for s in chosen]
-    limits = {**given, **thresholds_of(thresholds, ids)}
-    items = [
-        EvalItem(i, d.get("input"), ground_truth=d.get("ground_truth"), labels=_labels_of(d))
-        for i, d in enumerate(map(_eval_data, data))
-    ]
-
-    async def evaluate(item: EvalItem) -> None:
-        await _eval_one(item, chosen, target)
-        await _notify(on_item_complete, item)
-
-    try:
-        await each(items, evaluate, concurrency)
-    except BaseExceptionGroup as group:  # an error inside the pool comes out as itself
-        raise _one_of(group) from None
-    means: dict[str, tuple[float | None, int]] = {}
-    for scorer in chosen:
-        vals = [
-            r.score
-            for i in items
-            if (r := i.scorer_results.get(scorer.id)) is not None and r.score is not None
-        ]
-        means[scorer.id] = (sum(vals) / len(vals) if vals else None, len(vals))
-    scores = {s: None if m is None else round_figure(m) for s, (m, _) in means.items()}
-    estimates = {s.id: _labels_estimate(items, s) for s in chosen}
-    outcomes = {k: sum(i.outcome == k for i in items) for k in OUTCOMES}
-    errors = [
-        f"data[{i.index}] ({where}): {message}"
-        for i in items
-        for where, message in list(i.errors.items())[:1]
-    ]
-    return EvalResult(scores, items, estimates, decide(means, limits, outcomes, errors))
-
-
-def _labels_of(d: Mapping[str, Any]) -> list[bool] | None:
-    labels = d.get("labels")
-    if labels is None:
-        return None
-    if not isinstance(labels, Sequence) or not all(isinstance(x, bool) for x in labels):
-        raise TypeError(
-            f"run_evals: 'labels' is a list of bools, one per context item; got {labels!r}"
-        )
-    return list(labels)
-
-
-def _labels_estimate(
-    items: Sequence[EvalItem], scorer: ContextPrecisionScorer
-) -> dict[str, Any] | None:
-    """The scorer's mean corrected against the labels of the items that carry them (same
-    metric and scale), over every item it scored; labels whose count is not the item's
-    verdict count are left out (and said in `item.errors`)."""
-    judge, reference = [], []
-    for item in items:
-        result = item.scorer_results.get(scorer.id)
-        if result is None or result.score is None:
-            continue
-        judge.append(result.score)
-        labels = item.labels
-        if labels is not None and len(labels) != len(result.verdicts):
-            item.errors["labels"] = (
-                f"{len(labels)} labels for {len(result.verdicts)} context items: left out of "
-                "the corrected estimate"
-            )
-            labels = None
-        reference.append(float("nan") if labels is None else map_score(labels, scorer.scale))
-    if not any(r == r for r in reference):  # no labelled item (NaN != NaN)
-        return None
-    bounds = (0.0, scorer.scale if scorer.scale > 0 else 1.0)
-    return estimate_block(ppi_fit(np.asarray(judge), np.asarray(reference)), "labels", bounds)
