@@ -352,6 +352,7 @@ def _judge(
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
         "row_fallbacks": j.get("row_fallbacks"),  # --mode row: rows judged item by item
+        "usage_unknown": j.get("usage_unknown"),  # replies whose token counts were not counts
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
