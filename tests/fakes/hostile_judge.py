@@ -53,12 +53,15 @@ class HostileJudge:
     def __init__(self, answer: Answer, usage: dict[str, Any] | None = None) -> None:
         self.answer, self.usage = answer, usage
         self.bodies: list[dict[str, Any]] = []
+        self.on_request: Callable[[web.Request], None] | None = None  # sees each request first
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.on_request is not None:
+            self.on_request(request)
         body = await request.json()
         self.bodies.append(body)
         reply = self.answer(request.path, body)
