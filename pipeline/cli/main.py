@@ -32,9 +32,10 @@ from typing import Any
 from ctxprec.cli.cache import add_cache_command
 from ctxprec.cli.config import add_config_command, example_configs
 from ctxprec.cli.help import Parser, show_defaults
-from ctxprec.cli.process import INTERRUPTED, GuardedStream, leave
+from ctxprec.cli.process import INTERRUPTED, leave
 from ctxprec.cli.providers import add_providers_command
 from ctxprec.cli.sample import add_sample_command
+from ctxprec.cli.streams import GuardedStream
 from ctxprec.config import FLAGS, Config, env_setting, flag_type, load_config
 from ctxprec.connectors.judges.secrets import RedactingFilter
 from ctxprec.run.interrupt import Stop
