@@ -11,10 +11,13 @@ their way to `ctxprec.cli.main` and must not pay for Polars, aiohttp and the jud
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+# The console script imports this package before the first line of `ctxprec.__main__`, which
+# holds the stop signals: until then a Ctrl-C is a traceback, so this module imports nothing
+# at all (not even `typing`: its 4 ms were most of that window)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ctxprec.analysis.compare import compare_outputs
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
@@ -96,6 +99,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    import importlib  # the standard library's: not before a name is asked for (see above)
+
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ctxprec' has no attribute {name!r}")
