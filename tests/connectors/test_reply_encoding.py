@@ -6,13 +6,10 @@ shown to the judge again. Every server here is a real aiohttp server on 127.0.0.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
@@ -27,7 +24,7 @@ from ctxprec.connectors.judges.transport import AiohttpTransport, HttpRequest
 from tests.fakes.hostile_judge import HostileJudge, chat_completion
 from tests.fakes.inputs import REPO
 from tests.fakes.judge_server import start_loopback
-from tests.fakes.runs import score
+from tests.fakes.runs import high_water_kib, score
 
 KEY = "sk-test-encoding-0123456789"
 VERDICT = json.dumps({"relevant": True, "reason": "It gives the figure."})
@@ -180,20 +177,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def high_water_kib(child: subprocess.Popen[str]) -> int:
-    """The peak resident memory of `child` (its VmHWM, which counts from its exec: ru_maxrss
-    would count the pages it shared with this process before), read until it ends. It is a
-    high-water mark, so a read after the peak sees it."""
-    peak = 0
-    while child.poll() is None:
-        with contextlib.suppress(OSError):
-            status = Path(f"/proc/{child.pid}/status").read_text()
-            found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-            peak = max(peak, int(found.group(1))) if found else peak
-        time.sleep(0.02)  # a poll interval, not a synchronisation: the mark only rises
-    return peak
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc/PID/status")
