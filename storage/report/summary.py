@@ -32,6 +32,7 @@ from ctxprec.storage.report.charts import (
 )
 from ctxprec.storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
 from ctxprec.storage.report.html import render_html
+from ctxprec.storage.report.mdtext import md_code, md_text
 from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
 from ctxprec.storage.report.words import judge_rows, rate, seconds
@@ -526,10 +527,10 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
 
 def _md_intro(s: Mapping[str, Any]) -> list[str]:
     run, rows = s["run"], s["rows"]
-    causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
+    causes = ", ".join(f"{md_text(c)}: {n:,}" for c, n in s["failures"].items())
     failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
-    source = f"`{run['input']}`" if run.get("input") else "the input"
-    judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
+    source = md_code(run["input"]) if run.get("input") else "the input"
+    judge = f" by {md_code(s['judge']['model'])}" if s["judge"]["model"] else ""
     this_run = _md_this_run(s)
     lines = [
         "# ctxprec run summary",
@@ -541,7 +542,7 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         "",
     ]
     for notice in run.get("notices") or []:
-        lines += [f"> **{notice}**", ""]
+        lines += [f"> **{md_text(notice)}**", ""]
     bad = s["failures"].get(INPUT_CAUSE, 0)
     if n := rows["failed"] - bad:
         lines += [f"> **{counted(n, 'row')} failed — re-run the same command to retry only them.**"]
@@ -564,6 +565,7 @@ def _md_estimate(estimate: Mapping[str, Any] | None) -> list[str]:
         return []
     ref = str(estimate.get("reference", "labels"))
     said = "human labels" if ref == "labels" else f"the audit judge {ref.removeprefix('audit:')}"
+    said = md_text(said)
     lines = [f"**Corrected estimate** (prediction-powered, reference: {said}): {sentence}.",
              ""]  # fmt: skip
     groups = (estimate.get("by_group") or {}).get("groups") or {}
@@ -709,19 +711,22 @@ def _md_extras(s: Mapping[str, Any]) -> list[str]:
             [x["group"], x["rows"], x["failed"], x["mean_score"], x["median"]] for x in g["groups"]
         ]
         out += _md_table(f"By {g['column']}", head, rows) or [
-            f"## By {g['column']}",
+            f"## By {md_text(g['column'])}",
             "",
-            g["note"],
+            md_text(g["note"]),
             "",
         ]
     return out
 
 
 def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A titled table; every title, heading and cell is shown as the text it holds (md_text):
+    group values, causes, model names and batch ids come from the data."""
     if not rows:
         return []
-    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    return [*lines, *("| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows), ""]
+    lines = [f"## {md_text(title)}", "", "| " + " | ".join(map(md_text, head)) + " |"]
+    lines.append("|" + " --- |" * len(head))
+    return [*lines, *("| " + " | ".join(md_text(_fmt(c)) for c in r) + " |" for r in rows), ""]
 
 
 def _fmt(value: Any) -> str:
