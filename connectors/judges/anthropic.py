@@ -97,7 +97,7 @@ class AnthropicJudge(HttpJudgeBase):
             return None
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
         counts = [json_count(usage.get(k)) for k in keys]
-        tokens_in = UNKNOWN if UNKNOWN in counts else sum(counts)
+        tokens_in = UNKNOWN if UNKNOWN in counts else json_count(sum(counts))
         return tokens_in, json_count(usage.get("output_tokens"))
 
     def _cached(self, data: dict[str, Any]) -> int:

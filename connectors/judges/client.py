@@ -39,7 +39,7 @@ from ctxprec.storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeR
 from ctxprec.storage.core.seams import DEFAULT, Clock, Seams
 from ctxprec.storage.core.settings import JudgeSettings
 
-__all__ = ["UNKNOWN", "HttpClient", "json_count", "json_int", "known_usage"]
+__all__ = ["UNKNOWN", "HttpClient", "json_count", "json_int"]
 
 _log = logging.getLogger("ctxprec.http")
 
@@ -57,17 +57,9 @@ UNKNOWN = -1  # a token count that is not one (`json_count`): the call's usage i
 
 def json_count(value: Any) -> int:
     """A token count of a provider's usage: 0 when absent, null or not an int (vLLM, Ollama,
-    proxies leave some out); UNKNOWN when outside 0..MAX_CALL_TOKENS (2**62, -5: not a count)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        return 0
-    return value if 0 <= value <= MAX_CALL_TOKENS else UNKNOWN
-
-
-def known_usage(usage: tuple[int, int] | None) -> bool:
-    """Whether a reply's (input, output) usage holds two counts in 0..MAX_CALL_TOKENS."""
-    if usage is None:
-        return False
-    return 0 <= usage[0] <= MAX_CALL_TOKENS and 0 <= usage[1] <= MAX_CALL_TOKENS
+    proxies leave some out); UNKNOWN when outside 0..MAX_CALL_TOKENS (2**62, -5: not a count).
+    Providers read usage through it, so a usage holding UNKNOWN is unknown (one test a call)."""
+    return (value if 0 <= value <= MAX_CALL_TOKENS else UNKNOWN) if type(value) is int else 0
 
 
 def _json_object(body: str) -> dict[str, Any]:
@@ -276,7 +268,7 @@ class HttpClient(abc.ABC):
             raise self._http_error(reply.status, reply.body, reply.headers)
         data = _json_object(reply.body)
         usage = self._usage(data)
-        if usage is not None and known_usage(usage):
+        if usage is not None and UNKNOWN not in usage:  # (counts that are not: `json_count`)
             self.throttle.used_tokens(est_tokens, usage[0] + usage[1])
         return data, reply.headers
 

@@ -23,7 +23,7 @@ from ctxprec.connectors.judges.base import (
     estimate_tokens,
 )
 from ctxprec.connectors.judges.catalog import ProviderSpec, builtin_providers
-from ctxprec.connectors.judges.client import HttpClient, known_usage
+from ctxprec.connectors.judges.client import UNKNOWN, HttpClient
 from ctxprec.connectors.judges.parse import parse_row_verdicts, parse_verdict
 from ctxprec.connectors.judges.secrets import redact
 from ctxprec.connectors.judges.shapes import BUDGET_CAP, RequestShape
@@ -247,7 +247,7 @@ class HttpJudgeBase(HttpClient):
         payload = self._payload(system, messages, schema, budget)  # build(), as it is now
         data, _ = await self.post_json(self._url, self.call_headers(), payload, est, build)
         text, finish, usage, cached = self._read(data)
-        if usage is not None and known_usage(usage):
+        if usage is not None and UNKNOWN not in usage:  # the usual reply: counts
             tokens_in, tokens_out = usage
             if not 0 <= cached <= tokens_in:  # of the input, or not a count
                 cached = 0
@@ -262,10 +262,10 @@ class HttpJudgeBase(HttpClient):
 
     def _counted(self, usage: tuple[int, int] | None) -> tuple[int, int]:
         """A reply's (input, output) tokens: (0, 0) when it gave none, or counts that are not
-        counts (out of 0..MAX_CALL_TOKENS: that call's usage is unknown, said once a run)."""
+        counts (UNKNOWN, `client.json_count`: that call's usage is unknown, said once a run)."""
         if usage is None:
             return 0, 0
-        if known_usage(usage):
+        if UNKNOWN not in usage:
             return usage
         self._unknown_usage()
         return 0, 0
