@@ -11,28 +11,25 @@ their way to `ctxprec.cli.main` and must not pay for Polars, aiohttp and the jud
 
 from __future__ import annotations
 
-import importlib
-
-# `typing` is not imported at run time: `python -m ctxprec` runs this module before the command's
-# entry holds the stop signals, so it does as little as it can (mypy reads this as typing's own)
+# The console script imports this package before the first line of `ctxprec.__main__`, which
+# holds the stop signals: until then a Ctrl-C is a traceback, so this module imports nothing
+# at all (not even `typing`: its 4 ms were most of that window)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from ctxprec.analysis.compare import compare_outputs
-    from ctxprec.analysis.verdict import EvalVerdict
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
     from ctxprec.engines.local import run_score
-    from ctxprec.evals import EvalItem, EvalResult, run_evals
-    from ctxprec.frames import FrameSummary, ScoredFrame, score_frame, score_frame_async
     from ctxprec.run.driver import RunOptions, RunResult
     from ctxprec.scorer import (
         ContextPrecisionScorer,
-        NotScorable,
+        EvalItem,
+        EvalResult,
         ScoreResult,
         create_context_precision_scorer,
-        not_scorable,
+        run_evals,
     )
     from ctxprec.storage.core.errors import (
         ConfigError,
@@ -53,20 +50,13 @@ _EXPORTS: dict[str, str] = {
     "RunOptions": "ctxprec.run.driver",
     "RunResult": "ctxprec.run.driver",
     "run_score": "ctxprec.engines.local",
-    "FrameSummary": "ctxprec.frames",
-    "ScoredFrame": "ctxprec.frames",
-    "score_frame": "ctxprec.frames",
-    "score_frame_async": "ctxprec.frames",
     "score": "ctxprec.engines.choice",
     "ContextPrecisionScorer": "ctxprec.scorer",
-    "EvalItem": "ctxprec.evals",
-    "EvalResult": "ctxprec.evals",
+    "EvalItem": "ctxprec.scorer",
+    "EvalResult": "ctxprec.scorer",
     "ScoreResult": "ctxprec.scorer",
-    "NotScorable": "ctxprec.scorer",
     "create_context_precision_scorer": "ctxprec.scorer",
-    "not_scorable": "ctxprec.scorer",
-    "run_evals": "ctxprec.evals",
-    "EvalVerdict": "ctxprec.analysis.verdict",
+    "run_evals": "ctxprec.scorer",
     "ConfigError": "ctxprec.storage.core.errors",
     "CtxprecError": "ctxprec.storage.core.errors",
     "InputError": "ctxprec.storage.core.errors",
@@ -87,35 +77,30 @@ __all__ = [
     "CtxprecError",
     "EvalItem",
     "EvalResult",
-    "EvalVerdict",
-    "FrameSummary",
     "InputError",
     "JudgeError",
-    "NotScorable",
     "OutputError",
     "RunOptions",
     "RunResult",
     "ScoreFailedError",
     "ScoreResult",
-    "ScoredFrame",
     "UserError",
     "compare_outputs",
     "create_context_precision_scorer",
     "load_config",
     "map_score",
     "map_stage",
-    "not_scorable",
     "rank_metrics",
     "round_half_up",
     "run_evals",
     "run_score",
     "score",
-    "score_frame",
-    "score_frame_async",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    import importlib  # the standard library's: not before a name is asked for (see above)
+
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ctxprec' has no attribute {name!r}")

@@ -1,15 +1,24 @@
 """The `ctxprec` command: the console script's entry and `python -m ctxprec`.
 
-Its first line holds SIGINT and SIGTERM, so a stop during the imports that follow ends the
-command as a stop does later (the resume line, 130 / 143) instead of a traceback. `--version`
+Its first lines hold SIGINT and SIGTERM, so a stop during the imports that follow ends the
+command as a stop does later (the resume line, 130 / 143) instead of a traceback: the C module
+`_signal` (`signal` would import `enum` first) records a stop until
+`ctxprec.cli.process.hold_signals` is loaded, which then acts on it. Before these lines only
+the interpreter's start-up and the package's `__init__` (which imports nothing) run. `--version`
 is answered without building the parser; every other command loads `ctxprec.cli.main` (named in
 `_LOADS`, the table tests/test_layers.py checks like an import) and the process ends without the
 interpreter's teardown (`ctxprec.cli.process.leave`). Nothing in ctxprec imports this module.
 """
 
-from ctxprec.cli.process import hold_signals, leave, release_signals
+import _signal  # type: ignore[import-not-found]  # (C; typeshed has no stub)
 
-hold_signals()
+_EARLY: list[int] = []  # a stop that came while ctxprec.cli.process was loading
+for _sig in (_signal.SIGINT, _signal.SIGTERM):
+    _signal.signal(_sig, lambda signum, frame: _EARLY.append(signum))
+
+from ctxprec.cli.process import hold_signals, leave, release_signals  # noqa: E402
+
+hold_signals(_EARLY)
 
 import importlib  # noqa: E402 - after the signals are held
 import sys  # noqa: E402

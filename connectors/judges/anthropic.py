@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.client import UNKNOWN, json_count
 from ctxprec.connectors.judges.conversation import HttpJudgeBase, Message, Schema
 from ctxprec.connectors.judges.shapes import RequestShape, anthropic_shape, learn_anthropic
 from ctxprec.connectors.judges.transport import normalize_base_url
@@ -90,13 +90,16 @@ class AnthropicJudge(HttpJudgeBase):
 
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
         """Input tokens include prompt-cache reads and writes (reported beside input_tokens):
-        all of them count toward limits; each is counted once."""
+        all of them count toward limits; each is counted once. One count that is not one makes
+        the input UNKNOWN (`client.json_count`)."""
         usage = data.get("usage")
         if not isinstance(usage, dict):
             return None
         keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-        return sum(json_int(usage.get(k)) for k in keys), json_int(usage.get("output_tokens"))
+        counts = [json_count(usage.get(k)) for k in keys]
+        tokens_in = UNKNOWN if UNKNOWN in counts else json_count(sum(counts))
+        return tokens_in, json_count(usage.get("output_tokens"))
 
     def _cached(self, data: dict[str, Any]) -> int:
         usage = data.get("usage")
-        return json_int(usage.get("cache_read_input_tokens")) if isinstance(usage, dict) else 0
+        return json_count(usage.get("cache_read_input_tokens")) if isinstance(usage, dict) else 0

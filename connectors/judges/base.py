@@ -60,6 +60,7 @@ class JudgeStats:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
+    usage_unknown: int = 0  # replies whose token counts were not counts (counted as 0 tokens)
     pauses: int = 0  # run-wide pauses for a long Retry-After
     failures: Counter[str] = field(default_factory=Counter)
     errors_by_cause: Counter[str] = field(default_factory=Counter)
@@ -76,6 +77,7 @@ class JudgeStats:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cached_input_tokens": self.cached_input_tokens,
+            "usage_unknown": self.usage_unknown,
             "pauses": self.pauses,
             "failures": dict(self.failures),
             "errors_by_cause": dict(self.errors_by_cause),

@@ -34,11 +34,12 @@ from ctxprec.connectors.judges.transport import (
     HttpResponse,
     Transport,
 )
+from ctxprec.storage.core.constants import MAX_CALL_TOKENS
 from ctxprec.storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
 from ctxprec.storage.core.seams import DEFAULT, Clock, Seams
 from ctxprec.storage.core.settings import JudgeSettings
 
-__all__ = ["HttpClient", "json_int"]
+__all__ = ["UNKNOWN", "HttpClient", "json_count", "json_int"]
 
 _log = logging.getLogger("ctxprec.http")
 
@@ -49,6 +50,16 @@ _SAME_400_TO_REFUSE = 3  # the same rejected request this often, and nothing acc
 def json_int(value: Any) -> int:
     """An integer field of a provider's JSON (usage, counts); 0 when absent, null or not an int."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+UNKNOWN = -1  # a token count that is not one (`json_count`): the call's usage is unknown
+
+
+def json_count(value: Any) -> int:
+    """A token count of a provider's usage: 0 when absent, null or not an int (vLLM, Ollama,
+    proxies leave some out); UNKNOWN when outside 0..MAX_CALL_TOKENS (2**62, -5: not a count).
+    Providers read usage through it, so a usage holding UNKNOWN is unknown (one test a call)."""
+    return (value if 0 <= value <= MAX_CALL_TOKENS else UNKNOWN) if type(value) is int else 0
 
 
 def _json_object(body: str) -> dict[str, Any]:
@@ -143,6 +154,16 @@ class HttpClient(abc.ABC):
             await self._own_transport.aclose()
 
     # -- run-wide state
+    def _unknown_usage(self) -> None:
+        """A reply's token counts were not counts: count it, and say so once a run."""
+        self.stats.usage_unknown += 1
+        if self.stats.usage_unknown == 1:
+            _log.warning(
+                "%s: a reply gave token counts outside 0 to %s; the usage of such calls is "
+                "unknown and counted as 0 tokens (usage_unknown in run.json)",
+                self.model, f"{MAX_CALL_TOKENS:,}",
+            )  # fmt: skip
+
     def _adapted(self, change: str) -> None:
         """Log a shape change once and record it for run.json and the summary."""
         if change not in self.stats.adaptations:
@@ -247,7 +268,7 @@ class HttpClient(abc.ABC):
             raise self._http_error(reply.status, reply.body, reply.headers)
         data = _json_object(reply.body)
         usage = self._usage(data)
-        if usage is not None:
+        if usage is not None and UNKNOWN not in usage:  # (counts that are not: `json_count`)
             self.throttle.used_tokens(est_tokens, usage[0] + usage[1])
         return data, reply.headers
 

@@ -23,7 +23,7 @@ from ctxprec.connectors.judges.base import (
     estimate_tokens,
 )
 from ctxprec.connectors.judges.catalog import ProviderSpec, builtin_providers
-from ctxprec.connectors.judges.client import HttpClient
+from ctxprec.connectors.judges.client import UNKNOWN, HttpClient
 from ctxprec.connectors.judges.parse import parse_row_verdicts, parse_verdict
 from ctxprec.connectors.judges.secrets import redact
 from ctxprec.connectors.judges.shapes import BUDGET_CAP, RequestShape
@@ -208,8 +208,8 @@ class HttpJudgeBase(HttpClient):
     def read_response(self, data: dict[str, Any], n_items: int | None = None) -> list[JudgeReply]:
         """Verdicts from a reply body (n_items None: one item; else a row of n_items), with its
         usage split evenly. Raises JudgeError: refused, filtered, truncated or unparseable."""
-        text, finish = self._text(data), self._finish(data)
-        tokens_in, tokens_out = self._usage(data) or (0, 0)
+        text, finish, usage = self._text(data), self._finish(data), self._usage(data)
+        tokens_in, tokens_out = self._counted(usage)
         self._check_finish(finish)
         try:
             if n_items is None:
@@ -247,12 +247,28 @@ class HttpJudgeBase(HttpClient):
         payload = self._payload(system, messages, schema, budget)  # build(), as it is now
         data, _ = await self.post_json(self._url, self.call_headers(), payload, est, build)
         text, finish, usage, cached = self._read(data)
-        tokens_in, tokens_out = usage or (0, 0)
+        if usage is not None and UNKNOWN not in usage:  # the usual reply: counts
+            tokens_in, tokens_out = usage
+            if not 0 <= cached <= tokens_in:  # of the input, or not a count
+                cached = 0
+        else:
+            tokens_in, tokens_out = self._counted(usage)
+            cached = 0
         stats = self.stats
         stats.input_tokens += tokens_in
         stats.output_tokens += tokens_out
         stats.cached_input_tokens += cached
         return _Reply(text, finish, tokens_in, tokens_out, factor)
+
+    def _counted(self, usage: tuple[int, int] | None) -> tuple[int, int]:
+        """A reply's (input, output) tokens: (0, 0) when it gave none, or counts that are not
+        counts (UNKNOWN, `client.json_count`: that call's usage is unknown, said once a run)."""
+        if usage is None:
+            return 0, 0
+        if UNKNOWN not in usage:
+            return usage
+        self._unknown_usage()
+        return 0, 0
 
     def _check_finish(self, finish: str) -> None:
         if finish == "refused":

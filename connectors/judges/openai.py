@@ -10,7 +10,7 @@ import functools
 from typing import Any
 from urllib.parse import urlsplit
 
-from ctxprec.connectors.judges.client import json_int
+from ctxprec.connectors.judges.client import json_count
 from ctxprec.connectors.judges.conversation import HttpJudgeBase, Message, Schema
 from ctxprec.connectors.judges.shapes import RequestShape, learn_openai, openai_shape
 from ctxprec.connectors.judges.transport import normalize_base_url
@@ -186,13 +186,14 @@ class OpenAIJudge(HttpJudgeBase):
 
     def _usage(self, data: dict[str, Any]) -> tuple[int, int] | None:
         """prompt_tokens (cached ones included), completion_tokens (reasoning included); a
-        missing usage or null counts are tolerated (vLLM, Ollama, proxies)."""
+        missing usage or null counts are tolerated (vLLM, Ollama, proxies), a count that is not
+        one is UNKNOWN (`client.json_count`)."""
         usage = data.get("usage")
         if not isinstance(usage, dict):
             return None
-        return json_int(usage.get("prompt_tokens")), json_int(usage.get("completion_tokens"))
+        return json_count(usage.get("prompt_tokens")), json_count(usage.get("completion_tokens"))
 
     def _cached(self, data: dict[str, Any]) -> int:
         usage = data.get("usage")
         details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-        return json_int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        return json_count(details.get("cached_tokens")) if isinstance(details, dict) else 0

@@ -1,5 +1,8 @@
 """Tolerant reading of a judge's reply text into verdicts (JSON, fenced JSON, yes/no prose).
 It reads only the model's reply, never the prompt, so context item text cannot steer parsing.
+A verdict is never guessed: a prose reply gives one clear answer or it is unreadable (re-asked,
+then failed). Words that answer both ways ("Yes - not relevant", "Relevant? No", "yes and no"),
+a hedge ("Relevant: not really") or a control character make it unreadable.
 """
 
 from __future__ import annotations
@@ -38,6 +41,82 @@ _LEAD = re.compile(
 _SECOND = re.compile(r"^[\s*_\"'`]*(?:/|\||\bor\b)?[\s*_\"'`]*" + _TOKEN, re.IGNORECASE)
 _WHOLE_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.DOTALL)
 _REASON_LEAD = re.compile(r"^[\s\-–—:,.;)*_\"'`]+")
+
+# -- one clear answer: what the words of a prose reply say about relevance
+# C0/C1 controls but tab and newlines, and bidi controls: no honest verdict holds them
+_CONTROL = re.compile(
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+# what the judge quotes is not what it says (an item's text, a JSON key): left out of the reading
+_QUOTED = re.compile(r'```.*?```|`[^`]*`|"[^"]*"|“[^”]*”|«[^»]*»', re.DOTALL)
+# a clause: the words between punctuation; a negation reaches the verdict word of its clause
+_CLAUSES = re.compile(r"[.,;:!?()\[\]{}<>/|—–]+|\s-+\s")
+_WORDS = re.compile(r"[a-z]+(?:['’][a-z]+)?|[01]\b")
+_YES = frozenset({"yes", "yeah", "yep", "true", "relevant"})
+_NO = frozenset({"no", "nope", "false", "irrelevant", "nonrelevant"})
+_FLIPS = frozenset({"true", "false", "relevant", "irrelevant"})  # "not relevant", "isn't true"
+_NEGATORS = frozenset({"not", "never", "no", "hardly", "barely", "nor", "neither", "without"})
+_HEDGES = frozenset({
+    "maybe", "perhaps", "possibly", "partially", "partly", "somewhat", "arguably", "unclear",
+    "unsure", "uncertain", "borderline", "ambiguous", "debatable", "kinda", "sorta", "mixed",
+    "really", "likely", "unlikely", "probably", "depends", "mostly", "slightly", "marginally",
+})  # fmt: skip
+# a hedge right after the leading word ("Relevant: kind of", "Yes, fairly"), as well as _HEDGES
+_NEAR_HEDGES = _HEDGES | {"kind", "sort", "fairly", "moderately", "semi", "half", "somehow"}
+_NEXT = re.compile(
+    r"([\W_]*?)(?:\b(?:and|or|but|yet|though|although)\b[\W_]*)?([a-z]+(?:['’][a-z]+)?)"
+)
+_BARE_ONLY = frozenset({"true", "false", "0", "1"})  # answers only alone or before punctuation
+_AMBIGUOUS = 0  # a stance: a hedge on a verdict word ("partially relevant", "Yes, maybe")
+
+
+def _negated(word: str) -> bool:
+    return word in _NEGATORS or word.endswith(("n't", "n’t"))
+
+
+def _stances(text: str) -> set[int]:
+    """The answers the verdict words of `text` give, quoted text left out: 1 (yes, relevant,
+    not irrelevant), -1 (no, false, not relevant), _AMBIGUOUS (a hedged verdict word)."""
+    found: set[int] = set()
+    text = _QUOTED.sub(" ", text.lower()).replace("non-relevant", "nonrelevant")
+    for clause in _CLAUSES.split(text):
+        words = _WORDS.findall(clause)
+        for i, word in enumerate(words):
+            if word in _YES:
+                stance = 1
+            elif word in _NO:
+                stance = -1
+            else:
+                continue
+            before = words[max(0, i - 3) : i]
+            if word in _FLIPS and any(map(_negated, before)):
+                stance = -stance
+            if word in _FLIPS and any(w in _HEDGES for w in words[max(0, i - 2) : i]):
+                stance = _AMBIGUOUS
+            found.add(stance)
+    return found
+
+
+def _next_word(rest: str) -> tuple[str, str]:
+    """The separator after a leading verdict word and the word after it (past a joining word:
+    "yes and no", "Yes, but not"), lower case."""
+    match = _NEXT.match(rest.lower())
+    return (match.group(1), match.group(2)) if match else (rest, "")
+
+
+def _one_answer(value: bool, rest: str) -> bool:
+    """Whether `rest`, the reply after its leading verdict word, keeps that one answer: no
+    verdict word answering otherwise (a quoted one aside), no hedge or negation right after a
+    yes ("Yes - not relevant", "Relevant: not really"), no answer to the word as a question
+    ("Relevant? No", "Irrelevant: no")."""
+    sep, word = _next_word(_QUOTED.sub(" ", rest))
+    stance = 1 if value else -1
+    if word in _YES or word in _NO or _negated(word) or word in _NEAR_HEDGES:
+        if any(c in sep for c in ":=?(") or word in _NEAR_HEDGES:
+            return False
+        if (word in _NO or _negated(word)) != (stance == -1):
+            return False
+    return _stances(rest) <= {stance}
 
 
 def _to_bool(value: Any) -> bool | None:
@@ -88,8 +167,9 @@ def _whole_json(text: str) -> Any:
         return None
 
 
-def _top_level_objects(text: str) -> Iterator[dict[str, Any]]:
-    """JSON objects embedded in prose or fences, left to right; nested objects are skipped."""
+def _top_level_objects(text: str) -> Iterator[tuple[dict[str, Any], int, int]]:
+    """JSON objects embedded in prose or fences, left to right, with where each starts and
+    ends; nested objects are skipped."""
     decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
@@ -101,7 +181,7 @@ def _top_level_objects(text: str) -> Iterator[dict[str, Any]]:
             start = text.find("{", start + 1)
             continue
         if isinstance(obj, dict):
-            yield obj
+            yield obj, start, end
         start = text.find("{", end)
 
 
@@ -109,11 +189,16 @@ def _leading(text: str) -> Verdict | None:
     match = _LEAD.match(text)
     if match is None:
         return None
-    value = _to_bool(match.group(1))
+    token = match.group(1)
+    value = _to_bool(token)
     rest = text[match.end() :]
+    if token.lower() in _BARE_ONLY and rest.lstrip(" *_\"'`")[:1].isalnum():
+        return None  # "True to its title, ...": a word of a sentence, not an answer
     second = _SECOND.match(rest)
     if value is None or (second is not None and _to_bool(second.group(1)) != value):
         raise JudgeParseError(f"ambiguous reply: {_clip(text)!r}")
+    if not _one_answer(value, rest):
+        raise JudgeParseError(f"no one clear answer in reply: {_clip(text)!r}")
     return Verdict(value, _REASON_LEAD.sub("", rest).strip()[:MAX_REASON_CHARS] or _NO_REASON)
 
 
@@ -169,12 +254,17 @@ def _general_verdict(stripped: str) -> Verdict:
         value = _to_bool(whole)
         if value is not None:
             return Verdict(value, _NO_REASON)
+    if _CONTROL.search(stripped):
+        raise JudgeParseError(f"control characters in reply: {_clip(stripped)!r}")
     found = _leading(stripped)
     if found is not None:
         return found
-    for obj in _top_level_objects(stripped):
+    for obj, start, end in _top_level_objects(stripped):
         found = _from_mapping(obj)
         if found is not None:
+            # the prose around the object must not answer otherwise (nor another object)
+            if not _stances(stripped[:start] + " . " + stripped[end:]) <= {found.relevant * 2 - 1}:
+                raise JudgeParseError(f"no one clear answer in reply: {_clip(stripped)!r}")
             return found
     raise JudgeParseError(f"no verdict in reply: {_clip(stripped)!r}")
 
@@ -183,7 +273,7 @@ def _row_entries(text: str) -> list[Any]:
     whole = _whole_json(text)
     if isinstance(whole, list):
         return whole
-    candidates = [whole] if isinstance(whole, dict) else list(_top_level_objects(text))
+    candidates = [whole] if isinstance(whole, dict) else [o for o, _, _ in _top_level_objects(text)]
     for obj in candidates:
         entries = obj.get("verdicts")
         if isinstance(entries, list):

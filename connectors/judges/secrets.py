@@ -65,8 +65,16 @@ def redact(text: str) -> str:
 
 def checked_base_url(url: str, source: str) -> str:
     """`url` when it carries no user:password@ (refused: ctxprec sends the key from the
-    environment in the provider's auth header, and aiohttp cannot send both); the values of
-    credential-named query parameters (?api-key=...) are remembered for `redact`."""
+    environment in the provider's auth header, and aiohttp cannot send both) and no fragment
+    (refused: a fragment is never sent to a server, and the endpoint's path would be appended
+    to it, `…/v1#x/chat/completions`); the values of credential-named query parameters
+    (?api-key=...) are remembered for `redact`."""
+    if "#" in url:
+        shown = without_url_secrets(url.partition("#")[0])
+        raise ConfigError(
+            f"the base URL from {source} ({shown}#…) has a fragment (#…), which no server is "
+            "sent and which would end up inside the request's path: give the URL without it"
+        )
     try:
         parts = urlsplit(url)
         has_userinfo = parts.username is not None or parts.password is not None

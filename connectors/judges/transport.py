@@ -4,13 +4,16 @@
 one. The online judge and the batch clients both send through it, as openai-python's
 `_base_client` serves every request. Tests pass their own transport (tests/fakes/transport.py)
 to test a client without a server, as httpx's `MockTransport` does. Retries, classification and
-parsing live above this layer (client.py, batch_client.py, retry.py).
+parsing live above this layer (client.py, batch_client.py, retry.py). Bodies are decoded here,
+not by aiohttp: gzip and deflate (all ctxprec asks for) through a decompressor that never gives
+more than it is asked, so a reply's cap holds on its decoded bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -101,6 +104,73 @@ def multipart_form(
 
 
 MAX_REPLY_BYTES = 4 << 20  # one judge reply: a verdict, or a row's verdicts, is a few KB
+ACCEPT_ENCODING = "gzip, deflate"  # what ctxprec decodes (`_Decoder`), so all it asks for
+_STREAM_BLOCK = 1 << 20  # decoded bytes of one block of a streamed download, at most
+
+
+class _Decoder:
+    """A gzip or deflate body decoded a bounded step at a time: `feed` gives at most `limit`
+    bytes and keeps the compressed input it did not get to. A bomb (400 MB from 408 KB) is
+    thus never expanded further than its reader asks."""
+
+    __slots__ = ("_gzip", "_tail", "_z", "encoding")
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding, self._gzip = encoding, encoding in ("gzip", "x-gzip")
+        self._z: Any = None
+        self._tail = b""
+
+    @classmethod
+    def of(cls, header: str | None, status: int) -> _Decoder | None:
+        """The decoder of a Content-Encoding header (None: the body is as sent); a coding
+        ctxprec did not ask for is a failed call, not retried."""
+        encoding = (header or "").strip().lower()
+        if encoding in ("", "identity"):
+            return None
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            return cls(encoding)
+        raise JudgeFatalError(
+            f"reply in Content-Encoding {header!r} (HTTP {status}), which ctxprec did not ask "
+            f"for: it reads {ACCEPT_ENCODING}",
+            cause="reply_encoding",
+            status=status,
+        )
+
+    def _start(self, data: bytes) -> Any:
+        if self._gzip:
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # deflate is a zlib stream (RFC 9110); some servers send the bare deflate data
+        return zlib.decompressobj(zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+
+    def feed(self, data: bytes, limit: int) -> bytes:
+        """Up to `limit` (>= 1) decoded bytes from what is left and `data`."""
+        pending, out = self._tail + data if self._tail else data, []
+        try:
+            while pending and limit > 0:
+                if self._z is None or self._z.eof:  # the first member, or the next one
+                    self._z = self._start(pending)
+                chunk = self._z.decompress(pending, limit)
+                out.append(chunk)
+                limit -= len(chunk)
+                pending = self._z.unconsumed_tail or (self._z.unused_data if self._z.eof else b"")
+        except zlib.error as exc:
+            raise aiohttp.ClientPayloadError(f"reply body is not valid {self.encoding}") from exc
+        self._tail = pending
+        return b"".join(out)
+
+    @property
+    def pending(self) -> bool:
+        """Whether compressed input is left that `feed` has not decoded yet."""
+        return bool(self._tail)
+
+
+async def _decoded(blocks: AsyncIterator[bytes], decoder: _Decoder) -> AsyncIterator[bytes]:
+    """A streamed body's blocks decoded, none over _STREAM_BLOCK bytes."""
+    async for block in blocks:
+        out = decoder.feed(block, _STREAM_BLOCK)
+        while out:
+            yield out
+            out = decoder.feed(b"", _STREAM_BLOCK) if decoder.pending else b""
 
 
 class AiohttpTransport:
@@ -126,9 +196,14 @@ class AiohttpTransport:
                 )
             else:
                 timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            # bodies given as `json` are encoded by jsonfast.dumps: json.dumps' text, faster
+            # bodies given as `json` are encoded by jsonfast.dumps: json.dumps' text, faster;
+            # bodies are decoded by `_Decoder`, bounded (aiohttp would expand them whole)
             self.session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, json_serialize=jsonfast.dumps
+                connector=connector,
+                timeout=timeout,
+                json_serialize=jsonfast.dumps,
+                auto_decompress=False,
+                headers={"Accept-Encoding": ACCEPT_ENCODING},
             )
             self._loop = loop
         return self.session
@@ -153,22 +228,27 @@ class AiohttpTransport:
         )
         async with sent as resp:
             length = resp.content_length
-            if length is None or length > self.max_reply_bytes:  # chunked, or said too big
-                raw = await self._capped(resp)
+            encoding = resp.headers.get("Content-Encoding")
+            if length is None or length > self.max_reply_bytes or encoding is not None:
+                raw = await self._capped(resp, encoding)  # chunked, said too big, or encoded
             else:
                 raw = await resp.read()
             return HttpResponse(resp.status, raw.decode("utf-8", "replace"), resp.headers)
 
-    async def _capped(self, resp: aiohttp.ClientResponse) -> bytes:
-        """The body, read up to `max_reply_bytes`; a longer one is a failed call (not
-        retried), read no further."""
-        blocks, size = [], 0
+    async def _capped(self, resp: aiohttp.ClientResponse, encoding: str | None) -> bytes:
+        """The body, decoded, read up to `max_reply_bytes` decoded bytes; a longer one is a
+        failed call (not retried), read and decoded no further."""
+        decoder = _Decoder.of(encoding, resp.status)
+        blocks, size, cap = [], 0, self.max_reply_bytes
         async for block in resp.content.iter_chunked(1 << 16):
+            if decoder is not None:  # one byte past the room left is enough to know
+                block = decoder.feed(block, cap - size + 1)
             size += len(block)
-            if size > self.max_reply_bytes:
+            if size > cap:
                 raise JudgeFatalError(
-                    f"reply over {self.max_reply_bytes:,} bytes (HTTP {resp.status}); not read "
-                    "further: [judge] max_reply_bytes / CTXPREC_MAX_REPLY_BYTES raises the limit",
+                    f"reply over {cap:,} bytes (HTTP {resp.status}{_decoded_from(encoding)}); "
+                    "not read further: [judge] max_reply_bytes / CTXPREC_MAX_REPLY_BYTES raises "
+                    "the limit",
                     cause="reply_too_large",
                     status=resp.status,
                 )
@@ -185,9 +265,17 @@ class AiohttpTransport:
             allow_redirects=False,
             **self._body(request),
         ) as resp:
-            yield HttpStream(resp.status, resp.headers, resp.content.iter_chunked(1 << 20))
+            blocks = resp.content.iter_chunked(_STREAM_BLOCK)
+            decoder = _Decoder.of(resp.headers.get("Content-Encoding"), resp.status)
+            yield HttpStream(
+                resp.status, resp.headers, blocks if decoder is None else _decoded(blocks, decoder)
+            )
 
     async def aclose(self) -> None:
         session, self.session = self.session, None
         if session is not None and not session.closed:
             await session.close()
+
+
+def _decoded_from(encoding: str | None) -> str:
+    return f", once decoded from {encoding}" if encoding else ""

@@ -17,6 +17,7 @@ import pyarrow as pa
 from ctxprec.connectors.sources.files import InputFile, NotRead, find_inputs
 from ctxprec.connectors.sources.formats import (
     TextScan,
+    check_expansion,
     decode_lists,
     open_parquet,
     parquet_batches,
@@ -171,6 +172,7 @@ def _file_schema(
                     f"{file} is a corrupt or truncated Parquet file ({detail(exc)}); re-export "
                     "it or leave it out"
                 ) from exc
+            check_expansion(pf, file, [w.column for w in wanted])  # before any judge call
             return schema, pf.metadata.num_rows, None
     scan: TextScan = scan_text(file, storage, lists)
     for want in wanted:

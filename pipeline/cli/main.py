@@ -34,6 +34,7 @@ from ctxprec.cli.help import Parser, show_defaults
 from ctxprec.cli.process import INTERRUPTED, leave
 from ctxprec.cli.providers import add_providers_command
 from ctxprec.cli.sample import add_sample_command
+from ctxprec.cli.streams import GuardedStream
 from ctxprec.config import FLAGS, Config, column_map_flags, env_setting, flag_type, load_config
 from ctxprec.connectors.judges.secrets import RedactingFilter
 from ctxprec.run.interrupt import Stop
@@ -46,7 +47,7 @@ from ctxprec.storage.core.errors import (
     UserError,
 )
 from ctxprec.storage.core.options import BatchOptions, CompareOptions
-from ctxprec.storage.core.printable import printable
+from ctxprec.storage.core.printable import printable, shown
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.core.settings import settings
 from ctxprec.version import __version__
@@ -421,6 +422,14 @@ class _LogHandler(logging.StreamHandler):  # type: ignore[type-arg]
 BROKEN_PIPE_EXIT = 0  # a reader that left early (`| head`) is normal use, not a failure of ours
 
 
+def _for_stdout(text: str) -> str:
+    return shown(text, "\n\t")
+
+
+def _for_stderr(text: str) -> str:  # the progress bar redraws its line with \r
+    return shown(text, "\n\t\r")
+
+
 Command = Callable[[argparse.Namespace, Seams], int]
 
 
@@ -459,9 +468,20 @@ def one_blas_thread() -> None:
 
 
 def main(argv: Sequence[str] | None = None, *, seams: Seams = DEFAULT) -> int:
-    """The `ctxprec` command; a reader that closes stdout early (`| head`) ends it quietly.
+    """The `ctxprec` command. What it prints has its control characters escaped; a reader that
+    closes stdout early (`| head`) ends the printing quietly, never the command's exit code.
     `seams` (storage/core/seams.py) is what the command's runs use for their judges' retry
     clock, transport and keys, sizes and fault hook: the real ones unless a test passes its own."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = GuardedStream(out, _for_stdout), GuardedStream(err, _for_stderr)
+    try:
+        return _guarded_main(argv, seams)
+    finally:
+        sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
+        sys.stdout, sys.stderr = out, err
+
+
+def _guarded_main(argv: Sequence[str] | None, seams: Seams) -> int:
     one_blas_thread()
     Stop.reset()
     try:
@@ -470,22 +490,18 @@ def main(argv: Sequence[str] | None = None, *, seams: Seams = DEFAULT) -> int:
         before = {}
     try:
         try:
-            try:
-                code = _main(argv, seams)
-            except KeyboardInterrupt:  # a stop while the command line is still being parsed
-                code = _interrupted()
-            if Stop.signum is None:
-                for signum, handler in before.items():
-                    signal.signal(signum, handler)
-                Stop.reset()
-            # else: a stopped command keeps ignoring signals until the process ends
-            return 143 if code == 130 and Stop.signum == signal.SIGTERM else code
-        finally:
-            sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe is noise
-    except BrokenPipeError:
-        # Python's recipe (docs "Note on SIGPIPE"): later writes and the final flush go nowhere
+            code = _main(argv, seams)
+        except KeyboardInterrupt:  # a stop while the command line is still being parsed
+            code = _interrupted()
+    except BrokenPipeError:  # written past the guard (a raw descriptor): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return BROKEN_PIPE_EXIT
+        code = BROKEN_PIPE_EXIT
+    if Stop.signum is None:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        Stop.reset()
+    # else: a stopped command keeps ignoring signals until the process ends
+    return 143 if code == 130 and Stop.signum == signal.SIGTERM else code
 
 
 def _interrupted() -> int:

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 __all__ = ["INTERRUPTED", "hold_signals", "leave", "release_signals"]
 
@@ -23,7 +24,7 @@ INTERRUPTED = (
 )
 
 
-def hold_signals() -> None:
+def hold_signals(early: Sequence[int] = ()) -> None:
     """SIGINT and SIGTERM before the CLI's own handlers are in place (`ctxprec.run.interrupt`,
     installed first thing by `ctxprec.cli.main.main`): the imports before them take ~0.2 s,
     more on a loaded machine, and a signal then was a KeyboardInterrupt traceback or a bare kill.
@@ -31,6 +32,8 @@ def hold_signals() -> None:
     the resume line and exit 130 (143 for SIGTERM)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stop_at_start)
+    if early:  # `early`: the stops recorded before this module was loaded (ctxprec.__main__)
+        _stop_at_start(early[0], None)
 
 
 def release_signals() -> None:

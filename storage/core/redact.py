@@ -1,5 +1,6 @@
-"""Credentials a URL can carry, removed from text ctxprec writes or prints: user:password@ and
-the values of query parameters named like credentials (?api-key=..., &token=..., &sig=...).
+"""Credentials a URL can carry, removed from text ctxprec writes or prints: user:password@,
+the values of query parameters named like credentials (?api-key=..., &token=..., &sig=...) and
+fragments (#...).
 Standard library only: the judges' `secrets.redact` and the OUTDIR's state files both use it.
 """
 
@@ -16,7 +17,12 @@ _QUERY_SECRET = re.compile(
     r"|code)=)[^&#\s'\"]+"
 )
 
+# a URL's fragment (#...): never sent to a server, so whatever it holds is the user's own
+_FRAGMENT = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s#'\"]*)#[^\s'\"]*")
+
 
 def without_url_secrets(text: str) -> str:
-    """`text` with every URL's user:password@ and credential-named query values as ***."""
-    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub("//***@", text))
+    """`text` with every URL's user:password@, credential-named query values and fragment
+    as ***."""
+    text = _QUERY_SECRET.sub(r"\1***", _USERINFO.sub("//***@", text))
+    return _FRAGMENT.sub(r"\1#***", text) if "#" in text else text

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Iterator
 from typing import Final
 
+from ctxprec.storage.core.constants import MAX_CALL_TOKENS
 from ctxprec.storage.core.verdict import JudgeReply
 
 __all__ = [
@@ -43,8 +44,9 @@ HEADER_SIZE: Final = _HEADER.size
 MAX_REASON_BYTES: Final = 32_000  # a judge's reason is clipped to 1,000 characters; an LLM row
 # reason is prose of a few sentences: a longer value is not one of ours
 MAX_VALUE_BYTES: Final = HEADER_SIZE + MAX_REASON_BYTES
-# a u64 whose top byte is 0 (checked in SQL: `ctxprec.storage.memo.store`)
-MAX_TOKENS: Final = 2**56 - 1
+# a stored count past what one judge call may report is not one of ours (a planted 2**56 - 1 in
+# each verdict made a summary of 20 rows show 1.4 x 10^18 tokens): that value is not a verdict
+MAX_TOKENS: Final = MAX_CALL_TOKENS
 
 
 def entry_of(reply: JudgeReply) -> MemoEntry:

@@ -212,7 +212,7 @@ _JUDGE = {
     k: "?num"
     for k in (
         "input_tokens", "output_tokens", "cached_input_tokens", "requests", "calls", "retries",
-        "rate_limited", "row_fallbacks",
+        "rate_limited", "row_fallbacks", "usage_unknown",
     )
 } | {"adaptations": "?any"}  # fmt: skip
 _HISTORY = {

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ctxprec.storage.core.printable import visible
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -51,7 +53,9 @@ _MAX_TICK_LABELS = 16  # x tick labels shown at most (every k-th beyond)
 
 
 def short_label(text: str, limit: int = _MAX_LABEL) -> str:
-    """`text` cut in the middle to at most `limit` characters: both ends stay readable."""
+    """`text` cut in the middle to at most `limit` characters: both ends stay readable;
+    control and bidi characters (a group value's) shown as escapes."""
+    text = visible(text)
     if len(text) <= limit:
         return text
     head = (limit - 1) // 2 + (limit - 1) % 2

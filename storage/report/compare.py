@@ -6,7 +6,7 @@ from the report dict alone; the chart on matplotlib's Agg canvas.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from ctxprec.storage.report.compare_text import left_out as _left_out
 from ctxprec.storage.report.compare_text import p_text as _p
 from ctxprec.storage.report.compare_text import side_text as _side
 from ctxprec.storage.report.compare_text import signed as _signed
+from ctxprec.storage.report.mdtext import md_code, md_text
 
 __all__ = [
     "chart_figure",
@@ -95,16 +96,18 @@ def _verdicts(verdicts: Sequence[Any] | None) -> str:
     return "".join("+" if v else ("?" if v is None else "-") for v in verdicts) or "(none)"
 
 
-def _judge_lines(report: Mapping[str, Any]) -> list[str]:
+def _judge_lines(report: Mapping[str, Any], shown: Callable[[Any], str] = str) -> list[str]:
+    """The judge check in words; `shown` writes each difference and note (md_text in
+    compare.md: they name the sides' models and settings)."""
     j = report["judge_config"]
     if j["differences"]:
         return [
             "**WARNING: the two sides were NOT scored with the same judge configuration; "
             "the deltas mix a change of judge with a change of retrieval** (when both sides "
             "hold the same rows, they measure the change of judge: see Judge against judge).",
-            *(f"- {d}" for d in j["differences"]),
+            *(f"- {shown(d)}" for d in j["differences"]),
         ]
-    return ["Same judge configuration on both sides."] + [f"- note: {n}" for n in j["notes"]]
+    return ["Same judge configuration on both sides."] + [f"- note: {shown(n)}" for n in j["notes"]]
 
 
 def _metric_rows(report: Mapping[str, Any]) -> list[list[str]]:
@@ -198,26 +201,26 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         f"- A: {_side(report, 'a')} ({fmt(report['a']['rows'])} rows)",
         f"- B: {_side(report, 'b')} ({fmt(report['b']['rows'])} rows)",
-        f"- **{fmt(report['n_pairs'])}** pairs on `{report['on']}` (ids scored ok or "
-        f"empty_context on both sides); {_left_out(report)}",
+        f"- **{fmt(report['n_pairs'])}** pairs on {md_code(report['on'])} (ids scored ok or "
+        f"empty_context on both sides); {md_text(_left_out(report))}",
         "",
-        *_judge_lines(report),
+        *_judge_lines(report, md_text),
         "",
     ]
     if gate := _gate_message(report):
-        lines += [f"> **Gate failed: {gate}**", ""]
+        lines += [f"> **Gate failed: {md_text(gate)}**", ""]
     agree = report.get("judge_agreement")
     if agree and agree["judges_differ"]:  # judge against judge: what the reader came for
         lines += _agreement_md(agree)
     lines += _table("Paired deltas", _METRIC_HEAD, _metric_rows(report))
-    if said := corrected_lines(report):
+    if said := [md_text(line) for line in corrected_lines(report)]:
         lines += [f"**Corrected estimates** (prediction-powered): {said[0]}", "",
                   *([said[1], ""] if len(said) > 1 else [])]  # fmt: skip
     lines += [
         f"Delta is B − A per id, averaged. 95% CI: paired percentile bootstrap, "
         f"{fmt(b['resamples'])} resamples, seed {b['seed']}. p: {report['test']}.",
         "",
-        *_honesty_lines(report, "- "),
+        *(f"- {md_text(line)}" for line in _honesty_lines(report, "")),
         "",
         *([f"![mean delta with 95% CI]({COMPARE_CHART})", ""] if charts_available() else []),
     ]
@@ -299,7 +302,7 @@ def _changed_md(report: Mapping[str, Any]) -> list[str]:
     legend = "Verdicts by position: + relevant, - not relevant, ? not judged."
     out = ["## Rows that changed most", "", legend, ""]
     for r in rows:
-        out += [f"### `{r['key']}`: {fmt(r['a']['score'])} → {fmt(r['b']['score'])} "
+        out += [f"### {md_code(r['key'])}: {fmt(r['a']['score'])} → {fmt(r['b']['score'])} "
                 f"({_signed(r['delta'])})", ""]  # fmt: skip
         for s in ("a", "b"):
             side = r[s]
@@ -307,18 +310,22 @@ def _changed_md(report: Mapping[str, Any]) -> list[str]:
             if len(reason) > _REASON_CHARS:
                 reason = reason[: _REASON_CHARS - 1] + "…"
             out.append(
-                f"- {s.upper()}: {side['status']}, verdicts `{_verdicts(side['verdicts'])}`"
-                + (f": {reason}" if reason else "")
+                f"- {s.upper()}: {md_text(side['status'])}, verdicts "
+                f"{md_code(_verdicts(side['verdicts']))}"
+                + (f": {md_text(reason)}" if reason else "")
             )
         out.append("")
     return out
 
 
 def _table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A titled table; every title, heading and cell is shown as the text it holds (md_text):
+    group values and model names come from the data."""
     if not rows:
         return []
-    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    return [*lines, *("| " + " | ".join(str(c) for c in r) + " |" for r in rows), ""]
+    lines = [f"## {md_text(title)}", "", "| " + " | ".join(map(md_text, head)) + " |"]
+    lines.append("|" + " --- |" * len(head))
+    return [*lines, *("| " + " | ".join(md_text(c) for c in r) + " |" for r in rows), ""]
 
 
 def render_chart(report: Mapping[str, Any]) -> bytes:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ctxprec.storage.core.figures import figure_text
+from ctxprec.storage.report.mdtext import md_code
 
 __all__ = [
     "ci_text",
@@ -46,7 +47,7 @@ def p_text(value: Any) -> str:
 def side_text(report: Mapping[str, Any], s: str) -> str:
     side = report[s]
     where = " and ".join(f"{c}={v}" for c, v in side["filters"].items())
-    return f"`{side['source']}`" + (f" where `{where}`" if where else "")
+    return md_code(side["source"]) + (f" where {md_code(where)}" if where else "")
 
 
 def gate_message(report: Mapping[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxprec.storage.core.figures import figure_text
+from ctxprec.storage.core.printable import visible
 
 __all__ = [
     "CSP",
@@ -101,8 +102,9 @@ footer{margin-top:2em;font-size:.85em;color:var(--muted)}
 
 
 def e(value: Any) -> str:
-    """Text for HTML: escaped, quotes too (safe in an attribute as in an element)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text for HTML: escaped, quotes too (safe in an attribute as in an element); control
+    and bidi characters shown as escapes (`\\u202egnp.exe` does not read "exe.png")."""
+    return html.escape(visible("" if value is None else str(value)), quote=True)
 
 
 def clip(value: Any, limit: int = _TEXT_CHARS) -> str:

@@ -33,6 +33,7 @@ from ctxprec.storage.report.charts import (
 )
 from ctxprec.storage.report.estimate import audit_reference, corrected_estimate, estimate_sentence
 from ctxprec.storage.report.html import render_html
+from ctxprec.storage.report.mdtext import md_code, md_text
 from ctxprec.storage.report.rows import KeptTexts, TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
 from ctxprec.storage.report.words import judge_rows, rate, seconds
@@ -366,6 +367,7 @@ def _judge(
         **{k: run.get(k) for k in ("memo_hits", "dedup_hits", "reason_calls")},
         **{k: j.get(k) for k in ("requests", "retries", "rate_limited", "reasks")},
         "row_fallbacks": j.get("row_fallbacks"),  # --mode row: rows judged item by item
+        "usage_unknown": j.get("usage_unknown"),  # replies whose token counts were not counts
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
@@ -541,10 +543,10 @@ def render_markdown(summary: Mapping[str, Any], *, charts: bool = True) -> str:
 
 def _md_intro(s: Mapping[str, Any]) -> list[str]:
     run, rows = s["run"], s["rows"]
-    causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
+    causes = ", ".join(f"{md_text(c)}: {n:,}" for c, n in s["failures"].items())
     failed = f"**{rows['failed']:,}** failed" + (f" ({causes})" if causes else "")
-    source = f"`{run['input']}`" if run.get("input") else "the input"
-    judge = f" by `{s['judge']['model']}`" if s["judge"]["model"] else ""
+    source = md_code(run["input"]) if run.get("input") else "the input"
+    judge = f" by {md_code(s['judge']['model'])}" if s["judge"]["model"] else ""
     this_run = _md_this_run(s)
     lines = [
         "# ctxprec run summary",
@@ -556,7 +558,7 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
         "",
     ]
     for notice in run.get("notices") or []:
-        lines += [f"> **{notice}**", ""]
+        lines += [f"> **{md_text(notice)}**", ""]
     bad = s["failures"].get(INPUT_CAUSE, 0)
     if n := rows["failed"] - bad:
         lines += [f"> **{counted(n, 'row')} failed — re-run the same command to retry only them.**"]
@@ -579,6 +581,7 @@ def _md_estimate(estimate: Mapping[str, Any] | None) -> list[str]:
         return []
     ref = str(estimate.get("reference", "labels"))
     said = "human labels" if ref == "labels" else f"the audit judge {ref.removeprefix('audit:')}"
+    said = md_text(said)
     lines = [f"**Corrected estimate** (prediction-powered, reference: {said}): {sentence}.",
              ""]  # fmt: skip
     groups = (estimate.get("by_group") or {}).get("groups") or {}
@@ -731,7 +734,7 @@ def _group_md(g: Mapping[str, Any]) -> list[str]:
     total, groups = g.get("groups_total") or 0, g.get("groups") or []
     worst, best = g.get("worst"), g.get("best")
     if not groups:
-        return [f"## By {g['column']}", "", g.get("note") or "no rows", ""]
+        return [f"## By {md_text(g['column'])}", "", md_text(g.get("note") or "no rows"), ""]
     if worst is None or best is None or total <= len(worst) + len(best):
         shown = sorted(groups, key=_mean_first)  # every group (summary.json lists them all)
         lines = _md_table(f"By {g['column']}", head, [_group_row(x) for x in shown])
@@ -762,10 +765,13 @@ def _group_row(x: Mapping[str, Any]) -> list[Any]:
 
 
 def _md_table(title: str, head: list[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """A titled table; every title, heading and cell is shown as the text it holds (md_text):
+    group values, causes, model names and batch ids come from the data."""
     if not rows:
         return []
-    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    return [*lines, *("| " + " | ".join(_fmt(c) for c in r) + " |" for r in rows), ""]
+    lines = [f"## {md_text(title)}", "", "| " + " | ".join(map(md_text, head)) + " |"]
+    lines.append("|" + " --- |" * len(head))
+    return [*lines, *("| " + " | ".join(md_text(_fmt(c)) for c in r) + " |" for r in rows), ""]
 
 
 def _fmt(value: Any) -> str:

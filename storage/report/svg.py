@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxprec.storage.core.figures import figure_text, percent_text
+from ctxprec.storage.core.printable import visible
 
 __all__ = ["bars", "delta_chart", "distribution_chart", "position_chart", "trend_chart"]
 
@@ -20,7 +21,7 @@ _MAX_POSITIONS = 30
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(visible(str(value)), quote=True)
 
 
 def _svg(body: list[str], label: str, height: int = _H) -> str:

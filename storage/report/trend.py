@@ -20,6 +20,7 @@ from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
 from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
 from ctxprec.storage.report.charts import fit_title, png, short_label, thin_ticks
+from ctxprec.storage.report.mdtext import md_text
 
 __all__ = [
     "night_trend",
@@ -159,15 +160,17 @@ def trend_markdown(trend: Mapping[str, Any] | None, *, chart: bool = True) -> li
     """The summary.md section: one table row per night and the chart."""
     if not trend or not trend["nights"]:
         return []
-    lines = [f"## Nights by {trend['column']}", "", "| " + " | ".join(_HEAD) + " |"]
+    lines = [f"## Nights by {md_text(trend['column'])}", "", "| " + " | ".join(_HEAD) + " |"]
     lines += [
         "|" + " --- |" * len(_HEAD),
-        *("| " + " | ".join(r) + " |" for r in trend_rows(trend)),
+        *("| " + " | ".join(map(md_text, r)) + " |" for r in trend_rows(trend)),
     ]
     lines += [
         "",
-        f"Moved: the night's mean is outside the previous night's 95% CI ({trend['ci']}). "
-        f"Judge calls per night: n/a ({trend['judge_calls']}).",
+        md_text(
+            f"Moved: the night's mean is outside the previous night's 95% CI ({trend['ci']}). "
+            f"Judge calls per night: n/a ({trend['judge_calls']})."
+        ),
         "",
     ]
     return lines + ([f"![nights]({'charts/' + TREND_CHART})", ""] if chart else [])

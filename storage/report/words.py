@@ -38,6 +38,9 @@ def rate(value: Any) -> str:
     return f"{float(f'{v:.3g}'):,g}"
 
 
+_ONLY_WHEN_SEEN = frozenset({"usage_unknown"})  # rows of the judge table shown when not 0
+
+
 def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
     """The rows of the "Judge and cost" table (summary.md and summary.html)."""
     j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
@@ -47,10 +50,13 @@ def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
         "rate_limited": "429 responses",
         "reasks": "re-asks",
         "row_fallbacks": "rows judged per item after a wrong row reply",
+        "usage_unknown": "replies with token counts out of range (counted as 0)",
         "adapted": "requests adapted for the run",
     }
     rows = [
-        [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
+        [labels.get(k, k.replace("_", " ")), v]
+        for k, v in j.items()
+        if not isinstance(v, dict) and (v or k not in _ONLY_WHEN_SEEN)
     ]
     return [
         *rows,

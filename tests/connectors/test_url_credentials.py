@@ -86,3 +86,52 @@ def test_url_credentials_are_redacted(text: str, shown: str, secret: str | None)
         assert secret not in redact(text)
     else:
         assert redact(text) == text
+
+
+@pytest.mark.parametrize("where", ["flag", "variable", "audit"])
+def test_a_fragment_in_a_base_url_is_refused_before_any_call(
+    where: str,
+    fake: FakeJudgeServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fragment is never sent to a server: kept in a base URL it ended up inside the
+    request's path (`…/v1#frag=…/chat/completions`) and in logs. It is refused, unshown."""
+    url = f"{fake.url}#frag=FRAGSECRET42"
+    args: list[object] = [SAMPLE, "-o", tmp_path / "out", *MODEL]
+    if where == "flag":
+        args += ["--base-url", url]
+    elif where == "variable":
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+    else:
+        args += ["--audit-model", "openai/judge-2", "--audit-base-url", url]
+    code = score(*args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "fragment" in err
+    assert "FRAGSECRET42" not in err
+    assert fake.stats.total == 0
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_a_bare_hash_is_a_fragment_too(
+    fake: FakeJudgeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = score(SAMPLE, "-o", tmp_path / "out", *MODEL, "--base-url", f"{fake.url}#")
+    assert code == 2
+    assert "fragment" in capsys.readouterr().err
+    assert fake.stats.total == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("POST https://host/v1#frag=f9/chat/completions", "POST https://host/v1#***"),
+        ("'https://host/v1?api-key=k1#tok=f9'", "'https://host/v1?api-key=***#***'"),
+        ("row #3 of https://host/v1 failed", "row #3 of https://host/v1 failed"),
+    ],
+)
+def test_url_fragments_are_redacted_in_what_is_written(text: str, shown: str) -> None:
+    assert without_url_secrets(text) == shown
+    assert "f9" not in redact(text)

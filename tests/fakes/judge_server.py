@@ -414,9 +414,9 @@ def _styled(verdict: bool, item: str, style: str, reason: bool = True) -> str:
     as_json = reply_json([verdict], False, _REASONS if reason else None)
     if style == "fenced":
         return f"Here is my verdict:\n```json\n{as_json}\n```"
-    if style == "prose":
+    if style == "prose":  # the item quoted, as a careful judge quotes what it read
         snippet = " ".join(item.split())[:60]
-        return f"Yes - it mentions {snippet}." if verdict else f"No - {snippet} does not help."
+        return f'Yes - it mentions "{snippet}".' if verdict else f'No - "{snippet}" does not help.'
     return as_json
 
 

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ctxprec.cli.main import main
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from tests.fakes.inputs import REPO
 
-__all__ = ["fake_request", "fake_stats", "judge_process", "score", "server_process"]
+__all__ = [
+    "fake_request",
+    "fake_stats",
+    "high_water_kib",
+    "judge_process",
+    "score",
+    "server_process",
+]
 
 
 def score(*args: object, seams: Seams = DEFAULT) -> int:
@@ -59,3 +69,17 @@ def fake_request(url: str, path: str, method: str = "GET") -> dict[str, Any]:
 def fake_stats(url: str) -> dict[str, Any]:
     """A fake server's counters (GET /_fake/stats)."""
     return fake_request(url, "/_fake/stats")
+
+
+def high_water_kib(child: subprocess.Popen[str]) -> int:
+    """The peak resident memory of `child` (its VmHWM, which counts from its exec: ru_maxrss
+    would count the pages it shared with this process before), read until it ends. It is a
+    high-water mark, so a read after the peak sees it."""
+    peak = 0
+    while child.poll() is None:
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+            peak = max(peak, int(found.group(1))) if found else peak
+        time.sleep(0.02)  # a poll interval, not a synchronisation: the mark only rises
+    return peak

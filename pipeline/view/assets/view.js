@@ -8,12 +8,23 @@ const S = {
   page: 1, changed: false, total: 0, groups: [], seq: 0,
 };
 
+// control and bidi characters as escapes, as the reports show them: "\u202egnp.exe" must not
+// read "exe.png", nor a value hide or reorder its neighbours
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+function shown(value) {
+  return String(value).replace(HIDDEN, (c) => {
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0") : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, cls, ...children) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
   for (const child of children) {
     if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : String(child));
+    node.append(child instanceof Node ? child : shown(child));
   }
   return node;
 }
@@ -49,7 +60,7 @@ async function api(path, params) {
 function showProblem(message) {
   const box = $("problem");
   box.hidden = !message;
-  box.textContent = message || "";
+  box.textContent = shown(message || "");
 }
 
 // -- the head: reports, figures, tabs ------------------------------------------------------
@@ -97,7 +108,7 @@ function renderFigures(info) {
         const part = el("span", null);
         part.style.width = (100 * (b.share || 0)) + "%";
         part.style.background = "var(--" + String(b.band).replace(/[^a-z]/g, "") + ")";
-        part.title = b.band + ": " + num(b.rows);
+        part.title = shown(b.band + ": " + num(b.rows));
         bar.append(part);
         words.push(b.band + " " + num(b.rows));
       }
@@ -156,8 +167,8 @@ function setup() {
     for (const [column, values] of Object.entries(out.groups)) {
       for (const v of values) {
         S.groups.push([column, v.value]);
-        const shown = v.value === null ? "(null)" : v.value.length > 60 ? v.value.slice(0, 59) + "…" : v.value;
-        groupItems.push([String(S.groups.length - 1), column + " = " + shown + " (" + num(v.rows) + ")"]);
+        const text = v.value === null ? "(null)" : v.value.length > 60 ? v.value.slice(0, 59) + "…" : v.value;
+        groupItems.push([String(S.groups.length - 1), column + " = " + text + " (" + num(v.rows) + ")"]);
       }
     }
   }
@@ -244,7 +255,7 @@ function rowLine(out, row) {
   tr.append(cell(num(row.score), "num score" + (row.band ? " band-" + row.band : "")));
   tr.append(cell(row.band ? chip(row.band, "band-" + row.band) : "", "hide-narrow"));
   const status = el("td", null, chip(row.status, "st-" + row.status));
-  if (row.error) status.title = row.error;
+  if (row.error) status.title = shown(row.error);
   tr.append(status);
   tr.append(cell(row.relevant_count === null ? "" : num(row.relevant_count) + " / " + num(row.context_count), "num hide-narrow"));
   tr.append(cell(Array.isArray(row.verdicts) ? strip(row.verdicts) : "", "hide-narrow"));
@@ -375,7 +386,7 @@ function rowBody(row) {
 }
 
 function openDialog(title, body) {
-  $("detail-title").textContent = title;
+  $("detail-title").textContent = shown(title);
   $("detail-body").replaceChildren(body);
   const dialog = $("detail");
   if (!dialog.open) dialog.showModal();
