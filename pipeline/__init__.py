@@ -19,17 +19,19 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ctxprec.analysis.compare import compare_outputs
+    from ctxprec.analysis.verdict import EvalVerdict
     from ctxprec.config import Config, load_config
     from ctxprec.engines.choice import score
     from ctxprec.engines.local import run_score
+    from ctxprec.evals import EvalItem, EvalResult, run_evals
+    from ctxprec.frames import FrameSummary, ScoredFrame, score_frame, score_frame_async
     from ctxprec.run.driver import RunOptions, RunResult
     from ctxprec.scorer import (
         ContextPrecisionScorer,
-        EvalItem,
-        EvalResult,
+        NotScorable,
         ScoreResult,
         create_context_precision_scorer,
-        run_evals,
+        not_scorable,
     )
     from ctxprec.storage.core.errors import (
         ConfigError,
@@ -50,13 +52,20 @@ _EXPORTS: dict[str, str] = {
     "RunOptions": "ctxprec.run.driver",
     "RunResult": "ctxprec.run.driver",
     "run_score": "ctxprec.engines.local",
+    "FrameSummary": "ctxprec.frames",
+    "ScoredFrame": "ctxprec.frames",
+    "score_frame": "ctxprec.frames",
+    "score_frame_async": "ctxprec.frames",
     "score": "ctxprec.engines.choice",
     "ContextPrecisionScorer": "ctxprec.scorer",
-    "EvalItem": "ctxprec.scorer",
-    "EvalResult": "ctxprec.scorer",
+    "EvalItem": "ctxprec.evals",
+    "EvalResult": "ctxprec.evals",
     "ScoreResult": "ctxprec.scorer",
+    "NotScorable": "ctxprec.scorer",
     "create_context_precision_scorer": "ctxprec.scorer",
-    "run_evals": "ctxprec.scorer",
+    "not_scorable": "ctxprec.scorer",
+    "run_evals": "ctxprec.evals",
+    "EvalVerdict": "ctxprec.analysis.verdict",
     "ConfigError": "ctxprec.storage.core.errors",
     "CtxprecError": "ctxprec.storage.core.errors",
     "InputError": "ctxprec.storage.core.errors",
@@ -77,24 +86,31 @@ __all__ = [
     "CtxprecError",
     "EvalItem",
     "EvalResult",
+    "EvalVerdict",
+    "FrameSummary",
     "InputError",
     "JudgeError",
+    "NotScorable",
     "OutputError",
     "RunOptions",
     "RunResult",
     "ScoreFailedError",
     "ScoreResult",
+    "ScoredFrame",
     "UserError",
     "compare_outputs",
     "create_context_precision_scorer",
     "load_config",
     "map_score",
     "map_stage",
+    "not_scorable",
     "rank_metrics",
     "round_half_up",
     "run_evals",
     "run_score",
     "score",
+    "score_frame",
+    "score_frame_async",
 ]
 
 
