@@ -83,6 +83,12 @@ def _read_record(outdir: OutPath, path: OutPath, key: str, suffix: str) -> dict[
             confine.check_inside(outdir, outdir / entry)
         except OutputError as exc:
             raise OutputError(f"{path} names a file behind a link: {exc}") from None
+        named = outdir / entry
+        if not confine.is_regular(named) and (named.exists() or named.is_symlink()):
+            raise OutputError(
+                f"{path} names {named}, which is not a regular file (a folder?); nothing was "
+                f"changed: move it out of {outdir}, or use a new output folder"
+            )
     return raw
 
 

@@ -99,7 +99,7 @@ def _probe_writable(outdir: Path) -> None:
     while not os.path.lexists(here) and here != here.parent:
         made.append(here)
         here = here.parent
-    probe = temp_path(outdir / "compare.probe")
+    probe = temp_path(layout.compare_file(outdir, COMPARE_JSON))
     try:
         for folder in reversed(made):
             folder.mkdir()
