@@ -12,6 +12,7 @@ from ctxprec.config import load_config, parse_duration
 from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files import layout
+from ctxprec.storage.memo.database import check_folder
 from ctxprec.storage.memo.store import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
@@ -88,6 +89,7 @@ def _clear(folder: Path, older_than: str | None, old_format: bool) -> str:
 
 def run_cache_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     folder = _folder(args)
+    check_folder(folder)  # nothing in it read or removed through a link or a planted entry
     if args.action == "info":
         if args.older_than or args.old_format:
             flag = "--older-than" if args.older_than else "--old-format"

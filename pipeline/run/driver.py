@@ -27,6 +27,7 @@ from ctxprec.connectors.judges.prompts import prompt_version_for
 from ctxprec.connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
 from ctxprec.flow.dispatch import RunCounters, add_counts
 from ctxprec.flow.extractor import load_extractor
+from ctxprec.flow.planning import check_memo
 from ctxprec.flow.reduce import TableSpec
 from ctxprec.limits.limiter import ThrottleStats
 from ctxprec.run.estimate import estimate
@@ -177,6 +178,7 @@ async def prepare_run(
             "--charts draws PNG charts with matplotlib, which is not installed here: "
             f"{CHARTS_INSTALL} (summary.md and summary.json need nothing more)"
         )
+    await anyio.to_thread.run_sync(check_memo, cfg)  # a memo folder refused changes nothing
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir, settle_s=options.seams.lock_settle_s)
     lock.acquire(
