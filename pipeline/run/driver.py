@@ -219,7 +219,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         print(warning, file=sys.stderr)
     if cfg.output.charts:
         preload()  # matplotlib loads while the judge works, not after it
-    await anyio.to_thread.run_sync(_drop_incomplete, outdir)
+    await anyio.to_thread.run_sync(_drop_incomplete, outdir, incremental)
     if incremental:
         run.run_tag = layout.incremental_tag(datetime.now(UTC))
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
@@ -239,13 +239,19 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     await anyio.to_thread.run_sync(_plan_resume, run)
 
 
-def _drop_incomplete(outdir: OutPath) -> None:
-    """Parts whose files are gone are scored again (their records go first)."""
+def _drop_incomplete(outdir: OutPath, incremental: bool) -> None:
+    """Parts whose files are gone or damaged (not what their record says) are scored again
+    (their records and remaining files go first)."""
     incomplete = incomplete_parts(outdir)
     if incomplete:
         line = missing_rows_line(outdir, incomplete)
-        drop_incomplete(outdir)
-        print(f"ctxprec: note: {line}; they are scored again", file=sys.stderr)
+        drop_incomplete(outdir, incomplete)
+        again = (
+            "their ids are scored again where this input holds them"
+            if incremental
+            else ("they are scored again")
+        )
+        print(f"ctxprec: note: {line}; {again}", file=sys.stderr)
 
 
 def _plan_resume(plan: RunPlan) -> None:

@@ -258,5 +258,10 @@ RUN_INFO = Spec(
 RECORD = Spec(
     {"key": "str", "files": ["str"], "rows": "int", "failed": "int"}, required=("key", "files")
 )
-COMMIT_RECORD = Spec(RECORD.fields, required=("key", "files", "rows", "failed"))
+# what a record keeps of each of its files (`ctxprec.storage.outdir.partcheck`); records written
+# before these checks have none, and are checked by what they carry
+_FILE_CHECKS = {"bytes": "int", "rows": "int", "crc32": "str", "schema": "str"}
+COMMIT_RECORD = Spec(
+    {**RECORD.fields, "checks": {"*": _FILE_CHECKS}}, required=("key", "files", "rows", "failed")
+)
 SINK_RECORD = Spec({"sink": "?str", "loaded": {"*": "int"}}, required=("loaded",))

@@ -18,7 +18,12 @@ from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_O
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import ObjPath, OutPath
-from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.outdir.ownership import (
+    incomplete_parts,
+    missing_rows_line,
+    part_files,
+    read_manifest,
+)
 from ctxprec.storage.report.summary import BANDS
 
 __all__ = [
@@ -141,6 +146,11 @@ class RowTable:
                 "OUTDIR written by `ctxprec score`"
             )
         self.outdir = outdir
+        if incomplete := incomplete_parts(outdir):  # never a Parquet error at query time
+            raise OutputError(
+                f"{missing_rows_line(outdir, incomplete)}: run the same `ctxprec score` command "
+                "again (without --overwrite) to score them again, then view the output"
+            )
         self.parts = part_files(outdir)
         self.describe: dict[str, Any] = manifest.get("describe") or {}
         self.scale = float(self.describe.get("scale", 1.0))
