@@ -1,17 +1,29 @@
 """The `ctxprec view` web server (aiohttp): a fixed set of routes, nothing from a URL ever mapped
 to a file. The row-table page and its two assets are package data read once at start; the
-report files (summary.html) are read by their fixed names from the output; every answer under
-/api/ is a query over the part files, run in a worker thread so the server stays responsive.
+report files (summary.html) are read by their fixed names from the output, each a regular file
+opened through no link (O_NOFOLLOW, and O_NONBLOCK so that a FIFO put in its place cannot block a
+thread), fstat'ed and size-capped; every answer under /api/ is a query over the part files, run
+in a worker thread so the server stays responsive.
+
+Every reply carries the same security headers, aiohttp's own error replies included (a request
+it cannot parse: a request line over 8,190 bytes, a duplicate Host), and none echoes the
+request. A connection must send its request's head within `Seams.view_header_s` seconds of
+opening or of its last reply, and at most `Seams.view_connections` are open at once (more are
+answered 503 and closed): a slow-loris client cannot hold the server's connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
+import os
+import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from http import HTTPStatus
 from importlib import resources
 from typing import Any
 
@@ -20,7 +32,10 @@ import anyio.to_thread
 from aiohttp import web
 
 from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files import layout
+from ctxprec.storage.files.confine import read_regular
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 from ctxprec.storage.report.pairs import PAIR_SORTS, RowPairs
 from ctxprec.storage.report.summary import BANDS
 from ctxprec.storage.report.table import SORTS, STATUSES, RowTable
@@ -36,7 +51,18 @@ from ctxprec.view.params import (
     side,
 )
 
-__all__ = ["ASSETS", "PAGE_CSP", "REPORT_CSP", "build_app", "is_loopback", "serve", "url_of"]
+__all__ = [
+    "ASSETS",
+    "MAX_REPORT_BYTES",
+    "PAGE_CSP",
+    "REPORT_CSP",
+    "build_app",
+    "is_loopback",
+    "read_report",
+    "report_problem",
+    "serve",
+    "url_of",
+]
 
 log = logging.getLogger("ctxprec.view")
 
@@ -57,6 +83,15 @@ ASSETS = {  # route -> (file in pipeline/view/assets, content type)
 }
 QUERY_THREADS = 2  # Polars queries at once (each uses every core); others wait their turn
 _JSON = "application/json; charset=utf-8"
+MAX_REPORT_BYTES = 64 << 20  # a summary.html or summary.json the viewer serves or reads, at most
+# the headers every reply carries (the Content-Security-Policy is chosen per route)
+_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
 
 
 def is_loopback(host: str) -> bool:
@@ -191,16 +226,11 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.warning("view: %s failed: %r", request.path, exc)
             response = _error(500, f"the query failed: {type(exc).__name__}: {exc}"[:500])
     csp = REPORT_CSP if request.path.endswith("summary.html") else PAGE_CSP
-    response.headers.update(
-        {
-            "Content-Security-Policy": csp,
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-            "X-Frame-Options": "DENY",
-            "Cross-Origin-Resource-Policy": "same-origin",
-            "Cache-Control": "no-store",
-        }
-    )
+    return _secured(response, csp)
+
+
+def _secured(response: web.StreamResponse, csp: str = PAGE_CSP) -> web.StreamResponse:
+    response.headers.update({"Content-Security-Policy": csp, **_HEADERS})
     return response
 
 
@@ -219,18 +249,52 @@ async def _report(index: int, request: web.Request) -> web.Response:
     if index >= len(state.tables):
         raise web.HTTPNotFound()
     path = layout.summary_html(state.tables[index].outdir)
-    body = await _in_thread(state, partial(_read_or_none, path))
+    body = await _in_thread(state, partial(read_report, path))
     if body is None:
         raise web.HTTPNotFound()
     return web.Response(body=body, content_type="text/html", charset="utf-8")
 
 
-def _read_or_none(path: Any) -> bytes | None:
+def read_report(path: OutPath, cap: int = MAX_REPORT_BYTES) -> bytes | None:
+    """The bytes of a report file of the output, or None when it is missing or is not a
+    regular file of at most `cap` bytes: opened through no link and without blocking (a FIFO),
+    checked on the open file, read no further than the cap."""
     try:
-        data: bytes = path.read_bytes()
-    except (OSError, FileNotFoundError):
+        if isinstance(path, ObjPath):  # an object store: no links, no FIFOs
+            if path.stat().st_size > cap:
+                return None
+            data: bytes = path.read_bytes()
+            return data if len(data) <= cap else None
+        return read_regular(path, cap)
+    except (OSError, ValueError):
         return None
-    return data
+
+
+def report_problem(outdir: OutPath) -> str | None:
+    """Why the report files of `outdir` (summary.html, summary.json) cannot be served as they
+    are, in words naming the file; None when each is missing or a regular file within the cap."""
+    if isinstance(outdir, ObjPath):
+        return None
+    for path in (layout.summary_html(outdir), layout.summary_json(outdir)):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{path} cannot be inspected ({exc.strerror})"
+        if stat.S_ISLNK(info.st_mode):
+            what = "a symbolic link"
+        elif not stat.S_ISREG(info.st_mode):
+            what = "not a regular file"
+        elif info.st_size > MAX_REPORT_BYTES:
+            what = f"larger than {MAX_REPORT_BYTES >> 20} MiB"
+        else:
+            continue
+        return (
+            f"{path} is {what}; ctxprec view serves only regular files inside the output: "
+            f"remove it, then `ctxprec summary {outdir}` writes the report again"
+        )
+    return None
 
 
 async def _info(request: web.Request) -> web.Response:
@@ -295,6 +359,7 @@ async def serve(
     *,
     loopback_only: bool,
     started: Callable[[str], None],
+    seams: Seams = DEFAULT,
 ) -> None:
     """Serve until cancelled (Ctrl-C: `ctxprec.run.interrupt.stoppable`), then close every
     connection. `started` gets the URL once the port is bound (port 0: a free one)."""
@@ -302,25 +367,108 @@ async def serve(
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        assert runner.server is not None
+        protocols = partial(_protocol, runner.server, loop, seams)
         try:
-            await site.start()
+            listener = await loop.create_server(protocols, host, port, reuse_address=True)
         except OSError as exc:
             raise UserError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another "
                 "--port, or --port 0 for a free one"
             ) from None
-        bound = _bound_port(runner, port)
-        allow_hosts(app, host, bound)
-        started(url_of(host, bound))
-        await anyio.sleep_forever()
+        try:
+            bound = _bound_port(listener, port)
+            allow_hosts(app, host, bound)
+            started(url_of(host, bound))
+            await anyio.sleep_forever()
+        finally:
+            listener.close()  # no new connection; the open ones are closed by the cleanup
     finally:
         with anyio.CancelScope(shield=True):
             await runner.cleanup()
 
 
-def _bound_port(runner: web.AppRunner, asked: int) -> int:
-    for address in runner.addresses:
+def _bound_port(listener: asyncio.Server, asked: int) -> int:
+    for sock in listener.sockets:
+        address = sock.getsockname()
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
     return asked
+
+
+class _Handler(web.RequestHandler):
+    """aiohttp's HTTP protocol, whose own error replies (a request it cannot parse) are made as
+    every other reply is: the security headers, a fixed message echoing nothing it was sent."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        log.debug("view: %s reply to a request it could not handle: %r", status, exc)
+        if request.writer.output_size > 0:  # a reply is half sent: the connection is broken
+            raise ConnectionError("a reply was sent already; cannot send an error reply")
+        phrase = (
+            HTTPStatus(status).phrase.lower() if status in HTTPStatus._value2member_map_ else ""
+        )
+        text = "a request the server cannot read" if status == 400 else phrase or "error"
+        response = _secured(_error(status, text))
+        response.force_close()
+        return response
+
+
+def _busy_reply() -> bytes:
+    body = json.dumps({"error": "too many open connections; try again", "status": 503})
+    head = [
+        "HTTP/1.1 503 Service Unavailable",
+        f"Content-Type: {_JSON}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        f"Content-Security-Policy: {PAGE_CSP}",
+        *(f"{k}: {v}" for k, v in _HEADERS.items()),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n" + body).encode()
+
+
+_BUSY = _busy_reply()
+
+
+class _Busy(asyncio.Protocol):
+    """A connection past the cap: one 503 reply and the end of the stream; what the client
+    sends is read and dropped (closing on unread data would reset the connection before the
+    reply is read) until it closes too, for a second at most."""
+
+    _LINGER_S = 1.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        transport.write(_BUSY)
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._closing = asyncio.get_running_loop().call_later(self._LINGER_S, transport.close)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        pass  # dropped
+
+    def eof_received(self) -> bool:
+        self._transport.close()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing.cancel()
+
+
+def _protocol(
+    server: web.Server, loop: asyncio.AbstractEventLoop, seams: Seams
+) -> asyncio.Protocol:
+    """The protocol of a new connection: aiohttp's (as `_Handler`), whose keep-alive timer,
+    armed when the connection opens and after each reply, closes a connection still waiting
+    for its request's head after `seams.view_header_s`; `_Busy` past the connection cap."""
+    if len(server.connections) >= seams.view_connections:
+        return _Busy()
+    options: dict[str, Any] = {"keepalive_timeout": seams.view_header_s, "access_log": None}
+    return _Handler(server, loop=loop, **options)

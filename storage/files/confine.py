@@ -6,6 +6,7 @@ it, is trusted, links above it included. Object stores have no links: only the p
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ __all__ = [
     "check_tree",
     "dangerous_outdir",
     "is_regular",
+    "read_regular",
     "relative",
     "tree_problems",
     "unlink",
@@ -85,6 +87,35 @@ def is_regular(path: OutPath) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def read_regular(path: Path, cap: int) -> bytes | None:
+    """The bytes of the regular file `path` (None when there is none), opened without following
+    a link in its last component and without blocking (a FIFO put in its place), checked on
+    the open file, never read past `cap` bytes. Raises ValueError saying why the file is not one
+    to read (a symbolic link, not a regular file, larger than the cap); OSError as reading may."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        too_big = f"larger than {cap >> 20} MiB" if cap >= 1 << 20 else f"over {cap:,} bytes"
+        if info.st_size > cap:
+            raise ValueError(too_big)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(cap + 1)
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise ValueError(too_big)
+    return data
 
 
 def unlink(outdir: OutPath, path: OutPath) -> None:

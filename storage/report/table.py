@@ -17,6 +17,7 @@ import pyarrow.dataset as ds
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
+from ctxprec.storage.files.confine import read_regular
 from ctxprec.storage.files.objpath import ObjPath, OutPath
 from ctxprec.storage.outdir.ownership import (
     incomplete_parts,
@@ -337,9 +338,18 @@ class RowTable:
         }
 
 
+_MAX_JSON = 64 << 20  # summary.json or run.json read back, at most
+
+
 def _json_or_empty(path: OutPath) -> dict[str, Any]:
+    """A JSON file of the output as a dict, {} when it is missing or not one: read through no
+    link, never blocking on a FIFO, never past the cap."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if isinstance(path, ObjPath):
+            raw = path.read_bytes() if path.stat().st_size <= _MAX_JSON else None
+        else:
+            raw = read_regular(path, _MAX_JSON)
+        data = json.loads(raw) if raw is not None else {}
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
