@@ -14,7 +14,6 @@ from ctxprec.config import Config
 from ctxprec.connectors.sources import SourceChunk, SourceInfo, iter_batches
 from ctxprec.flow.extractor import Extractor, load_extractor
 from ctxprec.flow.rows import RowPlan, attach_keys, plan_rows
-from ctxprec.storage.memo.database import check_folder
 from ctxprec.storage.memo.store import Memo, MemoEntry, MemoStore, default_cache_dir
 
 __all__ = ["ChunkPlanner", "PlannedChunk", "check_memo", "open_memo"]
@@ -26,10 +25,12 @@ def open_memo(cfg: Config) -> Memo | None:
 
 
 def check_memo(cfg: Config) -> None:
-    """The run's memo folder checked before the output folder is touched (a link or an entry of
-    the wrong kind in it is an OutputError): the memo opens later, once the stage starts."""
-    if cfg.run.memo:
-        check_folder(cfg.run.cache_dir or default_cache_dir())
+    """The run's memo folder opened once and closed before the output folder is touched: a
+    link or an entry of the wrong kind in it, or a database that is not a memo's, is an
+    OutputError while nothing is changed yet (the stages open it again when they start)."""
+    memo = open_memo(cfg)
+    if memo is not None:
+        memo.close()
 
 
 @dataclass(slots=True)

@@ -93,8 +93,12 @@ def connect_reader(target: str, uri: bool) -> sqlite3.Connection:
         isolation_level=None,
         check_same_thread=False,  # taken from the memo's pool by one thread at a time
     )
-    con.execute(f"PRAGMA cache_size = {_CACHE_SIZE}")
-    con.execute(f"PRAGMA mmap_size = {_MMAP_SIZE}")
+    try:
+        con.execute(f"PRAGMA cache_size = {_CACHE_SIZE}")
+        con.execute(f"PRAGMA mmap_size = {_MMAP_SIZE}")
+    except BaseException:
+        con.close()  # (a damaged file: closed now, not when it is collected)
+        raise
     return con
 
 
@@ -164,6 +168,7 @@ def _opening(directory: Path) -> Iterator[None]:
 def _open_db(directory: Path, way_out: str) -> OpenedDb:
     db = memo_db(directory)
     created = False
+    beside = [p for p in _db_files(db)[1:] if not os.path.lexists(p)]
     if not os.path.lexists(db):
         if not _create(directory):
             return OpenedDb(None, "", False, True)
@@ -176,6 +181,7 @@ def _open_db(directory: Path, way_out: str) -> OpenedDb:
         return _open_existing(directory, db, way_out)
     except OutputError:
         if not created:
+            _remove_new(db, beside)  # SQLite's files the refused open made: none is left
             raise
         _remove_new(db)  # diskcache could not finish the new database: the next open starts afresh
         why = OSError("the new memo database could not be written completely")
@@ -256,10 +262,13 @@ def _create(directory: Path, *, ours: bool = True) -> bool:
     return True
 
 
-def _remove_new(db: Path) -> None:
-    for path in _db_files(db):
-        with contextlib.suppress(OSError):
-            path.unlink()
+def _remove_new(db: Path, only: list[Path] | None = None) -> None:
+    """Remove the database files this process made (`only`: those of them, else all), each
+    only while it is a regular file (never through a link)."""
+    for path in _db_files(db) if only is None else only:
+        if entry_problem(path) is None:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _open_read_only(directory: Path, db: Path, way_out: str) -> OpenedDb:
