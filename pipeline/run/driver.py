@@ -211,6 +211,8 @@ def release_outdir(plan: RunPlan) -> None:
 
 async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     runlog, cfg, outdir, input = run.runlog, run.cfg, run.runlog.outdir, run.input
+    # every committed part checked against its record before anything changes (read once)
+    incomplete = {} if overwrite else await anyio.to_thread.run_sync(incomplete_parts, outdir)
     await anyio.to_thread.run_sync(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
     )
@@ -219,7 +221,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         print(warning, file=sys.stderr)
     if cfg.output.charts:
         preload()  # matplotlib loads while the judge works, not after it
-    await anyio.to_thread.run_sync(_drop_incomplete, outdir, incremental)
+    await anyio.to_thread.run_sync(_drop_incomplete, outdir, incomplete, incremental)
     if incremental:
         run.run_tag = layout.incremental_tag(datetime.now(UTC))
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
@@ -239,18 +241,17 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     await anyio.to_thread.run_sync(_plan_resume, run)
 
 
-def _drop_incomplete(outdir: OutPath, incremental: bool) -> None:
-    """Parts whose files are gone or damaged (not what their record says) are scored again
-    (their records and remaining files go first)."""
-    incomplete = incomplete_parts(outdir)
+def _drop_incomplete(
+    outdir: OutPath, incomplete: dict[str, list[tuple[str, str]]], incremental: bool
+) -> None:
+    """Parts whose files are gone or damaged (not what their record says: `incomplete_parts`)
+    are scored again (their records and remaining files go first)."""
     if incomplete:
         line = missing_rows_line(outdir, incomplete)
         drop_incomplete(outdir, incomplete)
-        again = (
-            "their ids are scored again where this input holds them"
-            if incremental
-            else ("they are scored again")
-        )
+        again = "they are scored again"
+        if incremental:
+            again = "their ids are scored again where this input holds them"
         print(f"ctxprec: note: {line}; {again}", file=sys.stderr)
 
 
