@@ -191,7 +191,9 @@ def _headline(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _in_thread(state: _State, fn: Callable[[], Any]) -> Any:
-    return await anyio.to_thread.run_sync(fn, limiter=state.limiter)
+    """`fn` in a query thread. A stop (Ctrl-C, SIGTERM) abandons a thread still blocked in a
+    read (a file swapped for a FIFO after it was checked), so the server always stops."""
+    return await anyio.to_thread.run_sync(fn, limiter=state.limiter, abandon_on_cancel=True)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:

@@ -6,6 +6,8 @@ the one row opened) is ever collected, so a million-row output never sits in mem
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -153,6 +155,7 @@ class RowTable:
                 "again (without --overwrite) to score them again, then view the output"
             )
         self.parts = part_files(outdir)
+        self._stamps = _stamps(self.parts)  # as checked: a part changed later is not read
         self.describe: dict[str, Any] = manifest.get("describe") or {}
         self.scale = float(self.describe.get("scale", 1.0))
         self.run = _json_or_empty(layout.run_info(outdir))
@@ -174,7 +177,15 @@ class RowTable:
         return [c for c in dict.fromkeys(wanted) if isinstance(c, str) and c in self.columns]
 
     def scan(self) -> pl.LazyFrame:
-        """The part files as one lazy frame (never collected whole)."""
+        """The part files as one lazy frame (never collected whole). Each local part is first
+        found as it was when it was checked against its record (the same regular file, of the
+        same size and time): one swapped for a link or a FIFO, or rewritten, since the table was
+        opened is an OutputError here, never a read that follows it or blocks on it."""
+        if _stamps(self.parts) != self._stamps:
+            raise OutputError(
+                f"the part files of {self.outdir} changed since they were checked; nothing was "
+                "read from them: restart `ctxprec view` to check them again"
+            )
         if not self.parts:
             schema = {"id": pl.String(), "score": pl.Float64(), "status": pl.String()}
             return pl.LazyFrame(schema=schema)
@@ -339,6 +350,25 @@ class RowTable:
 
 
 _MAX_JSON = 64 << 20  # summary.json or run.json read back, at most
+
+
+def _stamps(parts: Sequence[OutPath]) -> list[tuple[int, int, int, int] | None]:
+    """What each local part file is now (device, inode, size, time; None: not a regular file
+    reached through no link): one lstat each, far below a query's own cost."""
+    found: list[tuple[int, int, int, int] | None] = []
+    for path in parts:
+        if isinstance(path, ObjPath):
+            continue  # an object store: no links, no FIFOs
+        try:
+            info = os.lstat(path)
+        except OSError:
+            found.append(None)
+            continue
+        regular = stat.S_ISREG(info.st_mode)
+        found.append(
+            (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns) if regular else None
+        )
+    return found
 
 
 def _json_or_empty(path: OutPath) -> dict[str, Any]:

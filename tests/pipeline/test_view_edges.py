@@ -152,6 +152,38 @@ def test_a_report_swapped_after_start_is_not_served_and_the_server_still_stops(
     assert "Traceback" not in err
 
 
+def _rewritten(path: Path) -> None:
+    import polars as pl
+
+    pl.read_parquet(path).head(1).write_parquet(path)
+
+
+PART_SWAPS: dict[str, Callable[[Path], None]] = {
+    "a FIFO": lambda path: (path.unlink(), os.mkfifo(path)),
+    "a link out of the output": lambda path: (path.unlink(), _link_out(path)),
+    "rewritten": _rewritten,
+}
+
+
+@pytest.mark.parametrize("kind", list(PART_SWAPS))
+def test_a_part_swapped_after_start_is_not_read_and_the_server_still_stops(
+    kind: str, output: Path, tmp_path: Path
+) -> None:
+    out = _copy(output, tmp_path)
+    (tmp_path / "secret.txt").write_text(SECRET)
+    started = Started(out)
+    assert started.url is not None
+    assert get(started.url + "api/rows?size=5")[0] == 200
+    PART_SWAPS[kind](sorted(out.glob("part-*.parquet"))[0])
+    for path in ("api/rows?size=5", "api/rows?sort=score", "api/row/r1", "api/rows?q=r"):
+        status, headers, body = get(started.url + path)
+        assert status == 500, body
+        assert "changed since they were checked" in body["error"]
+        assert headers["X-Content-Type-Options"] == "nosniff"
+    code, err = started.stop(signal.SIGTERM)
+    assert code == 143, err
+
+
 # -- the server in this process, on seams a test can time -----------------------------------
 @contextmanager
 def _serving(output: Path, seams: Seams) -> Iterator[tuple[str, int]]:
