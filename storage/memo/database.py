@@ -12,6 +12,7 @@ clear removes only diskcache's value files, reached through no link."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -67,6 +68,11 @@ class OpenedDb:
 
 def write_failed(directory: Path, exc: BaseException) -> OutputError:
     reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return OutputError(
+            f"cannot make the memo folder {directory}: {reason}; give a folder that can be "
+            "made with --cache-dir, or run with --no-memo"
+        )
     return OutputError(
         f"cannot write the memo in {directory}: {reason}; the verdicts of this batch are not "
         "kept there: free some space (or give a writable --cache-dir) and run the same command "

@@ -108,3 +108,16 @@ def test_a_partition_column_named_twice_is_refused_before_the_folder_is_made(
     code = score(source, "-o", out, "--passthrough", "dt", "--partition-by", "dt,dt")
     _one_line(code, capsys.readouterr().err, "--partition-by", "each named once")
     assert not out.exists()
+
+
+def test_a_memo_folder_that_cannot_be_made_is_refused_before_the_output_is_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    source, out = write_input(tmp_path / "in.parquet", range(4)), tmp_path / "out"
+    capsys.readouterr()
+    code = score(source, "-o", out, "--cache-dir", "/proc/ctxprec-memo")
+    line = _one_line(code, capsys.readouterr().err, "/proc/ctxprec-memo", "--no-memo")
+    assert "free some space" not in line
+    assert not out.exists()
