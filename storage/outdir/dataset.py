@@ -22,9 +22,10 @@ from ctxprec.storage.outdir.ownership import named_files, part_files, records
 __all__ = ["drop_ids", "scored_ids"]
 
 
-def scored_ids(outdir: OutPath) -> pl.DataFrame:
-    """id and status of every row in the folder (one small scan of two columns)."""
-    files = part_files(outdir)
+def scored_ids(outdir: OutPath, without: Collection[str] = ()) -> pl.DataFrame:
+    """id and status of every row in the folder (one small scan of two columns); `without`: the
+    keys of parts left out (missing or damaged: `ownership.incomplete_parts`)."""
+    files = part_files(outdir, without)
     if not files:
         return pl.DataFrame({"id": [], "status": []}, schema={"id": pl.String, "status": pl.String})
     if isinstance(outdir, ObjPath):  # object store: read the two columns through pyarrow.fs

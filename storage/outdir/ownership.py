@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +144,14 @@ def recorded_files(outdir: OutPath, suffix: str = COMMITTED) -> set[str]:
     return {f for raw in records(outdir, suffix=suffix).values() for f in named_files(raw)}
 
 
-def part_files(outdir: OutPath) -> list[OutPath]:
-    """The scored data of the folder: every part file a commit record names (and that exists).
-    Parquet files anyone else put into the folder are not part of it."""
-    found = (outdir / rel for rel in recorded_files(outdir))
+def part_files(outdir: OutPath, without: Collection[str] = ()) -> list[OutPath]:
+    """The scored data of the folder: every part file a commit record names (and that exists),
+    but those of the parts whose keys are in `without` (parts `incomplete_parts` found). Parquet
+    files anyone else put into the folder are not part of it."""
+    rels = {
+        f for key, raw in records(outdir).items() if key not in without for f in named_files(raw)
+    }
+    found = (outdir / rel for rel in rels)
     return sorted(p for p in found if p.is_file())
 
 

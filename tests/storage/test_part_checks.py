@@ -221,3 +221,20 @@ def test_a_damaged_part_in_an_object_store_is_named(
     _refused(main(["summary", out]), capsys.readouterr().err, name.rsplit("/", 1)[-1])
     assert score(source, "-o", out, *RUN) == 0
     assert main(["summary", out]) == 0
+
+
+def test_estimate_counts_the_rows_of_a_damaged_part_as_to_do(
+    finished: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, original = finished
+    out = _copy(original, tmp_path)
+    part = _damage(out, "truncated")
+    before = _tree(out)
+    capsys.readouterr()
+    assert main(["estimate", str(source), "-o", str(out), "--incremental", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"missing or damaged (first: {part}: " in captured.err, captured.err
+    est = json.loads(captured.out)
+    assert est["rows_already_scored"] == ROWS - 20
+    assert est["rows_to_judge"] == 20
+    assert {k: v for k, v in _tree(out).items() if k != "_ctxprec/estimate.json"} == before
