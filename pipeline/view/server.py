@@ -3,27 +3,21 @@ to a file. The row-table page and its two assets are package data read once at s
 report files (summary.html) are read by their fixed names from the output, each a regular file
 opened through no link (O_NOFOLLOW, and O_NONBLOCK so that a FIFO put in its place cannot block a
 thread), fstat'ed and size-capped; every answer under /api/ is a query over the part files, run
-in a worker thread so the server stays responsive.
-
-Every reply carries the same security headers, aiohttp's own error replies included (a request
-it cannot parse: a request line over 8,190 bytes, a duplicate Host), and none echoes the
-request. A connection must send its request's head within `Seams.view_header_s` seconds of
-opening or of its last reply, and at most `Seams.view_connections` are open at once (more are
-answered 503 and closed): a slow-loris client cannot hold the server's connections.
+in a worker thread so the server stays responsive. What every reply and connection is held to
+(headers, aiohttp's own error replies, the header timeout, the connection cap) is
+`ctxprec.view.wire`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from http import HTTPStatus
 from importlib import resources
 from typing import Any
 
@@ -50,6 +44,14 @@ from ctxprec.view.params import (
     row_filter,
     side,
 )
+from ctxprec.view.wire import (
+    PAGE_CSP,
+    REPORT_CSP,
+    error_reply,
+    json_reply,
+    protocols,
+    secured,
+)
 
 __all__ = [
     "ASSETS",
@@ -66,32 +68,13 @@ __all__ = [
 
 log = logging.getLogger("ctxprec.view")
 
-# the page and its script: scripts and styles from this server only, data from its API only
-PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-# summary.html as written: its own inline styles and SVG, no script, nothing loaded
-REPORT_CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'none'"
-)
 ASSETS = {  # route -> (file in pipeline/view/assets, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
     "/view.js": ("view.js", "text/javascript; charset=utf-8"),
     "/view.css": ("view.css", "text/css; charset=utf-8"),
 }
 QUERY_THREADS = 2  # Polars queries at once (each uses every core); others wait their turn
-_JSON = "application/json; charset=utf-8"
 MAX_REPORT_BYTES = 64 << 20  # a summary.html or summary.json the viewer serves or reads, at most
-# the headers every reply carries (the Content-Security-Policy is chosen per route)
-_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cross-Origin-Resource-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
 
 
 def is_loopback(host: str) -> bool:
@@ -196,15 +179,6 @@ async def _in_thread(state: _State, fn: Callable[[], Any]) -> Any:
     return await anyio.to_thread.run_sync(fn, limiter=state.limiter, abandon_on_cancel=True)
 
 
-def _json(data: Any, status: int = 200) -> web.Response:
-    text = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
-    return web.Response(text=text, status=status, content_type="application/json")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message, "status": status}, status)
-
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -213,27 +187,24 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Host check, JSON errors, and the security headers on every answer."""
     allowed = request.app[_STATE].allowed_hosts
     if allowed is not None and request.host not in allowed:
-        response: web.StreamResponse = _error(421, "unknown Host; open the URL ctxprec printed")
+        response: web.StreamResponse = error_reply(
+            421, "unknown Host; open the URL ctxprec printed"
+        )
     else:
         try:
             response = await handler(request)
         except BadRequest as exc:
-            response = _error(400, str(exc))
+            response = error_reply(400, str(exc))
         except web.HTTPException as exc:
             reason = "not found" if exc.status == 404 else exc.reason
-            response = _error(exc.status, reason)
+            response = error_reply(exc.status, reason)
             if exc.status == 405:
                 response.headers["Allow"] = "GET, HEAD"
         except Exception as exc:  # a part file that went away, a damaged file: said, not raised
             log.warning("view: %s failed: %r", request.path, exc)
-            response = _error(500, f"the query failed: {type(exc).__name__}: {exc}"[:500])
+            response = error_reply(500, f"the query failed: {type(exc).__name__}: {exc}"[:500])
     csp = REPORT_CSP if request.path.endswith("summary.html") else PAGE_CSP
-    return _secured(response, csp)
-
-
-def _secured(response: web.StreamResponse, csp: str = PAGE_CSP) -> web.StreamResponse:
-    response.headers.update({"Content-Security-Policy": csp, **_HEADERS})
-    return response
+    return secured(response, csp)
 
 
 async def _asset(request: web.Request) -> web.Response:
@@ -301,7 +272,7 @@ def report_problem(outdir: OutPath) -> str | None:
 
 async def _info(request: web.Request) -> web.Response:
     known(request.query, frozenset())
-    return _json(request.app[_STATE].info)
+    return json_reply(request.app[_STATE].info)
 
 
 async def _rows(request: web.Request) -> web.Response:
@@ -309,7 +280,7 @@ async def _rows(request: web.Request) -> web.Response:
     table = side(request.query, state.tables)
     found, sort = row_filter(request.query, table)
     number, size = page_params(request.query)
-    return _json(await _in_thread(state, partial(table.page, found, sort, number, size)))
+    return json_reply(await _in_thread(state, partial(table.page, found, sort, number, size)))
 
 
 def _row_id(request: web.Request) -> str:
@@ -325,7 +296,7 @@ async def _row(request: web.Request) -> web.Response:
     table = side(request.query, state.tables)
     row_id = _row_id(request)
     got = await _in_thread(state, partial(table.row, row_id))
-    return _error(404, "no row with this id") if got is None else _json(got)
+    return error_reply(404, "no row with this id") if got is None else json_reply(got)
 
 
 def _pairs(request: web.Request) -> RowPairs:
@@ -339,14 +310,16 @@ async def _compare(request: web.Request) -> web.Response:
     state, pairs = request.app[_STATE], _pairs(request)
     found, sort = pair_filter(request.query)
     number, size = page_params(request.query)
-    return _json(await _in_thread(state, partial(pairs.page, found, sort, number, size)))
+    return json_reply(await _in_thread(state, partial(pairs.page, found, sort, number, size)))
 
 
 async def _pair(request: web.Request) -> web.Response:
     state, pairs = request.app[_STATE], _pairs(request)
     known(request.query, frozenset())
     got = await _in_thread(state, partial(pairs.pair, _row_id(request)))
-    return _error(404, "no row with this id on either side") if got is None else _json(got)
+    return (
+        error_reply(404, "no row with this id on either side") if got is None else json_reply(got)
+    )
 
 
 def url_of(host: str, port: int) -> str:
@@ -371,9 +344,10 @@ async def serve(
     try:
         loop = asyncio.get_running_loop()
         assert runner.server is not None
-        protocols = partial(_protocol, runner.server, loop, seams)
         try:
-            listener = await loop.create_server(protocols, host, port, reuse_address=True)
+            listener = await loop.create_server(
+                protocols(runner.server, loop, seams), host, port, reuse_address=True
+            )
         except OSError as exc:
             raise UserError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another "
@@ -397,80 +371,3 @@ def _bound_port(listener: asyncio.Server, asked: int) -> int:
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
     return asked
-
-
-class _Handler(web.RequestHandler):
-    """aiohttp's HTTP protocol, whose own error replies (a request it cannot parse) are made as
-    every other reply is: the security headers, a fixed message echoing nothing it was sent."""
-
-    def handle_error(
-        self,
-        request: web.BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        log.debug("view: %s reply to a request it could not handle: %r", status, exc)
-        if request.writer.output_size > 0:  # a reply is half sent: the connection is broken
-            raise ConnectionError("a reply was sent already; cannot send an error reply")
-        phrase = (
-            HTTPStatus(status).phrase.lower() if status in HTTPStatus._value2member_map_ else ""
-        )
-        text = "a request the server cannot read" if status == 400 else phrase or "error"
-        response = _secured(_error(status, text))
-        response.force_close()
-        return response
-
-
-def _busy_reply() -> bytes:
-    body = json.dumps({"error": "too many open connections; try again", "status": 503})
-    head = [
-        "HTTP/1.1 503 Service Unavailable",
-        f"Content-Type: {_JSON}",
-        f"Content-Length: {len(body)}",
-        "Connection: close",
-        f"Content-Security-Policy: {PAGE_CSP}",
-        *(f"{k}: {v}" for k, v in _HEADERS.items()),
-    ]
-    return ("\r\n".join(head) + "\r\n\r\n" + body).encode()
-
-
-_BUSY = _busy_reply()
-
-
-class _Busy(asyncio.Protocol):
-    """A connection past the cap: one 503 reply and the end of the stream; what the client
-    sends is read and dropped (closing on unread data would reset the connection before the
-    reply is read) until it closes too, for a second at most."""
-
-    _LINGER_S = 1.0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(_BUSY)
-        if transport.can_write_eof():
-            transport.write_eof()
-        self._closing = asyncio.get_running_loop().call_later(self._LINGER_S, transport.close)
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        pass  # dropped
-
-    def eof_received(self) -> bool:
-        self._transport.close()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closing.cancel()
-
-
-def _protocol(
-    server: web.Server, loop: asyncio.AbstractEventLoop, seams: Seams
-) -> asyncio.Protocol:
-    """The protocol of a new connection: aiohttp's (as `_Handler`), whose keep-alive timer,
-    armed when the connection opens and after each reply, closes a connection still waiting
-    for its request's head after `seams.view_header_s`; `_Busy` past the connection cap."""
-    if len(server.connections) >= seams.view_connections:
-        return _Busy()
-    options: dict[str, Any] = {"keepalive_timeout": seams.view_header_s, "access_log": None}
-    return _Handler(server, loop=loop, **options)
