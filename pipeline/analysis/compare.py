@@ -24,7 +24,12 @@ from ctxprec.storage.files import layout
 from ctxprec.storage.files.fs import is_uri
 from ctxprec.storage.files.objpath import ObjPath, OutPath, local_copies, out_path
 from ctxprec.storage.outdir.dataset import scan_parts
-from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.outdir.ownership import (
+    incomplete_parts,
+    missing_rows_line,
+    part_files,
+    read_manifest,
+)
 from ctxprec.storage.stats.agreement import agreement_figures, mcnemar
 from ctxprec.storage.stats.paired import TIE_EPS, paired_figures
 
@@ -126,6 +131,11 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
 
 
 def _scan(side: Side) -> pl.LazyFrame:
+    if incomplete := incomplete_parts(side.path):  # checked before a Parquet reader meets it
+        raise UserError(
+            f"side {side.name}: {missing_rows_line(side.path, incomplete)}; run the same "
+            "`ctxprec score` command again (without --overwrite) to score them again"
+        )
     files = part_files(side.path)
     if not files:
         raise UserError(

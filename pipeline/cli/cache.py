@@ -16,7 +16,7 @@ from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.figures import counted, figure_text
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files import layout
-from ctxprec.storage.memo.database import Tally
+from ctxprec.storage.memo.database import Tally, check_folder
 from ctxprec.storage.memo.store import Memo, default_cache_dir
 
 __all__ = ["add_cache_command", "run_cache_command"]
@@ -157,6 +157,7 @@ def _clear(folder: Path, args: argparse.Namespace, cfg: Config) -> str:
 def run_cache_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     cfg = _settings(args)
     folder = _folder(cfg)
+    check_folder(folder)  # nothing in it read or removed through a link or a planted entry
     if args.action == "info":
         for flag, given in (
             ("--older-than", args.older_than),

@@ -311,7 +311,11 @@ def _cmd_estimate(args: argparse.Namespace, seams: Seams) -> int:
     cfg = _config(args)
     skip = None
     if args.output is not None and args.output.is_dir():
-        have = scored_ids(args.output)
+        # parts gone or damaged are scored again by the next run: their rows count as to do
+        if incomplete := incomplete_parts(args.output):
+            print(f"ctxprec: note: {missing_rows_line(args.output, incomplete)}; the next run "
+                  "scores them again, and they are counted here", file=sys.stderr)  # fmt: skip
+        have = scored_ids(args.output, without=incomplete)
         skip = have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
     est = estimate(args.input, cfg, skip_ids=skip)
     if cfg.judge.batch_api:

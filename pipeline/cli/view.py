@@ -13,11 +13,12 @@ from functools import partial
 import anyio
 
 from ctxprec.run.interrupt import stoppable
+from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files.objpath import out_path
 from ctxprec.storage.outdir.status import unfinished
 from ctxprec.storage.report.table import RowTable
-from ctxprec.view import is_loopback, serve
+from ctxprec.view import is_loopback, report_problem, serve
 
 __all__ = ["run_view_command"]
 
@@ -31,6 +32,9 @@ def run_view_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
     given = [args.outdir, *([args.outdir_b] if args.outdir_b else [])]
     outdirs = [out_path(str(o)) for o in given]
     tables = [RowTable(o) for o in outdirs]  # a folder that is no ctxprec output: exit 2
+    for outdir in outdirs:
+        if problem := report_problem(outdir):  # served only as a regular file of the output
+            raise UserError(problem)
     for outdir in outdirs:
         if problem := unfinished(outdir):
             print(f"ctxprec view: note: {problem}; showing the rows committed so far",
@@ -50,6 +54,7 @@ def run_view_command(args: argparse.Namespace, seams: Seams = DEFAULT) -> int:
         args.port,
         loopback_only=loopback,
         started=partial(_started, [str(o) for o in outdirs]),
+        seams=seams,
     )
     try:
         anyio.run(stoppable, run)

@@ -16,12 +16,21 @@ from ctxprec.flow.extractor import Extractor, load_extractor
 from ctxprec.flow.rows import RowPlan, attach_keys, plan_rows
 from ctxprec.storage.memo.store import Memo, MemoEntry, MemoStore, default_cache_dir
 
-__all__ = ["ChunkPlanner", "PlannedChunk", "open_memo"]
+__all__ = ["ChunkPlanner", "PlannedChunk", "check_memo", "open_memo"]
 
 
 def open_memo(cfg: Config) -> Memo | None:
     """The run's memo (`--cache-dir`, else the user cache folder); None with `--no-memo`."""
     return Memo(cfg.run.cache_dir or default_cache_dir()) if cfg.run.memo else None
+
+
+def check_memo(cfg: Config) -> None:
+    """The run's memo folder opened once and closed before the output folder is touched: a
+    link or an entry of the wrong kind in it, or a database that is not a memo's, is an
+    OutputError while nothing is changed yet (the stages open it again when they start)."""
+    memo = open_memo(cfg)
+    if memo is not None:
+        memo.close()
 
 
 @dataclass(slots=True)

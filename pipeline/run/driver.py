@@ -28,6 +28,7 @@ from ctxprec.connectors.judges.prompts import prompt_version_for
 from ctxprec.connectors.sources import SourceInfo, input_texts, inspect_input, read_ids
 from ctxprec.flow.dispatch import RunCounters, add_counts
 from ctxprec.flow.extractor import load_extractor
+from ctxprec.flow.planning import check_memo
 from ctxprec.flow.reduce import TableSpec
 from ctxprec.limits.limiter import ThrottleStats
 from ctxprec.run.estimate import estimate
@@ -185,6 +186,7 @@ async def prepare_run(
             "--charts draws PNG charts with matplotlib, which is not installed here: "
             f"{CHARTS_INSTALL} (summary.md and summary.json need nothing more)"
         )
+    await anyio.to_thread.run_sync(check_memo, cfg)  # a memo folder refused changes nothing
     await anyio.to_thread.run_sync(check_claimable, outdir)  # before the lock creates anything
     lock = OutdirLock(outdir, settle_s=options.seams.lock_settle_s)
     lock.acquire(
@@ -217,6 +219,8 @@ def release_outdir(plan: RunPlan) -> None:
 
 async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     runlog, cfg, outdir, input = run.runlog, run.cfg, run.runlog.outdir, run.input
+    # every committed part checked against its record before anything changes (read once)
+    incomplete = {} if overwrite else await anyio.to_thread.run_sync(incomplete_parts, outdir)
     await anyio.to_thread.run_sync(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
     )
@@ -225,7 +229,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
         print(warning, file=sys.stderr)
     if cfg.output.charts:
         preload()  # matplotlib loads while the judge works, not after it
-    await anyio.to_thread.run_sync(_drop_incomplete, outdir)
+    await anyio.to_thread.run_sync(_drop_incomplete, outdir, incomplete, incremental)
     if incremental:
         run.run_tag = layout.incremental_tag(datetime.now(UTC))
         run.skip_ids = await anyio.to_thread.run_sync(_incremental_skip, outdir, run.info, cfg)
@@ -245,13 +249,18 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     await anyio.to_thread.run_sync(_plan_resume, run)
 
 
-def _drop_incomplete(outdir: OutPath) -> None:
-    """Parts whose files are gone are scored again (their records go first)."""
-    incomplete = incomplete_parts(outdir)
+def _drop_incomplete(
+    outdir: OutPath, incomplete: dict[str, list[tuple[str, str]]], incremental: bool
+) -> None:
+    """Parts whose files are gone or damaged (not what their record says: `incomplete_parts`)
+    are scored again (their records and remaining files go first)."""
     if incomplete:
         line = missing_rows_line(outdir, incomplete)
-        drop_incomplete(outdir)
-        print(f"ctxprec: note: {line}; they are scored again", file=sys.stderr)
+        drop_incomplete(outdir, incomplete)
+        again = "they are scored again"
+        if incremental:
+            again = "their ids are scored again where this input holds them"
+        print(f"ctxprec: note: {line}; {again}", file=sys.stderr)
 
 
 def _plan_resume(plan: RunPlan) -> None:

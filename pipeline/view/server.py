@@ -1,14 +1,20 @@
 """The `ctxprec view` web server (aiohttp): a fixed set of routes, nothing from a URL ever mapped
 to a file. The row-table page and its two assets are package data read once at start; the
-report files (summary.html) are read by their fixed names from the output; every answer under
-/api/ is a query over the part files, run in a worker thread so the server stays responsive.
+report files (summary.html) are read by their fixed names from the output, each a regular file
+opened through no link (O_NOFOLLOW, and O_NONBLOCK so that a FIFO put in its place cannot block a
+thread), fstat'ed and size-capped; every answer under /api/ is a query over the part files, run
+in a worker thread so the server stays responsive. What every reply and connection is held to
+(headers, aiohttp's own error replies, the header timeout, the connection cap) is
+`ctxprec.view.wire`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import json
 import logging
+import os
+import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,7 +26,10 @@ import anyio.to_thread
 from aiohttp import web
 
 from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.files import layout
+from ctxprec.storage.files.confine import read_regular
+from ctxprec.storage.files.objpath import ObjPath, OutPath
 from ctxprec.storage.report.pairs import PAIR_SORTS, RowPairs
 from ctxprec.storage.report.summary import BANDS
 from ctxprec.storage.report.table import SORTS, STATUSES, RowTable
@@ -35,28 +44,37 @@ from ctxprec.view.params import (
     row_filter,
     side,
 )
+from ctxprec.view.wire import (
+    PAGE_CSP,
+    REPORT_CSP,
+    error_reply,
+    json_reply,
+    protocols,
+    secured,
+)
 
-__all__ = ["ASSETS", "PAGE_CSP", "REPORT_CSP", "build_app", "is_loopback", "serve", "url_of"]
+__all__ = [
+    "ASSETS",
+    "MAX_REPORT_BYTES",
+    "PAGE_CSP",
+    "REPORT_CSP",
+    "build_app",
+    "is_loopback",
+    "read_report",
+    "report_problem",
+    "serve",
+    "url_of",
+]
 
 log = logging.getLogger("ctxprec.view")
 
-# the page and its script: scripts and styles from this server only, data from its API only
-PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-# summary.html as written: its own inline styles and SVG, no script, nothing loaded
-REPORT_CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'none'"
-)
 ASSETS = {  # route -> (file in pipeline/view/assets, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
     "/view.js": ("view.js", "text/javascript; charset=utf-8"),
     "/view.css": ("view.css", "text/css; charset=utf-8"),
 }
 QUERY_THREADS = 2  # Polars queries at once (each uses every core); others wait their turn
-_JSON = "application/json; charset=utf-8"
+MAX_REPORT_BYTES = 64 << 20  # a summary.html or summary.json the viewer serves or reads, at most
 
 
 def is_loopback(host: str) -> bool:
@@ -157,16 +175,9 @@ def _headline(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _in_thread(state: _State, fn: Callable[[], Any]) -> Any:
-    return await anyio.to_thread.run_sync(fn, limiter=state.limiter)
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    text = json.dumps(data, ensure_ascii=False, default=str, allow_nan=False)
-    return web.Response(text=text, status=status, content_type="application/json")
-
-
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message, "status": status}, status)
+    """`fn` in a query thread. A stop (Ctrl-C, SIGTERM) abandons a thread still blocked in a
+    read (a file swapped for a FIFO after it was checked), so the server always stops."""
+    return await anyio.to_thread.run_sync(fn, limiter=state.limiter, abandon_on_cancel=True)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -177,32 +188,24 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Host check, JSON errors, and the security headers on every answer."""
     allowed = request.app[_STATE].allowed_hosts
     if allowed is not None and request.host not in allowed:
-        response: web.StreamResponse = _error(421, "unknown Host; open the URL ctxprec printed")
+        response: web.StreamResponse = error_reply(
+            421, "unknown Host; open the URL ctxprec printed"
+        )
     else:
         try:
             response = await handler(request)
         except BadRequest as exc:
-            response = _error(400, str(exc))
+            response = error_reply(400, str(exc))
         except web.HTTPException as exc:
             reason = "not found" if exc.status == 404 else exc.reason
-            response = _error(exc.status, reason)
+            response = error_reply(exc.status, reason)
             if exc.status == 405:
                 response.headers["Allow"] = "GET, HEAD"
         except Exception as exc:  # a part file that went away, a damaged file: said, not raised
             log.warning("view: %s failed: %r", request.path, exc)
-            response = _error(500, f"the query failed: {type(exc).__name__}: {exc}"[:500])
+            response = error_reply(500, f"the query failed: {type(exc).__name__}: {exc}"[:500])
     csp = REPORT_CSP if request.path.endswith("summary.html") else PAGE_CSP
-    response.headers.update(
-        {
-            "Content-Security-Policy": csp,
-            "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
-            "X-Frame-Options": "DENY",
-            "Cross-Origin-Resource-Policy": "same-origin",
-            "Cache-Control": "no-store",
-        }
-    )
-    return response
+    return secured(response, csp)
 
 
 async def _asset(request: web.Request) -> web.Response:
@@ -220,23 +223,57 @@ async def _report(index: int, request: web.Request) -> web.Response:
     if index >= len(state.tables):
         raise web.HTTPNotFound()
     path = layout.summary_html(state.tables[index].outdir)
-    body = await _in_thread(state, partial(_read_or_none, path))
+    body = await _in_thread(state, partial(read_report, path))
     if body is None:
         raise web.HTTPNotFound()
     return web.Response(body=body, content_type="text/html", charset="utf-8")
 
 
-def _read_or_none(path: Any) -> bytes | None:
+def read_report(path: OutPath, cap: int = MAX_REPORT_BYTES) -> bytes | None:
+    """The bytes of a report file of the output, or None when it is missing or is not a
+    regular file of at most `cap` bytes: opened through no link and without blocking (a FIFO),
+    checked on the open file, read no further than the cap."""
     try:
-        data: bytes = path.read_bytes()
-    except (OSError, FileNotFoundError):
+        if isinstance(path, ObjPath):  # an object store: no links, no FIFOs
+            if path.stat().st_size > cap:
+                return None
+            data: bytes = path.read_bytes()
+            return data if len(data) <= cap else None
+        return read_regular(path, cap)
+    except (OSError, ValueError):
         return None
-    return data
+
+
+def report_problem(outdir: OutPath) -> str | None:
+    """Why the report files of `outdir` (summary.html, summary.json) cannot be served as they
+    are, in words naming the file; None when each is missing or a regular file within the cap."""
+    if isinstance(outdir, ObjPath):
+        return None
+    for path in (layout.summary_html(outdir), layout.summary_json(outdir)):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{path} cannot be inspected ({exc.strerror})"
+        if stat.S_ISLNK(info.st_mode):
+            what = "a symbolic link"
+        elif not stat.S_ISREG(info.st_mode):
+            what = "not a regular file"
+        elif info.st_size > MAX_REPORT_BYTES:
+            what = f"larger than {MAX_REPORT_BYTES >> 20} MiB"
+        else:
+            continue
+        return (
+            f"{path} is {what}; ctxprec view serves only regular files inside the output: "
+            f"remove it, then `ctxprec summary {outdir}` writes the report again"
+        )
+    return None
 
 
 async def _info(request: web.Request) -> web.Response:
     known(request.query, frozenset())
-    return _json(request.app[_STATE].info)
+    return json_reply(request.app[_STATE].info)
 
 
 async def _rows(request: web.Request) -> web.Response:
@@ -244,7 +281,7 @@ async def _rows(request: web.Request) -> web.Response:
     table = side(request.query, state.tables)
     found, sort = row_filter(request.query, table)
     number, size = page_params(request.query)
-    return _json(await _in_thread(state, partial(table.page, found, sort, number, size)))
+    return json_reply(await _in_thread(state, partial(table.page, found, sort, number, size)))
 
 
 def _row_id(request: web.Request) -> str:
@@ -260,7 +297,7 @@ async def _row(request: web.Request) -> web.Response:
     table = side(request.query, state.tables)
     row_id = _row_id(request)
     got = await _in_thread(state, partial(table.row, row_id))
-    return _error(404, "no row with this id") if got is None else _json(got)
+    return error_reply(404, "no row with this id") if got is None else json_reply(got)
 
 
 def _pairs(request: web.Request) -> RowPairs:
@@ -274,14 +311,16 @@ async def _compare(request: web.Request) -> web.Response:
     state, pairs = request.app[_STATE], _pairs(request)
     found, sort = pair_filter(request.query)
     number, size = page_params(request.query)
-    return _json(await _in_thread(state, partial(pairs.page, found, sort, number, size)))
+    return json_reply(await _in_thread(state, partial(pairs.page, found, sort, number, size)))
 
 
 async def _pair(request: web.Request) -> web.Response:
     state, pairs = request.app[_STATE], _pairs(request)
     known(request.query, frozenset())
     got = await _in_thread(state, partial(pairs.pair, _row_id(request)))
-    return _error(404, "no row with this id on either side") if got is None else _json(got)
+    return (
+        error_reply(404, "no row with this id on either side") if got is None else json_reply(got)
+    )
 
 
 def url_of(host: str, port: int) -> str:
@@ -296,6 +335,7 @@ async def serve(
     *,
     loopback_only: bool,
     started: Callable[[str], None],
+    seams: Seams = DEFAULT,
 ) -> None:
     """Serve until cancelled (Ctrl-C: `ctxprec.run.interrupt.stoppable`), then close every
     connection. `started` gets the URL once the port is bound (port 0: a free one)."""
@@ -303,25 +343,32 @@ async def serve(
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        assert runner.server is not None
         try:
-            await site.start()
+            listener = await loop.create_server(
+                protocols(runner.server, loop, seams), host, port, reuse_address=True
+            )
         except OSError as exc:
             raise UserError(
                 f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another "
                 "--port, or --port 0 for a free one"
             ) from None
-        bound = _bound_port(runner, port)
-        allow_hosts(app, host, bound)
-        started(url_of(host, bound))
-        await anyio.sleep_forever()
+        try:
+            bound = _bound_port(listener, port)
+            allow_hosts(app, host, bound)
+            started(url_of(host, bound))
+            await anyio.sleep_forever()
+        finally:
+            listener.close()  # no new connection; the open ones are closed by the cleanup
     finally:
         with anyio.CancelScope(shield=True):
             await runner.cleanup()
 
 
-def _bound_port(runner: web.AppRunner, asked: int) -> int:
-    for address in runner.addresses:
+def _bound_port(listener: asyncio.Server, asked: int) -> int:
+    for sock in listener.sockets:
+        address = sock.getsockname()
         if isinstance(address, tuple) and len(address) >= 2:
             return int(address[1])
     return asked

@@ -15,6 +15,9 @@ the stages, judges and engines), never in module globals and never in the argpar
     memo_wait    seconds the memo writer waits to gather a bigger write (`flow.dispatch`).
     plan_part_chars  request text a keyed-engine planning task holds before writing it out.
     lock_settle_s    object stores: how long a new lease must stay ours before it counts.
+    view_header_s    `ctxprec view`: seconds a connection may take to send its request's head
+                 (after it opens, or after its last reply) before it is closed.
+    view_connections  `ctxprec view`: connections open at once, at most (more get a 503).
     fault        a hook called at named points of a run (`FAULT_POINTS`) with what is being
                  done there; it may raise (a kill, a full disk) or act (leave litter beside).
 
@@ -64,6 +67,8 @@ class Seams:
     plan_part_chars: int = 32_000_000
     lock_settle_s: float = 1.0
     sink_id_filter: int = 10_000  # ids an Iceberg sink pushes into its scan, at most
+    view_header_s: float = 10.0
+    view_connections: int = 64
     fault: FaultHook | None = None
 
     def at(self, point: str, subject: Any = None) -> None:

@@ -426,9 +426,9 @@ class OutputSettings:
         "Hive-partition the output",
         flag="--partition-by",
         rule=(
-            lambda v: all(_folder_name(c) for c in v),
+            lambda v: all(_folder_name(c) for c in v) and len(set(v)) == len(v),
             "columns whose names can name a folder inside OUTDIR (each becomes COL=value/: "
-            "no '/', '\\', '=', NUL, '.' or '..')",
+            "no '/', '\\', '=', NUL, '.' or '..'), each named once",
         ),
         unset="not partitioned",
         metavar="COL[,COL]",

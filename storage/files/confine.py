@@ -6,6 +6,7 @@ it, is trusted, links above it included. Object stores have no links: only the p
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -13,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
+from ctxprec.storage.files.atomic import is_temp
 from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
@@ -20,7 +22,9 @@ __all__ = [
     "check_tree",
     "dangerous_outdir",
     "is_regular",
+    "read_regular",
     "relative",
+    "tree_problems",
     "unlink",
 ]
 
@@ -45,24 +49,33 @@ def _link_error(outdir: OutPath, link: OutPath) -> OutputError:
     )
 
 
-def check_inside(outdir: OutPath, path: OutPath) -> OutPath:
-    """`path`, once checked: below `outdir`, and no component below `outdir` (the last one
-    included) is a symbolic link. Components that do not exist yet are fine: ctxprec creates
-    them as real folders. Raises OutputError naming the link."""
+def _first_link(outdir: OutPath, path: OutPath) -> Path | None:
+    """The first component of `path` below `outdir` (the last one included) that is a
+    symbolic link, or None; `path` must lie below `outdir` (OutputError otherwise)."""
     rel = relative(outdir, path)
     if isinstance(outdir, ObjPath):
-        return path
+        return None
     here = Path(outdir)
     for part in rel.parts:
         here = here / part
         try:
             mode = os.lstat(here).st_mode
         except FileNotFoundError:
-            return path
+            return None
         except OSError as exc:
             raise OutputError(f"cannot inspect {here}: {exc.strerror}") from exc
         if stat.S_ISLNK(mode):
-            raise _link_error(outdir, here)
+            return here
+    return None
+
+
+def check_inside(outdir: OutPath, path: OutPath) -> OutPath:
+    """`path`, once checked: below `outdir`, and no component below `outdir` (the last one
+    included) is a symbolic link. Components that do not exist yet are fine: ctxprec creates
+    them as real folders. Raises OutputError naming the link."""
+    link = _first_link(outdir, path)
+    if link is not None:
+        raise _link_error(outdir, link)
     return path
 
 
@@ -76,6 +89,35 @@ def is_regular(path: OutPath) -> bool:
         return False
 
 
+def read_regular(path: Path, cap: int) -> bytes | None:
+    """The bytes of the regular file `path` (None when there is none), opened without following
+    a link in its last component and without blocking (a FIFO put in its place), checked on
+    the open file, never read past `cap` bytes. Raises ValueError saying why the file is not one
+    to read (a symbolic link, not a regular file, larger than the cap); OSError as reading may."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        too_big = f"larger than {cap >> 20} MiB" if cap >= 1 << 20 else f"over {cap:,} bytes"
+        if info.st_size > cap:
+            raise ValueError(too_big)
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(cap + 1)
+    finally:
+        os.close(fd)
+    if len(data) > cap:
+        raise ValueError(too_big)
+    return data
+
+
 def unlink(outdir: OutPath, path: OutPath) -> None:
     """Delete `path` if it is a regular file below `outdir` reached through no link."""
     check_inside(outdir, path)
@@ -83,15 +125,18 @@ def unlink(outdir: OutPath, path: OutPath) -> None:
         path.unlink(missing_ok=True)
 
 
-def _fixed_paths(outdir: Path) -> Iterable[Path]:
+_FILE, _FOLDER, _ANY = "file", "folder", "any"
+
+
+def _fixed_paths(outdir: Path) -> Iterable[tuple[Path, str]]:
     """The folders and fixed-name files ctxprec writes in OUTDIR, and the entries of its own
-    state folders (records, verdict folders, batch files)."""
+    state folders (records, verdict folders, batch files), each with the kind it must be."""
     state = layout.state_dir(outdir)
-    yield state
-    yield from (outdir / rel for rel in sorted(layout.fixed_files()))
-    yield layout.charts_dir(outdir)
-    yield from layout.owned_state(outdir)
-    yield layout.lock(outdir)
+    yield state, _FOLDER
+    yield from ((outdir / rel, _FILE) for rel in sorted(layout.fixed_files()))
+    yield layout.charts_dir(outdir), _FOLDER
+    yield from ((path, _FILE) for path in layout.owned_state(outdir))
+    yield layout.lock(outdir), _FILE
     for folder in (
         layout.parts_dir(outdir),
         layout.batches_dir(outdir),
@@ -101,18 +146,73 @@ def _fixed_paths(outdir: Path) -> Iterable[Path]:
         layout.shuffle_root(outdir),
         layout.batch_memo(outdir),
     ):
-        yield folder
+        yield folder, _FOLDER
         if folder.is_dir() and not folder.is_symlink():
-            yield from sorted(folder.iterdir())
+            yield from ((child, _ANY) for child in sorted(folder.iterdir()))
+
+
+def _temp_links(outdir: Path) -> Iterable[Path]:
+    """ctxprec's temp file names anywhere below `outdir` that are links: a run removes its temp
+    files, so such a link must stop it before anything changes (never followed)."""
+    for folder, dirs, names in os.walk(outdir):  # links are listed, never followed
+        for name in (*names, *dirs):
+            path = Path(folder) / name
+            if is_temp(name) and path.is_symlink():
+                yield path
+
+
+def _kind_problem(path: Path, kind: str) -> str | None:
+    """What is wrong with the kind of `path` (None: missing, or of the kind ctxprec writes)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be inspected ({exc.strerror})"
+    if kind == _FILE and not stat.S_ISREG(mode):
+        return "a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file"
+    if kind == _FOLDER and not stat.S_ISDIR(mode):
+        return "a file, not a folder"
+    return None
+
+
+def tree_problems(outdir: OutPath) -> list[tuple[Path, str]]:
+    """Every problem with the paths ctxprec reads, writes or deletes in `outdir`, in words: a
+    symbolic link on the way to one (its state folders, fixed-name files, temp files anywhere
+    below), or a fixed path of the wrong kind (`_SUCCESS` a folder, `_ctxprec/parts` a file)."""
+    if isinstance(outdir, ObjPath) or not Path(outdir).is_dir():
+        return []
+    found: dict[Path, str] = {}
+    for path, kind in _fixed_paths(Path(outdir)):
+        link = _first_link(outdir, path)
+        if link is not None:
+            found.setdefault(link, str(_link_error(outdir, link)))
+        elif (what := _kind_problem(path, kind)) is not None:
+            found.setdefault(path, _kind_error(outdir, path, what))
+    for link in _temp_links(Path(outdir)):
+        found.setdefault(link, str(_link_error(outdir, link)))
+    return list(found.items())
+
+
+def _kind_error(outdir: OutPath, path: Path, what: str) -> str:
+    return (
+        f"{path} is {what}, where ctxprec writes its own; nothing was changed: move it out of "
+        f"{outdir} or use a new output folder"
+    )
 
 
 def check_tree(outdir: OutPath) -> None:
-    """Before a run (or a command that writes) changes anything: none of the paths ctxprec
-    uses in `outdir` is a link. Raises OutputError naming the first one found."""
-    if isinstance(outdir, ObjPath) or not Path(outdir).is_dir():
+    """Before a run (or a command that writes) changes anything: every path ctxprec uses in
+    `outdir` is checked (`tree_problems`), and any problem found stops it in one line naming the
+    first and how many more there are: nothing has been changed then."""
+    problems = tree_problems(outdir)
+    if not problems:
         return
-    for path in _fixed_paths(Path(outdir)):
-        check_inside(outdir, path)
+    first, more = problems[0][1], [str(path) for path, _ in problems[1:]]
+    if more:
+        shown = ", ".join(more[:3]) + (", ..." if len(more) > 3 else "")
+        first += f" (and {len(more)} more path(s) to fix: {shown})"
+    raise OutputError(first)
 
 
 def dangerous_outdir(outdir: OutPath, home: Path | None = None) -> str | None:

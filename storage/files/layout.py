@@ -65,9 +65,12 @@ __all__ = [
     "in_state_dir",
     "incremental_tag",
     "is_incremental_key",
+    "is_journal_name",
     "is_part_file",
     "is_part_key",
     "journal_dir",
+    "journal_name",
+    "journal_new_name",
     "key_shards",
     "lock",
     "manifest",
@@ -386,13 +389,33 @@ def journal_dir(folder: Path) -> Path:
 
 JOURNAL_SUFFIX = ".jsonl"
 JOURNAL_NEW = ".new-"  # a journal being created, not yet locked by its run
+_JOURNAL_TOKEN = re.compile(r"[0-9a-f]{16}")  # `secrets.token_hex(8)`: a run's journal token
 
 
 def journal_file(folder: Path, token: str) -> Path:
     """Run `token`'s journal in memo folder `folder`."""
-    return journal_dir(folder) / f"{token}{JOURNAL_SUFFIX}"
+    return journal_dir(folder) / journal_name(token)
 
 
 def journal_new(folder: Path, token: str) -> Path:
     """Where run `token` creates its journal before it is locked and renamed."""
-    return journal_dir(folder) / f"{JOURNAL_NEW}{token}"
+    return journal_dir(folder) / journal_new_name(token)
+
+
+def journal_name(token: str) -> str:
+    """The name of run `token`'s journal in the journal folder."""
+    return f"{token}{JOURNAL_SUFFIX}"
+
+
+def journal_new_name(token: str) -> str:
+    """The name run `token`'s journal has while it is being created."""
+    return f"{JOURNAL_NEW}{token}"
+
+
+def is_journal_name(name: str) -> bool:
+    """A journal's name (or a journal being created) as ctxprec gives them: nothing else in a
+    journal folder is read or removed."""
+    token = name.removesuffix(JOURNAL_SUFFIX) if name.endswith(JOURNAL_SUFFIX) else None
+    if token is None and name.startswith(JOURNAL_NEW):
+        token = name.removeprefix(JOURNAL_NEW)
+    return token is not None and _JOURNAL_TOKEN.fullmatch(token) is not None

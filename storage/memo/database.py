@@ -1,22 +1,30 @@
 """Opening a memo folder's database (diskcache 5's `Cache` table in `cache.db`) without trusting
 it: its shape is checked, a folder ctxprec cannot write is opened read-only, and diskcache itself
 only ever creates a database, never opens one (diskcache runs the PRAGMAs its `Settings` table
-names and decodes values by the `mode` each row claims)."""
+names and decodes values by the `mode` each row claims).
+
+The memo folder itself, as the command line or config names it, is trusted (links above it
+too); what is inside it is data anyone who can write there may have planted. So before anything
+is opened, every entry ctxprec uses in it (`cache.db` and SQLite's files beside it, the open
+lock, the journal folder) must be of its kind and not a symbolic link (`check_folder`), and a
+clear removes only diskcache's value files, reached through no link."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import sqlite3
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.files.layout import memo_db
+from ctxprec.storage.files.layout import journal_dir, memo_db
 from ctxprec.storage.memo.codec import HEADER_COLUMNS, HEADER_SIZE, MAGIC
 
 OPEN_LOCK: Final = "ctxprec-open.lock"  # taken while a process opens (or creates) the memo
@@ -27,10 +35,13 @@ __all__ = [
     "NO_MEMO_WAY_OUT",
     "OpenedDb",
     "Tally",
+    "check_folder",
     "clear_rows",
     "connect_reader",
+    "entry_problem",
     "is_read_only_error",
     "open_db",
+    "refused",
     "table_stats",
     "tally_rows",
     "write_failed",
@@ -60,6 +71,11 @@ class OpenedDb:
 
 def write_failed(directory: Path, exc: BaseException) -> OutputError:
     reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return OutputError(
+            f"cannot make the memo folder {directory}: {reason}; give a folder that can be "
+            "made with --cache-dir, or run with --no-memo"
+        )
     return OutputError(
         f"cannot write the memo in {directory}: {reason}; the verdicts of this batch are not "
         "kept there: free some space (or give a writable --cache-dir) and run the same command "
@@ -86,8 +102,12 @@ def connect_reader(target: str, uri: bool) -> sqlite3.Connection:
         isolation_level=None,
         check_same_thread=False,  # taken from the memo's pool by one thread at a time
     )
-    con.execute(f"PRAGMA cache_size = {_CACHE_SIZE}")
-    con.execute(f"PRAGMA mmap_size = {_MMAP_SIZE}")
+    try:
+        con.execute(f"PRAGMA cache_size = {_CACHE_SIZE}")
+        con.execute(f"PRAGMA mmap_size = {_MMAP_SIZE}")
+    except BaseException:
+        con.close()  # (a damaged file: closed now, not when it is collected)
+        raise
     return con
 
 
@@ -95,8 +115,44 @@ def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
     """The memo database of `directory`, created (by diskcache) when there is none and the folder
     can be written; read-only when it cannot. A database that is not diskcache 5's table is
     refused (OutputError naming `way_out`)."""
+    check_folder(directory, way_out)
     with _opening(directory):
         return _open_db(directory, way_out)
+
+
+def entry_problem(path: Path, folder: bool = False) -> str | None:
+    """What is wrong with an entry of a memo folder ctxprec uses (None: missing, or a regular
+    file, or with `folder` a real folder), in words naming it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path.name} cannot be inspected ({exc.strerror})"
+    if stat.S_ISLNK(mode):
+        return (
+            f"{path.name} is a symbolic link (ctxprec reads, writes and removes nothing through "
+            "a link in a memo folder: it may lead outside it; remove the link, its target is "
+            "untouched)"
+        )
+    if folder and not stat.S_ISDIR(mode):
+        return f"{path.name} is a file, not the folder ctxprec keeps its journals in"
+    if not folder and not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        return f"{path.name} is {what}, not a file ctxprec wrote"
+    return None
+
+
+def check_folder(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> None:
+    """Every entry ctxprec opens in the memo folder `directory` (the database and SQLite's files
+    beside it, the open lock, the journal folder) is missing or of its kind, through no link;
+    otherwise the folder is refused (OutputError naming the entry and `way_out`) before
+    anything in it is opened."""
+    entries = [(p, False) for p in (*_db_files(memo_db(directory)), directory / OPEN_LOCK)]
+    entries.append((journal_dir(directory), True))
+    for path, folder in entries:
+        if (problem := entry_problem(path, folder)) is not None:
+            raise refused(directory, problem, way_out)
 
 
 @contextlib.contextmanager
@@ -106,7 +162,8 @@ def _opening(directory: Path) -> Iterator[None]:
     be written takes no lock (nothing is created there)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory / OPEN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(directory / OPEN_LOCK, flags, 0o666)
     except OSError:
         yield
         return
@@ -120,6 +177,7 @@ def _opening(directory: Path) -> Iterator[None]:
 def _open_db(directory: Path, way_out: str) -> OpenedDb:
     db = memo_db(directory)
     created = False
+    beside = [p for p in _db_files(db)[1:] if not os.path.lexists(p)]
     if not os.path.lexists(db):
         if not _create(directory):
             return OpenedDb(None, "", False, True)
@@ -132,6 +190,7 @@ def _open_db(directory: Path, way_out: str) -> OpenedDb:
         return _open_existing(directory, db, way_out)
     except OutputError:
         if not created:
+            _remove_new(db, beside)  # SQLite's files the refused open made: none is left
             raise
         _remove_new(db)  # diskcache could not finish the new database: the next open starts afresh
         why = OSError("the new memo database could not be written completely")
@@ -139,8 +198,9 @@ def _open_db(directory: Path, way_out: str) -> OpenedDb:
 
 
 def _open_existing(directory: Path, db: Path, way_out: str) -> OpenedDb:
-    if any(p.is_symlink() for p in _db_files(db)):
-        raise _refused(directory, f"{db.name} or its journal files are symbolic links", way_out)
+    for path in _db_files(db):  # checked again: diskcache may have made them meanwhile
+        if (problem := entry_problem(path)) is not None:
+            raise refused(directory, problem, way_out)
     if all(os.access(p, os.W_OK) for p in (directory, *_db_files(db)) if os.path.lexists(p)):
         con: sqlite3.Connection | None = None
         try:
@@ -157,7 +217,7 @@ def _open_existing(directory: Path, db: Path, way_out: str) -> OpenedDb:
             if con is not None:
                 con.close()
             why = f"{db.name} is not an SQLite database ({exc})"
-            raise _refused(directory, why, way_out) from exc
+            raise refused(directory, why, way_out) from exc
     return _open_read_only(directory, db, way_out)
 
 
@@ -178,8 +238,9 @@ def _blank(db: Path) -> bool:
     return int(tables) == 0
 
 
-def _db_files(db: Path) -> tuple[Path, Path, Path]:
-    return db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")
+def _db_files(db: Path) -> tuple[Path, ...]:
+    """The database and the files SQLite keeps beside it (WAL, shared memory, rollback journal)."""
+    return (db, *(db.with_name(db.name + end) for end in ("-wal", "-shm", "-journal")))
 
 
 def _create(directory: Path, *, ours: bool = True) -> bool:
@@ -210,10 +271,13 @@ def _create(directory: Path, *, ours: bool = True) -> bool:
     return True
 
 
-def _remove_new(db: Path) -> None:
-    for path in _db_files(db):
-        with contextlib.suppress(OSError):
-            path.unlink()
+def _remove_new(db: Path, only: list[Path] | None = None) -> None:
+    """Remove the database files this process made (`only`: those of them, else all), each
+    only while it is a regular file (never through a link)."""
+    for path in _db_files(db) if only is None else only:
+        if entry_problem(path) is None:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _open_read_only(directory: Path, db: Path, way_out: str) -> OpenedDb:
@@ -228,10 +292,10 @@ def _open_read_only(directory: Path, db: Path, way_out: str) -> OpenedDb:
             continue
         except sqlite3.DatabaseError as exc:
             why = f"{db.name} is not an SQLite database ({exc})"
-            raise _refused(directory, why, way_out) from exc
+            raise refused(directory, why, way_out) from exc
         _check_shape(con, directory, way_out)
         return OpenedDb(con, base + query, True, True)
-    raise _refused(directory, f"{db.name} cannot be opened, even read-only", way_out)
+    raise refused(directory, f"{db.name} cannot be opened, even read-only", way_out)
 
 
 def _check_shape(con: sqlite3.Connection, directory: Path, way_out: str) -> None:
@@ -243,7 +307,7 @@ def _check_shape(con: sqlite3.Connection, directory: Path, way_out: str) -> None
         problem = f"is not an SQLite database ({exc})"
     if problem is not None:
         con.close()
-        raise _refused(directory, f"{memo_db(directory).name} {problem}", way_out)
+        raise refused(directory, f"{memo_db(directory).name} {problem}", way_out)
 
 
 def _shape_problem(con: sqlite3.Connection) -> str | None:
@@ -264,7 +328,8 @@ def _shape_problem(con: sqlite3.Connection) -> str | None:
     return "has no unique index on Cache(key, raw), as diskcache 5 makes"
 
 
-def _refused(directory: Path, why: str, way_out: str) -> OutputError:
+def refused(directory: Path, why: str, way_out: str = NO_MEMO_WAY_OUT) -> OutputError:
+    """The memo folder `directory` refused, in one line saying why and the way out."""
     return OutputError(f"the memo folder {directory} cannot be used: {why}; {way_out}")
 
 
@@ -356,14 +421,25 @@ def clear_rows(
     return int(removed)
 
 
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
 def _remove_value_file(directory: Path, name: object) -> None:
+    """Remove diskcache's value file `name` (`_FILE_NAME` only): its two folders are opened
+    through no link, one below the other, and the file is removed relative to the second (a
+    link itself, never what it points to); the folders go once empty."""
     if not isinstance(name, str) or not _FILE_NAME.fullmatch(name):
         return  # not a name diskcache gives: not ours to remove
-    path = directory / name
-    real = os.path.realpath(directory)
-    if os.path.realpath(path.parent) != os.path.join(real, *Path(name).parts[:-1]):
-        return  # a folder on the way is a symbolic link: the file is not below the memo
-    with contextlib.suppress(OSError):
-        os.unlink(path)  # (a link itself, never what it points to)
-        os.rmdir(path.parent)
-        os.rmdir(path.parent.parent)
+    first, second, leaf = name.split("/")
+    opened: list[int] = []
+    try:
+        opened.append(os.open(directory / first, _FOLDER_FLAGS))
+        opened.append(os.open(second, _FOLDER_FLAGS, dir_fd=opened[0]))
+        os.unlink(leaf, dir_fd=opened[1])
+        os.rmdir(second, dir_fd=opened[0])
+        os.rmdir(directory / first)
+    except OSError:
+        pass  # a link on the way, gone already, or a folder still in use: left as it is
+    finally:
+        for fd in opened:
+            os.close(fd)

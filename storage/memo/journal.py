@@ -13,6 +13,12 @@ removes it. Records are JSON lines of fixed fields (`[key, relevant, reason, inp
 output_tokens]`), read back as untrusted data (anyone who can write the memo folder can write a
 journal): each line is bounded (`_MAX_LINE`) and checked field by field; a line that is not a
 record (a torn tail, anything planted) is skipped and counted (`Replay.skipped`), never an error.
+
+The journal folder is reached as a memo folder's entries are (`ctxprec.storage.memo.database`):
+opened once through no link (a `journal` that is a link or a file refuses the memo folder), and
+every file in it opened, renamed and removed relative to that open folder, so a link swapped in
+meanwhile leads nowhere. Only names of ctxprec's own pattern (`layout.is_journal_name`) are read
+or removed, and a journal is removed only while its name still holds the file that was replayed.
 """
 
 from __future__ import annotations
@@ -30,13 +36,13 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from ctxprec.storage.files.layout import (
-    JOURNAL_NEW,
-    JOURNAL_SUFFIX,
+    is_journal_name,
     journal_dir,
-    journal_file,
-    journal_new,
+    journal_name,
+    journal_new_name,
 )
 from ctxprec.storage.memo.codec import MAX_REASON_BYTES, MAX_TOKENS
+from ctxprec.storage.memo.database import NO_MEMO_WAY_OUT, entry_problem, refused
 from ctxprec.storage.memo.store import MemoEntry
 
 __all__ = ["Journal", "Replay", "open_journal", "replay_journals"]
@@ -54,9 +60,10 @@ class _Sink(Protocol):
 class Journal:
     """This run's journal, open for appends; `append` is one `os.write`."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, folder_fd: int) -> None:
         self.path = path
         self._fd = fd
+        self._folder_fd = folder_fd  # the journal folder, as opened (through no link)
 
     def append(self, keys: Iterable[str], entries: Iterable[MemoEntry]) -> None:
         """One call's verdicts, written before the worker goes on (one system call)."""
@@ -67,33 +74,64 @@ class Journal:
     def close(self, *, done: bool) -> None:
         """`done`: every verdict appended is in the memo, so the journal goes; otherwise it stays
         (unlocked) for the next run to replay."""
-        if done:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-        os.close(self._fd)  # releases the lock
+        try:
+            if done:
+                _remove_same(self._folder_fd, self.path.name, os.fstat(self._fd))
+        finally:
+            os.close(self._fd)  # releases the lock
+            os.close(self._folder_fd)
+
+
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _open_folder(memo_dir: Path, *, create: bool) -> int | None:
+    """The journal folder of `memo_dir`, opened through no link (made first when `create`);
+    None when there is none. A `journal` that is a link or a file refuses the memo folder
+    (OutputError): nothing in it is read, written or removed."""
+    folder = journal_dir(memo_dir)
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)  # (never through a link: an existing name is kept as it is)
+    try:
+        return os.open(folder, _FOLDER_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        problem = entry_problem(folder)
+        if problem is not None:
+            raise refused(memo_dir, problem, NO_MEMO_WAY_OUT) from None
+        raise
 
 
 def open_journal(memo_dir: Path) -> Journal | None:
     """A new journal in `memo_dir`, locked by this process; None where it cannot be written (a
     read-only memo folder: verdicts then reach the memo by its writer only)."""
-    folder = journal_dir(memo_dir)
     token = secrets.token_hex(8)
-    tmp = journal_new(memo_dir, token)
+    new, name = journal_new_name(token), journal_name(token)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        folder_fd = _open_folder(memo_dir, create=True)
+    except OSError:  # cannot be made or opened (a read-only folder): no journal
+        return None
+    if folder_fd is None:
+        return None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
+    try:
+        fd = os.open(new, flags, 0o600, dir_fd=folder_fd)
     except OSError:
+        os.close(folder_fd)
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        path = journal_file(memo_dir, token)
-        os.rename(tmp, path)  # visible to replayers only once locked
+        # visible to replayers only once locked
+        os.rename(new, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except OSError:
         os.close(fd)
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(new, dir_fd=folder_fd)
+        os.close(folder_fd)
         return None
-    return Journal(path, fd)
+    return Journal(journal_dir(memo_dir) / name, fd, folder_fd)
 
 
 @dataclass
@@ -107,22 +145,26 @@ class Replay:
 def replay_journals(memo_dir: Path, memo: _Sink) -> Replay:
     """Put the verdicts of the journals no live run holds into `memo`, then remove those
     journals. Blocking I/O: call it from a thread."""
-    folder = journal_dir(memo_dir)
     done = Replay()
-    if not folder.is_dir():
+    folder_fd = _open_folder(memo_dir, create=False)
+    if folder_fd is None:
         return done
-    for path in sorted(folder.iterdir()):
-        if not (path.name.endswith(JOURNAL_SUFFIX) or path.name.startswith(JOURNAL_NEW)):
-            continue
-        with contextlib.suppress(OSError):
-            _replay_one(path, memo, done)
+    try:
+        with os.scandir(folder_fd) as entries:
+            names = sorted(e.name for e in entries if is_journal_name(e.name))
+        for name in names:
+            with contextlib.suppress(OSError):
+                _replay_one(folder_fd, name, memo, done)
+    finally:
+        os.close(folder_fd)
     return done
 
 
-def _replay_one(path: Path, memo: _Sink, done: Replay) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+def _replay_one(folder_fd: int, name: str, memo: _Sink, done: Replay) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             return  # not a file of ours: left alone
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -131,9 +173,18 @@ def _replay_one(path: Path, memo: _Sink, done: Replay) -> None:
         with os.fdopen(os.dup(fd), "rb") as lines:
             for chunk in _chunks(_records(lines, done)):
                 done.replayed += memo.set_many(chunk)
-        path.unlink(missing_ok=True)
+        _remove_same(folder_fd, name, info)
     finally:
         os.close(fd)
+
+
+def _remove_same(folder_fd: int, name: str, opened: os.stat_result) -> None:
+    """Remove `name` from the journal folder if it still is the file `opened` (a file swapped
+    in under its name meanwhile is left alone)."""
+    with contextlib.suppress(OSError):
+        now = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
+            os.unlink(name, dir_fd=folder_fd)
 
 
 def _chunks(records: Iterator[tuple[str, MemoEntry]]) -> Iterator[list[tuple[str, MemoEntry]]]:

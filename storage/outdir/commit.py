@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,12 +24,37 @@ from ctxprec.storage.files.atomic import atomic_write, atomic_write_text
 from ctxprec.storage.files.layout import COMMITTED, PENDING
 from ctxprec.storage.files.objpath import OutPath
 from ctxprec.storage.outdir import ownership
+from ctxprec.storage.outdir.partcheck import checks_of
 
-__all__ = ["PartRecord", "commit_part", "committed"]
+__all__ = [
+    "PartRecord",
+    "commit_part",
+    "committed",
+    "parquet_bytes",
+    "write_part_file",
+    "write_record",
+]
 
 
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path, compression="zstd")
+def parquet_bytes(table: pa.Table) -> pa.Buffer:
+    """A part file's bytes (zstd Parquet), made in memory so that its record can keep what
+    they are (`partcheck.checks_of`) before they are written."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def _write_bytes(data: pa.Buffer, path: Path) -> None:
+    with open(path, "wb") as fh:
+        fh.write(memoryview(data))
+
+
+def write_part_file(target: OutPath, table: pa.Table) -> dict[str, Any]:
+    """Write one part file atomically; what its record keeps of it (`partcheck.checks_of`)."""
+    data = parquet_bytes(table)
+    checks = checks_of(data)
+    atomic_write(target, partial(_write_bytes, data))
+    return checks
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,17 +99,30 @@ def commit_part(
     atomic_write_text(
         confine.check_inside(outdir, pending), json.dumps({"key": key, "files": files})
     )
+    checks: dict[str, dict[str, Any]] = {}
     for rel, table in tables.items():
         # checked again right before each write: a folder swapped for a link meanwhile
         target = confine.check_inside(outdir, outdir / rel)
         seams.at("part_write", target)
-        atomic_write(target, partial(_write_parquet, table))
+        checks[rel] = write_part_file(target, table)
     record = PartRecord(key, tuple(files), rows, failed)
-    body = {"key": key, "files": files, "rows": rows, "failed": failed}
-    target = confine.check_inside(outdir, layout.commit_record(outdir, key))
-    atomic_write_text(target, json.dumps(body))
+    write_record(outdir, record, checks)
     confine.unlink(outdir, pending)
     return record
+
+
+def write_record(outdir: OutPath, record: PartRecord, checks: Mapping[str, Any]) -> None:
+    """The commit record of a part whose files are written: its files, rows, failed rows and
+    what each file is (`partcheck`: size, CRC-32, rows, schema)."""
+    body = {
+        "key": record.key,
+        "files": list(record.files),
+        "rows": record.rows,
+        "failed": record.failed,
+        "checks": {rel: checks[rel] for rel in record.files if rel in checks},
+    }
+    target = confine.check_inside(outdir, layout.commit_record(outdir, record.key))
+    atomic_write_text(target, json.dumps(body))
 
 
 def _refuse_foreign_targets(outdir: OutPath, key: str, files: list[str]) -> None:

@@ -6,18 +6,19 @@ dropping rows that are about to be re-scored.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from functools import partial
+from dataclasses import replace
 from pathlib import Path, PurePath
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.files import layout
-from ctxprec.storage.files.atomic import atomic_write
-from ctxprec.storage.files.confine import check_inside
+from ctxprec.storage.files.confine import check_inside, is_regular
 from ctxprec.storage.files.objpath import ObjPath, OutPath, readable
-from ctxprec.storage.outdir.ownership import part_files
+from ctxprec.storage.outdir.commit import PartRecord, write_part_file, write_record
+from ctxprec.storage.outdir.ownership import named_files, part_files, records
 
 __all__ = ["drop_ids", "parts_schema", "scan_parts", "scored_ids"]
 
@@ -56,9 +57,10 @@ def scan_parts(parts: Sequence[Path | str], file_column: str | None = None) -> p
     )
 
 
-def scored_ids(outdir: OutPath) -> pl.DataFrame:
-    """id and status of every row in the folder (one small scan of two columns)."""
-    files = part_files(outdir)
+def scored_ids(outdir: OutPath, without: Collection[str] = ()) -> pl.DataFrame:
+    """id and status of every row in the folder (one small scan of two columns); `without`: the
+    keys of parts left out (missing or damaged: `ownership.incomplete_parts`)."""
+    files = part_files(outdir, without)
     if not files:
         return pl.DataFrame({"id": [], "status": []}, schema={"id": pl.String, "status": pl.String})
     if isinstance(outdir, ObjPath):  # object store: read the two columns through pyarrow.fs
@@ -74,7 +76,8 @@ def scored_ids(outdir: OutPath) -> pl.DataFrame:
 
 def drop_ids(outdir: OutPath, ids: Collection[object]) -> int:
     """Rewrite (atomically: rename, or one PUT in an object store) each part file holding any
-    of `ids` without those rows."""
+    of `ids` without those rows, and its commit record with the rows, failed rows and checks
+    the part now has."""
     if not ids:
         return 0
     # here, not at the top: pyarrow.compute builds a wrapper for every kernel when imported
@@ -83,19 +86,27 @@ def drop_ids(outdir: OutPath, ids: Collection[object]) -> int:
 
     wanted = list(ids)
     dropped = 0
-    for path in part_files(outdir):
-        table = pq.read_table(readable(path))
-        hit = pc.is_in(
-            table.column("id"), value_set=pa.array(wanted, type=table.schema.field("id").type)
-        )
-        n = pc.sum(hit).as_py() or 0
-        if not n:
-            continue
-        kept = table.filter(pc.invert(hit))
-        atomic_write(check_inside(outdir, path), partial(_write_parquet, kept))
-        dropped += int(n)
+    for raw in records(outdir).values():
+        record = PartRecord(raw["key"], tuple(named_files(raw)), raw["rows"], raw["failed"])
+        checks = dict(raw.get("checks") or {})
+        gone = failed = 0
+        for rel in record.files:
+            path = outdir / rel
+            if not is_regular(path):
+                continue
+            table = pq.read_table(readable(path))
+            hit = pc.is_in(
+                table.column("id"), value_set=pa.array(wanted, type=table.schema.field("id").type)
+            )
+            n = pc.sum(hit).as_py() or 0
+            if not n:
+                continue
+            lost = table.filter(hit).column("status")
+            failed += pc.sum(pc.equal(lost, STATUS_FAILED)).as_py() or 0
+            checks[rel] = write_part_file(check_inside(outdir, path), table.filter(pc.invert(hit)))
+            gone += int(n)
+        if gone:
+            rows, left = max(0, record.rows - gone), max(0, record.failed - failed)
+            write_record(outdir, replace(record, rows=rows, failed=min(left, rows)), checks)
+            dropped += gone
     return dropped
-
-
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    pq.write_table(table, path, compression="zstd")

@@ -13,10 +13,12 @@ still overlap another, and staleness is judged by the store's clock against ours
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
@@ -25,12 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.core.printable import printable
 from ctxprec.storage.core.redact import without_url_secrets
 from ctxprec.storage.core.seams import DEFAULT
-from ctxprec.storage.files import layout
+from ctxprec.storage.files import confine, layout
 from ctxprec.storage.files.atomic import TMP_PREFIX, write_error
 from ctxprec.storage.files.objpath import ObjPath, OutPath
 
@@ -38,8 +41,10 @@ __all__ = [
     "REFRESH_S",
     "STALE_S",
     "Holder",
+    "LockFile",
     "OutdirLock",
     "command_line",
+    "damaged_lock",
     "live_holder",
     "read_holder",
 ]
@@ -61,7 +66,26 @@ class Holder:
     token: str
 
     def describe(self) -> str:
-        return f"pid {self.pid} on {self.host}, since {self.started_at}, running `{self.command}`"
+        return (
+            f"pid {self.pid} on {printable(self.host)}, since {printable(self.started_at)}, "
+            f"running `{printable(self.command)}`"
+        )
+
+
+class LockFile(NamedTuple):
+    """What a lock file says: its holder (None while it is being created, or when it is
+    damaged), seconds since it was last touched, and why it is not a lock (None: it is one)."""
+
+    holder: Holder | None
+    age: float
+    damage: str | None = None
+
+    def describe(self, path: OutPath, *, age: bool = True) -> str:
+        """Who holds the lock, in words (a damaged lock file is named with what is wrong)."""
+        if self.damage is not None:
+            touched = f", touched {self.age:.0f} s ago" if age else ""
+            return f"a damaged lock file {path} ({self.damage}){touched}"
+        return self.holder.describe() if self.holder else "a run that is starting"
 
 
 def command_line() -> str:
@@ -78,38 +102,118 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:  # a killed process whose parent has not reaped it yet is a zombie: not running
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        line = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return True
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    return line.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def read_holder(path: OutPath) -> tuple[Holder | None, float] | None:
-    """(holder, seconds since last touched) of a lock file; None when there is no lock; holder
-    None when the file cannot be read as a lock (it is being created)."""
+_MAX_LOCK_BYTES = 64 << 10  # a lock ctxprec writes is a few hundred bytes
+# what a holder's fields may be: the lock is data anyone who can write OUTDIR may have written
+_FIELDS: dict[str, tuple[type, int]] = {
+    "host": (str, 255), "pid": (int, 2**31 - 1), "started_at": (str, 64),
+    "command": (str, 1000), "token": (str, 64),
+}  # fmt: skip
+
+
+def read_holder(path: OutPath) -> LockFile | None:
+    """What the lock file `path` says; None when there is none. An empty file is a lock being
+    created (no holder, no damage). A file that is not one of ctxprec's locks (not a regular
+    file, too large, not UTF-8 JSON of a holder's fields) is read as damaged: its age still
+    counts (a live run keeps touching its lock, whatever its bytes), never its contents. Read
+    through no link and never more than 64 KiB."""
+    if isinstance(path, ObjPath):
+        try:
+            age = time.time() - path.stat().st_mtime
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return LockFile(None, 0.0)
+        return _parse_lock(data, age)
     try:
-        age = time.time() - path.stat().st_mtime
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except OSError:
-        return None, 0.0
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            return LockFile(None, 0.0)  # unreadable right now (permissions): as being created
+        try:
+            age = time.time() - os.lstat(path).st_mtime
+        except FileNotFoundError:
+            return None
+        return LockFile(None, age, "a symbolic link")
     try:
-        raw = json.loads(text)
-        return Holder(**{k: raw[k] for k in Holder.__dataclass_fields__}), age
-    except (ValueError, KeyError, TypeError):
-        return None, age
+        info = os.fstat(fd)
+        age = time.time() - info.st_mtime
+        if not stat.S_ISREG(info.st_mode):
+            return LockFile(None, age, "not a regular file")
+        data = _read_capped(fd)
+    except OSError:
+        return LockFile(None, 0.0)
+    finally:
+        os.close(fd)
+    return _parse_lock(data, age)
+
+
+def _read_capped(fd: int) -> bytes:
+    chunks, size = [], 0
+    while size <= _MAX_LOCK_BYTES and (chunk := os.read(fd, _MAX_LOCK_BYTES + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _parse_lock(data: bytes, age: float) -> LockFile:
+    if not data:
+        return LockFile(None, age)  # created, not written yet
+    if len(data) > _MAX_LOCK_BYTES:
+        return LockFile(None, age, f"larger than {_MAX_LOCK_BYTES >> 10} KiB")
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return LockFile(None, age, "not UTF-8 text")
+    except (ValueError, RecursionError):
+        return LockFile(None, age, "not JSON")
+    problem = _holder_problem(raw)
+    if problem is not None:
+        return LockFile(None, age, problem)
+    return LockFile(Holder(**{k: raw[k] for k in _FIELDS}), age)
+
+
+def _holder_problem(raw: object) -> str | None:
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    for name, (kind, limit) in _FIELDS.items():
+        value = raw.get(name)
+        if kind is int:
+            ok = type(value) is int and 0 < value <= limit
+        else:
+            ok = isinstance(value, str) and 0 < len(value) <= limit
+        if not ok:
+            return f"its {name} is not a holder's {name}"
+    return None
 
 
 def live_holder(outdir: OutPath, stale_s: float = STALE_S) -> Holder | None:
     """Who is writing `outdir` now; None when no live run holds its lock."""
     found = read_holder(layout.lock(outdir))
-    if found is None or found[0] is None or found[1] > stale_s:
+    if found is None or found.holder is None or found.age > stale_s:
         return None
-    holder = found[0]
+    holder = found.holder
     if holder.host == socket.gethostname() and not _pid_alive(holder.pid):
         return None
     return holder
+
+
+def damaged_lock(outdir: OutPath, stale_s: float = STALE_S) -> str | None:
+    """Why the lock of `outdir` cannot be read as one while it is fresh (a run may be touching
+    it), in words naming the file; None when it is a lock, absent, or stale (nobody holds it)."""
+    path = layout.lock(outdir)
+    found = read_holder(path)
+    if found is None or found.damage is None or found.age > stale_s:
+        return None
+    return found.describe(path)
 
 
 class OutdirLock:
@@ -164,16 +268,17 @@ class OutdirLock:
             found = read_holder(self.path)
             if found is None:
                 continue  # released meanwhile: try again at once
-            holder, age = found
-            reason = self._stale(holder, age)
+            if found.damage is not None and not confine.is_regular(self.path):
+                raise self._not_a_file(found)
+            reason = self._stale(found.holder, found.age)
             if reason is not None:
-                self._take_over(holder, reason)
+                self._take_over(found, reason)
                 continue
             left = deadline - time.monotonic()
             if left <= 0:
-                raise self._busy(holder, waited=wait_s > 0)
+                raise self._busy(found, waited=wait_s > 0)
             if not announced:
-                who = holder.describe() if holder else "a run that is starting"
+                who = found.describe(self.path)
                 self._log(f"ctxprec: {self.outdir} is locked by {who}; waiting up to {wait_s:g} s")
                 announced = True
             time.sleep(min(POLL_S, left))
@@ -186,7 +291,7 @@ class OutdirLock:
         self._thread.join(timeout=5)
         self._thread = None
         found = read_holder(self.path)
-        if found is not None and found[0] is not None and found[0].token == self.holder.token:
+        if found is not None and found.holder is not None and found.holder == self.holder:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
@@ -224,7 +329,7 @@ class OutdirLock:
             raise write_error(path, exc) from exc
         time.sleep(self.settle_s)
         found = read_holder(path)
-        return found is not None and found[0] is not None and found[0] == self.holder
+        return found is not None and found.holder == self.holder
 
     def _stale(self, holder: Holder | None, age: float) -> str | None:
         if age > self.stale_s:
@@ -238,12 +343,13 @@ class OutdirLock:
             return f"process {holder.pid} is no longer running"
         return None
 
-    def _take_over(self, holder: Holder | None, reason: str) -> None:
+    def _take_over(self, found: LockFile, reason: str) -> None:
         """Move the stale lock aside (one process wins the rename), then create ours."""
+        empty = found.holder is None and found.damage is None
+        who = "an empty lock" if empty else found.describe(self.path, age=False)
         if isinstance(self.path, ObjPath):
-            found = read_holder(self.path)
-            if found is not None and found[0] == holder:  # still the stale one: remove it
-                who = holder.describe() if holder else "an unreadable lock"
+            again = read_holder(self.path)
+            if again is not None and again.holder == found.holder:  # still the stale one
                 self._log(f"ctxprec: taking over the lock on {self.outdir} from {who} ({reason})")
                 with contextlib.suppress(OSError):
                     self.path.unlink(missing_ok=True)
@@ -254,17 +360,29 @@ class OutdirLock:
         except FileNotFoundError:
             return  # another process took it over first
         moved = read_holder(aside)
-        if holder is not None and moved is not None and moved[0] != holder:
-            # a fresh lock was created in between: put it back untouched
+        if moved is not None and moved.holder != found.holder:
+            # a fresh lock was created (or finished) in between: put it back untouched
             with contextlib.suppress(OSError):
                 os.link(aside, self.path)
         else:
-            who = holder.describe() if holder else "an unreadable lock"
             self._log(f"ctxprec: taking over the lock on {self.outdir} from {who} ({reason})")
         aside.unlink(missing_ok=True)
 
-    def _busy(self, holder: Holder | None, *, waited: bool) -> OutputError:
-        who = holder.describe() if holder else "another run that is starting"
+    def _not_a_file(self, found: LockFile) -> OutputError:
+        return OutputError(
+            f"{self.path} is {found.damage}, not a lock file ctxprec wrote; nothing was changed: "
+            "remove it (no run of ctxprec makes one) and run the same command again"
+        )
+
+    def _busy(self, found: LockFile, *, waited: bool) -> OutputError:
+        if found.damage is not None:
+            return OutputError(
+                f"output folder {self.outdir} is locked by {found.describe(self.path)}: a run "
+                f"may still be touching it, so it is taken over only once nobody has touched it "
+                f"for {self.stale_s:.0f} s; nothing was changed: remove it if no run is writing "
+                "this folder, or pass --wait-lock SECONDS to wait until it is stale"
+            )
+        who = found.describe(self.path) if found.holder else "another run that is starting"
         hint = (
             "it is still running: try again later or wait longer with --wait-lock SECONDS"
             if waited
@@ -282,7 +400,7 @@ class OutdirLock:
             with contextlib.suppress(OSError):
                 if isinstance(self.path, ObjPath):  # no utime: rewrite the lease if still ours
                     found = read_holder(self.path)
-                    if found is not None and found[0] == self.holder:
+                    if found is not None and found.holder == self.holder:
                         self.path.write_bytes(json.dumps(self.holder.__dict__, indent=2).encode())
                 else:
                     os.utime(self.path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from ctxprec.storage.files import confine, layout
 from ctxprec.storage.files.atomic import TMP_PREFIX, is_temp
 from ctxprec.storage.files.layout import COMMITTED, PENDING
 from ctxprec.storage.files.objpath import ObjPath, OutPath
-from ctxprec.storage.outdir import statefile
+from ctxprec.storage.outdir import partcheck, statefile
 
 __all__ = [
     "check_claimable",
@@ -26,6 +26,7 @@ __all__ = [
     "has_manifest",
     "incomplete_parts",
     "missing_rows_line",
+    "named_files",
     "part_files",
     "read_manifest",
     "recorded_files",
@@ -83,6 +84,12 @@ def _read_record(outdir: OutPath, path: OutPath, key: str, suffix: str) -> dict[
             confine.check_inside(outdir, outdir / entry)
         except OutputError as exc:
             raise OutputError(f"{path} names a file behind a link: {exc}") from None
+        named = outdir / entry
+        if not confine.is_regular(named) and (named.exists() or named.is_symlink()):
+            raise OutputError(
+                f"{path} names {named}, which is not a regular file (a folder?); nothing was "
+                f"changed: move it out of {outdir}, or use a new output folder"
+            )
     return raw
 
 
@@ -137,44 +144,54 @@ def recorded_files(outdir: OutPath, suffix: str = COMMITTED) -> set[str]:
     return {f for raw in records(outdir, suffix=suffix).values() for f in named_files(raw)}
 
 
-def part_files(outdir: OutPath) -> list[OutPath]:
-    """The scored data of the folder: every part file a commit record names (and that exists).
-    Parquet files anyone else put into the folder are not part of it."""
-    found = (outdir / rel for rel in recorded_files(outdir))
+def part_files(outdir: OutPath, without: Collection[str] = ()) -> list[OutPath]:
+    """The scored data of the folder: every part file a commit record names (and that exists),
+    but those of the parts whose keys are in `without` (parts `incomplete_parts` found). Parquet
+    files anyone else put into the folder are not part of it."""
+    rels = {
+        f for key, raw in records(outdir).items() if key not in without for f in named_files(raw)
+    }
+    found = (outdir / rel for rel in rels)
     return sorted(p for p in found if p.is_file())
 
 
-def incomplete_parts(outdir: OutPath) -> dict[str, list[str]]:
-    """Committed parts some of whose files are gone: key -> the missing files."""
-    found: dict[str, list[str]] = {}
+def incomplete_parts(outdir: OutPath) -> dict[str, list[tuple[str, str]]]:
+    """Committed parts some of whose files are gone or are not what their record says
+    (`ctxprec.storage.outdir.partcheck`): key -> [(file, what is wrong)]. Reads every part file
+    once (its CRC): call it once per command, before the parts are trusted."""
+    found: dict[str, list[tuple[str, str]]] = {}
     for key, raw in records(outdir).items():
-        missing = [rel for rel in named_files(raw) if not confine.is_regular(outdir / rel)]
-        if missing:
-            found[key] = missing
+        problems = partcheck.record_problems(outdir, raw)
+        if problems:
+            found[key] = problems
     return found
 
 
-def missing_rows_line(outdir: OutPath, incomplete: dict[str, list[str]]) -> str:
-    """What the incomplete parts lost, in one line: files, the first of them, rows."""
+def missing_rows_line(outdir: OutPath, incomplete: dict[str, list[tuple[str, str]]]) -> str:
+    """What the incomplete parts lost, in one line: files, the first of them (and what is wrong
+    with it when it is there but damaged), rows."""
     done = records(outdir)
     rows = sum(int(done[key]["rows"]) for key in incomplete if key in done)
-    files = [rel for missing in incomplete.values() for rel in missing]
+    problems = [problem for found in incomplete.values() for problem in found]
+    first, why = problems[0]
+    damaged = any(why != partcheck.MISSING for _, why in problems)
+    shown = f"{outdir / first}: {why}" if why != partcheck.MISSING else str(outdir / first)
     return (
-        f"{len(files)} part file(s) that commit records in {layout.parts_dir(outdir)} name are "
-        f"missing (first: {outdir / files[0]}), with {rows} row(s)"
+        f"{len(problems)} part file(s) that commit records in {layout.parts_dir(outdir)} name are "
+        f"{'missing or damaged' if damaged else 'missing'} (first: {shown}), with {rows} row(s)"
     )
 
 
-def drop_incomplete(outdir: OutPath) -> dict[str, list[str]]:
-    """Commit records (and their remaining files) of parts whose files are gone, so that a
-    run scores their rows again; returns what was missing."""
-    incomplete = incomplete_parts(outdir)
+def drop_incomplete(outdir: OutPath, incomplete: dict[str, list[tuple[str, str]]]) -> None:
+    """The commit records (and their remaining files) of the parts `incomplete_parts` found,
+    so that a run scores their rows again."""
     done = records(outdir)
     for key in incomplete:
+        if key not in done:
+            continue
         for rel in named_files(done[key]):
             confine.unlink(outdir, outdir / rel)
         confine.unlink(outdir, layout.commit_record(outdir, key))
-    return incomplete
 
 
 def _fixed(outdir: OutPath) -> set[str]:

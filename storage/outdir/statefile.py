@@ -48,22 +48,23 @@ def read_bytes(outdir: OutPath, path: OutPath, cap: int, fix: str) -> bytes | No
     """The bytes of one state file (None when there is none), read through no link and never
     more than `cap` bytes."""
     confine.check_inside(outdir, path)
-    if not path.exists():
-        return None
-    if not confine.is_regular(path):
-        raise damaged(path, "not a regular file", fix)
-    if path.stat().st_size > cap:
-        raise damaged(path, f"larger than {cap >> 20} MiB", fix)
-    try:
-        if isinstance(path, ObjPath):
+    if isinstance(path, ObjPath):
+        if not path.exists():
+            return None
+        if not confine.is_regular(path):
+            raise damaged(path, "not a regular file", fix)
+        if path.stat().st_size > cap:
+            raise damaged(path, f"larger than {cap >> 20} MiB", fix)
+        try:
             return path.read_bytes()
-        with open(path, "rb") as fh:
-            data = fh.read(cap + 1)
+        except OSError as exc:
+            raise damaged(path, f"unreadable: {exc.strerror or exc}", fix) from None
+    try:
+        return confine.read_regular(path, cap)
+    except ValueError as exc:
+        raise damaged(path, str(exc), fix) from None
     except OSError as exc:
         raise damaged(path, f"unreadable: {exc.strerror or exc}", fix) from None
-    if len(data) > cap:
-        raise damaged(path, f"larger than {cap >> 20} MiB", fix)
-    return data
 
 
 def read_json(outdir: OutPath, path: OutPath, spec: Spec, fix: str) -> Any:
@@ -259,7 +260,12 @@ RUN_INFO = Spec(
 RECORD = Spec(
     {"key": "str", "files": ["str"], "rows": "int", "failed": "int"}, required=("key", "files")
 )
-COMMIT_RECORD = Spec(RECORD.fields, required=("key", "files", "rows", "failed"))
+# what a record keeps of each of its files (`ctxprec.storage.outdir.partcheck`); records written
+# before these checks have none, and are checked by what they carry
+_FILE_CHECKS = {"bytes": "int", "rows": "int", "crc32": "str", "schema": "str"}
+COMMIT_RECORD = Spec(
+    {**RECORD.fields, "checks": {"*": _FILE_CHECKS}}, required=("key", "files", "rows", "failed")
+)
 SINK_RECORD = Spec({"sink": "?str", "loaded": {"*": "int"}}, required=("loaded",))
 # id -> the texts of a row summary.html opened (`ctxprec.storage.report.rows.Texts`)
 REPORT_TEXTS = Spec(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import OutPath
-from ctxprec.storage.outdir.lock import live_holder
+from ctxprec.storage.outdir.lock import damaged_lock, live_holder
 from ctxprec.storage.outdir.ownership import read_manifest, records
 
 __all__ = ["unfinished"]
@@ -25,6 +25,12 @@ def unfinished(outdir: OutPath) -> str | None:
         return (
             f"{outdir} is being written by a ctxprec run right now ({holder.describe()}); "
             "run `ctxprec summary` again once it has finished"
+        )
+    if damaged := damaged_lock(outdir):
+        return (
+            f"{outdir} is locked by {damaged}: a run may be writing it; run `ctxprec summary` "
+            "again once no run is, or remove the lock file if none is (a lock nobody touches "
+            "is stale after two minutes)"
         )
     if manifest.get("status") == "complete" and run.is_file():
         return None

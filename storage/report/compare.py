@@ -5,14 +5,17 @@ from the report dict alone; the chart on matplotlib's Agg canvas.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
-from ctxprec.storage.files.atomic import atomic_write_bytes
+from ctxprec.storage.files.atomic import atomic_write_bytes, temp_path
 from ctxprec.storage.files.layout import (
     COMPARE_CHART,
     COMPARE_FILES,
@@ -48,14 +51,23 @@ _REASON_CHARS = 300
 
 
 def check_compare_target(outdir: Path) -> None:
-    """`-o DIR` may hold an earlier comparison (replaced) but no compare.* file of anyone else's:
-    a compare.json that is not a ctxprec comparison means the others are not ours either. Nor
-    may DIR be a score output (a compare.* file there would make the next run refuse it)."""
+    """`-o DIR` must be a folder ctxprec can write (made when it is missing) that holds no
+    compare.* file of anyone else's, checked before the comparison is worked out: a file, a
+    folder below a file, a read-only or missing file system are one line each (exit 2), and
+    nothing is left behind. An earlier comparison there is replaced; a compare.json that is not
+    a ctxprec comparison means the others are not ours either. Nor may DIR be a score output
+    (a compare.* file there would make the next run refuse it)."""
+    if os.path.lexists(outdir) and not outdir.is_dir():
+        raise OutputError(
+            f"-o {outdir} is a file, not a folder; give a folder for compare.json, compare.md "
+            "and compare.html (it is made when it does not exist)"
+        )
     if layout.state_dir(outdir).exists():
         raise OutputError(
             f"{outdir} is a ctxprec output folder; write the comparison elsewhere "
             "(a compare.* file there would make the next score run refuse the folder)"
         )
+    _probe_writable(outdir)
     present = [name for name in COMPARE_FILES if layout.compare_file(outdir, name).exists()]
     if not present:
         return
@@ -70,10 +82,51 @@ def check_compare_target(outdir: Path) -> None:
         )
 
 
+_WHY = {
+    errno.ENOTDIR: "a part of its path is a file, not a folder",
+    errno.ENOENT: "its folder cannot be made there",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def _probe_writable(outdir: Path) -> None:
+    """Make the folders of `outdir` that are missing and a temp file in it, then remove what
+    the probe made: a folder that cannot be made or written is refused before any work."""
+    made: list[Path] = []
+    here = outdir
+    while not os.path.lexists(here) and here != here.parent:
+        made.append(here)
+        here = here.parent
+    probe = temp_path(layout.compare_file(outdir, COMPARE_JSON))
+    try:
+        for folder in reversed(made):
+            folder.mkdir()
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        reason = _WHY.get(exc.errno or 0) or exc.strerror or str(exc)
+        raise OutputError(
+            f"cannot write the comparison into -o {outdir}: {reason}; nothing was written: give "
+            "a folder you can write with -o"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 def write_compare(outdir: Path, report: Mapping[str, Any]) -> list[Path]:
     """Write compare.json, compare.md, compare.html and compare.png into `outdir`, each
     atomically."""
-    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # checked before the work (`check_compare_target`); changed since
+        reason = _WHY.get(exc.errno or 0) or exc.strerror or str(exc)
+        raise OutputError(f"cannot write the comparison into -o {outdir}: {reason}") from None
     files: dict[str, bytes] = {
         **({COMPARE_CHART: render_chart(report)} if charts_available() else {}),
         COMPARE_JSON: (

@@ -6,6 +6,8 @@ the one row opened) is ever collected, so a million-row output never sits in mem
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,9 +19,15 @@ import pyarrow.dataset as ds
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
+from ctxprec.storage.files.confine import read_regular
 from ctxprec.storage.files.objpath import ObjPath, OutPath
 from ctxprec.storage.outdir.dataset import scan_parts
-from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.outdir.ownership import (
+    incomplete_parts,
+    missing_rows_line,
+    part_files,
+    read_manifest,
+)
 from ctxprec.storage.report.summary import BANDS
 
 __all__ = [
@@ -142,7 +150,13 @@ class RowTable:
                 "OUTDIR written by `ctxprec score`"
             )
         self.outdir = outdir
+        if incomplete := incomplete_parts(outdir):  # never a Parquet error at query time
+            raise OutputError(
+                f"{missing_rows_line(outdir, incomplete)}: run the same `ctxprec score` command "
+                "again (without --overwrite) to score them again, then view the output"
+            )
         self.parts = part_files(outdir)
+        self._stamps = _stamps(self.parts)  # as checked: a part changed later is not read
         self.describe: dict[str, Any] = manifest.get("describe") or {}
         self.scale = float(self.describe.get("scale", 1.0))
         self.run = _json_or_empty(layout.run_info(outdir))
@@ -172,7 +186,15 @@ class RowTable:
         return [c for c in dict.fromkeys(wanted) if isinstance(c, str) and c in self.columns]
 
     def scan(self) -> pl.LazyFrame:
-        """The part files as one lazy frame (never collected whole)."""
+        """The part files as one lazy frame (never collected whole). Each local part is first
+        found as it was when it was checked against its record (the same regular file, of the
+        same size and time): one swapped for a link or a FIFO, or rewritten, since the table was
+        opened is an OutputError here, never a read that follows it or blocks on it."""
+        if _stamps(self.parts) != self._stamps:
+            raise OutputError(
+                f"the part files of {self.outdir} changed since they were checked; nothing was "
+                "read from them: restart `ctxprec view` to check them again"
+            )
         if not self.parts:
             schema = {"id": pl.String(), "score": pl.Float64(), "status": pl.String()}
             return pl.LazyFrame(schema=schema)
@@ -334,9 +356,37 @@ class RowTable:
         }
 
 
+_MAX_JSON = 64 << 20  # summary.json or run.json read back, at most
+
+
+def _stamps(parts: Sequence[OutPath]) -> list[tuple[int, int, int, int] | None]:
+    """What each local part file is now (device, inode, size, time; None: not a regular file
+    reached through no link): one lstat each, far below a query's own cost."""
+    found: list[tuple[int, int, int, int] | None] = []
+    for path in parts:
+        if isinstance(path, ObjPath):
+            continue  # an object store: no links, no FIFOs
+        try:
+            info = os.lstat(path)
+        except OSError:
+            found.append(None)
+            continue
+        regular = stat.S_ISREG(info.st_mode)
+        found.append(
+            (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns) if regular else None
+        )
+    return found
+
+
 def _json_or_empty(path: OutPath) -> dict[str, Any]:
+    """A JSON file of the output as a dict, {} when it is missing or not one: read through no
+    link, never blocking on a FIFO, never past the cap."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if isinstance(path, ObjPath):
+            raw = path.read_bytes() if path.stat().st_size <= _MAX_JSON else None
+        else:
+            raw = read_regular(path, _MAX_JSON)
+        data = json.loads(raw) if raw is not None else {}
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

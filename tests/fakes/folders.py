@@ -118,8 +118,9 @@ def remount(where: Path, mode: str) -> None:
 
 
 def commit(outdir: Path, *parts: Path) -> None:
-    """Commit records naming `parts`, as a run writes them: only recorded files are data.
-    Each file is named `part-KEY.parquet` (in `col=value` folders); one record per KEY."""
+    """Commit records naming `parts`, as a run before part checks wrote them (files, rows):
+    only recorded files are data. Each file is named `part-KEY.parquet` (in `col=value`
+    folders); one record per KEY."""
     by_key: dict[str, list[str]] = {}
     for part in parts:
         rel = part.relative_to(outdir).as_posix()
@@ -127,7 +128,8 @@ def commit(outdir: Path, *parts: Path) -> None:
         assert part.name == f"part-{key}.parquet", f"{rel}: not the name ctxprec gives a part"
         by_key.setdefault(key, []).append(rel)
     for key, files in by_key.items():
-        record = {"key": key, "files": sorted(files), "rows": 0, "failed": 0}
+        rows = sum(pq.read_metadata(outdir / rel).num_rows for rel in files)
+        record = {"key": key, "files": sorted(files), "rows": rows, "failed": 0}
         path = outdir / "_ctxprec" / "parts" / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record), encoding="utf-8")

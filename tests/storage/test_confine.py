@@ -5,7 +5,10 @@ OUTDIR (nor inside it) is changed. In an object store, records name only ctxprec
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -169,3 +172,90 @@ def test_object_store_records_name_only_their_parts_inside_the_prefix(
     fs = s3_server.filesystem()
     for key in ("elsewhere/part-k.parquet", "scores/notes.csv", "scores/_SUCCESS"):
         assert fs.get_file_info(f"{bucket}/{key}").is_file, key
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every entry below `folder` (never followed): a file's bytes, a link's target, a folder."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            out[rel] = f"link -> {os.readlink(path)}"
+        elif path.is_dir():
+            out[rel] = "folder"
+        else:
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _plant_temp_links(out: Path, home: Path) -> list[Path]:
+    top = out / ".ctxprec-tmp-123-abcd-summary.json"
+    top.symlink_to(home / "x")
+    deep = out / "dt=2024-01-01" / ".ctxprec-tmp-9-ffff-part-k.parquet"
+    deep.parent.mkdir(exist_ok=True)
+    deep.symlink_to(home / ".bashrc")
+    return [top, deep]
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"], ["--incremental"]])
+def test_a_planted_temp_file_link_stops_the_run_before_anything_changes(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, before = _outside(tmp_path)
+    source, out = _finished(tmp_path, *PARTITIONED)
+    links = _plant_temp_links(out, home)
+    inside = _snapshot(out)
+    capsys.readouterr()
+    code = score(source, "-o", out, *PARTITIONED, *flags)
+    err = capsys.readouterr().err
+    _refused(code, err, str(links[0]), "1 more path(s) to fix", str(links[1]))
+    assert _snapshot(out) == inside  # `_SUCCESS` and the manifest too: nothing changed
+    assert checksums(home) == before
+
+
+WRONG_KINDS = {
+    "_SUCCESS": "folder",
+    "summary.json": "folder",
+    "_ctxprec/run.json": "folder",
+    "_ctxprec/parts": "file",
+    "charts": "file",
+    "part": "folder",  # a part file a commit record names
+}
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"]])
+@pytest.mark.parametrize("name", list(WRONG_KINDS))
+def test_a_path_of_the_wrong_kind_stops_the_run_before_anything_changes(
+    name: str, flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, out = _finished(tmp_path)
+    target = sorted(out.glob("part-*.parquet"))[0] if name == "part" else out / name
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink(missing_ok=True)
+    if WRONG_KINDS[name] == "folder":
+        (target / "inner").mkdir(parents=True)
+    else:
+        target.write_text("a file where ctxprec keeps a folder\n")
+    inside = _snapshot(out)
+    capsys.readouterr()
+    _refused(score(source, "-o", out, *flags), capsys.readouterr().err, str(target))
+    assert _snapshot(out) == inside
+
+
+def test_summary_checks_the_tree_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ctxprec.cli.main import main
+
+    home, before = _outside(tmp_path)
+    _, out = _finished(tmp_path)
+    (out / "summary.md").unlink()
+    (out / "summary.md").mkdir()
+    links = _plant_temp_links(out, home)
+    inside = _snapshot(out)
+    capsys.readouterr()
+    _refused(main(["summary", str(out)]), capsys.readouterr().err, str(links[0]))
+    assert _snapshot(out) == inside
+    assert checksums(home) == before

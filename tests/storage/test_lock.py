@@ -11,12 +11,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.outdir.lock import OutdirLock, live_holder, read_holder
+
+T = TypeVar("T")
 
 
 def make(outdir: Path, log: list[str] | None = None, **kw: float) -> OutdirLock:
@@ -190,3 +194,112 @@ def test_a_killed_process_not_yet_reaped_counts_as_gone(tmp_path: Path) -> None:
         assert f"process {proc.pid} is no longer running" in log[0]
     finally:
         proc.wait()
+
+
+def _in_time(fn: Callable[[], T]) -> T:
+    """`fn()` run in a thread: a read that blocks (a FIFO, /dev/zero) fails the test instead
+    of hanging it."""
+    got: list[T] = []
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.append(fn())
+        except BaseException as exc:  # re-raised in the test's thread
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(30)
+    if raised:
+        raise raised[0]
+    assert got, "reading the lock did not come back"
+    return got[0]
+
+
+def _holder_with(**fields: object) -> bytes:
+    body = {"host": "h", "pid": 123, "started_at": "2026", "command": "c", "token": "t"}
+    return json.dumps({**body, **fields}).encode()
+
+
+# lock files ctxprec never writes: each is read as damaged, in bounded time and memory
+DAMAGED_FILES = {
+    "random bytes": bytes(range(256)) * 4,
+    "not JSON": b"lock held by me",
+    "a list": b"[]",
+    "deep": b"[" * 100_000,
+    "pid as text": _holder_with(pid="123"),
+    "negative pid": _holder_with(pid=-1),
+    "pid zero": _holder_with(pid=0),
+    "huge pid": _holder_with(pid=2**80),
+    "no token": json.dumps({"host": "h", "pid": 5}).encode(),
+    "too large": b" " * (1 << 20),
+}
+NOT_FILES: dict[str, Callable[[Path], None]] = {
+    "fifo": lambda p: os.mkfifo(p),
+    "link to /dev/zero": lambda p: p.symlink_to("/dev/zero"),
+    "folder": lambda p: p.mkdir(),
+}
+
+
+def _plant_damaged(outdir: Path, kind: str, age_s: float = 0.0) -> Path:
+    path = outdir / "_ctxprec" / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind in DAMAGED_FILES:
+        path.write_bytes(DAMAGED_FILES[kind])
+    else:
+        NOT_FILES[kind](path)
+    if age_s:
+        old = time.time() - age_s
+        os.utime(path, (old, old), follow_symlinks=False)
+    return path
+
+
+@pytest.mark.parametrize("kind", [*DAMAGED_FILES, *NOT_FILES])
+def test_a_damaged_lock_is_read_as_damaged_never_as_a_holder(tmp_path: Path, kind: str) -> None:
+    path = _plant_damaged(tmp_path, kind)
+    found = _in_time(lambda: read_holder(path))
+    assert found is not None
+    assert found.holder is None
+    assert found.damage
+    assert _in_time(lambda: live_holder(tmp_path)) is None
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED_FILES))
+def test_a_fresh_damaged_lock_is_named_and_respected(tmp_path: Path, kind: str) -> None:
+    path = _plant_damaged(tmp_path, kind)
+    before = path.read_bytes()
+    with pytest.raises(OutputError) as info:
+        make(tmp_path).acquire()
+    text = str(info.value)
+    assert f"damaged lock file {path}" in text
+    assert "--wait-lock" in text
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED_FILES))
+def test_a_stale_damaged_lock_is_taken_over(tmp_path: Path, kind: str) -> None:
+    path = _plant_damaged(tmp_path, kind, age_s=600)
+    log: list[str] = []
+    lock = make(tmp_path, log)
+    lock.acquire()
+    try:
+        assert len(log) == 1
+        assert f"taking over the lock on {tmp_path} from a damaged lock file {path}" in log[0]
+        found = read_holder(path)
+        assert found is not None
+        assert found.holder == lock.holder
+    finally:
+        lock.release()
+    assert not [p for p in path.parent.iterdir() if p.name != "lock"]  # nothing left aside
+
+
+@pytest.mark.parametrize("kind", list(NOT_FILES))
+def test_a_lock_that_is_not_a_file_is_refused_and_left_alone(tmp_path: Path, kind: str) -> None:
+    path = _plant_damaged(tmp_path, kind, age_s=600)
+    with pytest.raises(OutputError) as info:
+        _in_time(lambda: make(tmp_path).acquire())
+    assert f"{path} is " in str(info.value)
+    assert "nothing was changed" in str(info.value)
+    assert os.path.lexists(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["lock"]

@@ -207,7 +207,7 @@ def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: 
     still replayed; a torn last line (a kill mid-write) ends the journal uncounted."""
     import json
 
-    from ctxprec.storage.files.layout import journal_dir
+    from ctxprec.storage.files.layout import journal_dir, journal_file
     from ctxprec.storage.memo.journal import replay_journals
 
     folder = tmp_path / "m"
@@ -226,7 +226,7 @@ def test_journal_lines_are_untrusted_a_bad_one_is_skipped_and_counted(tmp_path: 
         b'["v2-i", true, "' + b"x" * (2 << 20) + b'", 1, 1]',  # a line past the 1 MiB bound
     ]
     lines = [json.dumps(good[0]).encode(), *bad, json.dumps(good[1]).encode()]
-    path = journal_dir(folder) / "planted.jsonl"
+    path = journal_file(folder, "0123456789abcdef")  # a name of ctxprec's pattern
     path.write_bytes(b"\n".join(lines) + b'\n["v2-z", true, "torn')
     done = replay_journals(folder, memo)
     assert (done.replayed, done.skipped) == (2, len(bad))
