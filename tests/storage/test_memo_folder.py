@@ -199,7 +199,7 @@ def test_cache_clear_removes_no_value_file_behind_a_link(tmp_path: Path) -> None
                 " NULL)",
                 (key, filename),
             )
-    assert main(["cache", "clear", "--cache-dir", str(memo_dir)]) == 0
+    assert main(["cache", "clear", "--cache-dir", str(memo_dir), "--yes"]) == 0
     assert (outside / name).read_bytes() == b"not ctxprec's"
     assert not (memo_dir / "ef").exists()  # its own value file and folders went
     assert (memo_dir / "ab").is_symlink()
