@@ -17,7 +17,7 @@ import polars as pl
 from ctxprec.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
 from ctxprec.analysis.evidence import side_evidence
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from ctxprec.storage.core.errors import OutputError, UserError
+from ctxprec.storage.core.errors import NothingToCompareError, OutputError, UserError
 from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.options import CompareOptions
 from ctxprec.storage.files import layout
@@ -94,7 +94,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     fa, fb = _read_side(a, opts, candidates), _read_side(b, opts, candidates)
     pairs, left_out = _pair(fa, fb)
     if pairs.height == 0:
-        raise UserError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
+        raise NothingToCompareError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
     judge = _judge_check(a, b, pairs)
     if opts.strict and judge["differences"]:
         raise UserError(
@@ -127,7 +127,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
 def _scan(side: Side) -> pl.LazyFrame:
     files = part_files(side.path)
     if not files:
-        raise UserError(
+        raise NothingToCompareError(
             f"side {side.name}: {side.path} holds no scored part files; "
             "pass an OUTDIR written by `ctxprec score`"
         )
@@ -170,7 +170,9 @@ def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> N
         listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
         there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
         where = " and ".join(f"{c}={v}" for c, v in side.filters)
-        raise UserError(f"side {side.name}: no row of {side.path} matches {where} ({there})")
+        raise NothingToCompareError(
+            f"side {side.name}: no row of {side.path} matches {where} ({there})"
+        )
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)

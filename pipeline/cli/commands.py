@@ -17,7 +17,13 @@ from typing import Any
 import polars as pl
 
 from ctxprec.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
-from ctxprec.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
+from ctxprec.analysis.quality_gate import (
+    EMPTY_GATE_EXIT,
+    empty_gate_message,
+    gate_exit,
+    gate_failed,
+    gate_line,
+)
 from ctxprec.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
 from ctxprec.batchapi.run import check_batch_provider
 from ctxprec.cli.batches import list_batches, render_batches
@@ -28,7 +34,7 @@ from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
-from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.errors import NothingToCompareError, UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
 from ctxprec.storage.core.options import BatchOptions, CompareOptions
 from ctxprec.storage.core.seams import Seams
@@ -113,9 +119,6 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run = choose(cfg, _engine(args))
-    before = (
-        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
-    )
     options = RunOptions(
         overwrite=args.overwrite,
         incremental=args.incremental,
@@ -126,25 +129,27 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     with _collector_for_a_run():
         result = run(args.input, args.output, cfg, options)
     batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
-    if args.quiet:
-        line = _quiet_line(result.summary, args.output)
-        if batch:
-            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
-        print(json.dumps(line))
-    else:
-        print(_human_line(result.summary, args.output))
-        if batch:
-            print(batch_line(batch))
     for error in result.sink_errors:
         print(
             f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
             "it was: fix the cause and run the same command again to load it",
             file=sys.stderr,
         )
-    if cfg.gate.fail_under is None:
-        return result.exit_code
-    mean, rows = run_mean(args.output, before)
-    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
+    code = gate_exit(result.exit_code, result.gate)
+    if args.quiet:
+        line = _quiet_line(result.summary, args.output)
+        if batch:
+            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        if result.gate is not None:
+            line["quality_gate"] = result.gate.as_dict()
+        print(json.dumps(line | {"exit_code": code}))
+    else:
+        print(_human_line(result.summary, args.output))
+        if batch:
+            print(batch_line(batch))
+        if result.gate is not None and result.gate.outcome == "passed":
+            print(f"  gate: {gate_line(result.gate)}")  # a failed one's line is on stderr
+    return code
 
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
@@ -333,18 +338,39 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
-    report = compare(a, b, opts)
+    try:
+        report = compare(a, b, opts)
+    except NothingToCompareError as exc:
+        if args.fail_drop is None:
+            raise
+        return _empty_drop_gate(args, str(exc))
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
         report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message,
-                          "figure": gate_figure(report)[0]}  # fmt: skip
+                          "figure": gate_figure(report)[0], "outcome": "failed" if message
+                          else "passed"}  # fmt: skip
         if args.margin is not None:
             report["gate"]["margin"] = args.margin
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
 
-    return gate_exit(0, message)
+    return 0 if message is None else gate_failed(0, message)
+
+
+def _empty_drop_gate(args: argparse.Namespace, why: str) -> int:
+    """`--fail-drop` with nothing to compare (an empty night, a side that matches no row):
+    exit 7, or a note and 0 with --pass-empty; --json prints the gate alone."""
+    message = empty_gate_message(f"--fail-drop {args.fail_drop:g}", why, args.pass_empty,
+                                 "--pass-empty")  # fmt: skip
+    if args.json:
+        gate = {"fail_drop": args.fail_drop, "outcome": "empty", "failed": not args.pass_empty,
+                "pass_empty": args.pass_empty, "message": message}  # fmt: skip
+        print(json.dumps({"gate": gate}, indent=2))
+    if args.pass_empty:
+        print(f"ctxprec: note: {message}", file=sys.stderr)
+        return 0
+    return gate_failed(0, message, EMPTY_GATE_EXIT)
 
 
 def _cmd_batches(args: argparse.Namespace, seams: Seams) -> int:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 import polars as pl
 
+from ctxprec.analysis.quality_gate import GateVerdict, judge_gate
 from ctxprec.config import Config
 from ctxprec.connectors.judges import JudgeStats, audit_settings, create_judge
 from ctxprec.connectors.judges.prompts import prompt_version_for
@@ -81,9 +82,11 @@ class RunResult:
     counters: RunCounters
     stats: JudgeStats
     sink_errors: tuple[str, ...] = ()
+    gate: GateVerdict | None = None  # [gate] fail_under: the input's rows judged
 
     @property
     def exit_code(self) -> int:
+        """The rows' exit code: 1 when rows (or a sink) failed; the gate's is the CLI's."""
         return 1 if self.failed or self.sink_errors else 0
 
 
@@ -338,7 +341,7 @@ def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Seri
     failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
     if failed.len():
         incoming = read_ids(info, cfg.column_map.id)
-        retry = incoming.filter(incoming.is_in(failed))
+        retry = incoming.filter(incoming.is_in(failed.implode()))
         drop_ids(outdir, retry.to_list())
     return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
 
@@ -349,7 +352,7 @@ def finish_run(
     """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
     run_info = _run_info(plan, result, started_at, wall, engine)
     plan.seams.at("finish", plan.runlog.outdir)
-    summary, sink_errors = _finish(plan, run_info, result.texts)
+    summary, sink_errors, gate = _finish(plan, run_info, result.texts, started_at)
     rows = summary.get("rows", {})
     return RunResult(
         plan.runlog.outdir,
@@ -359,6 +362,19 @@ def finish_run(
         result.counters,
         result.stats,
         tuple(sink_errors),
+        gate,
+    )
+
+
+def _gate(plan: RunPlan, started_at: datetime) -> GateVerdict | None:
+    """`[gate] fail_under` over the input's rows as the output holds them: an incremental
+    run's input ids (scored now or by an earlier run), a plain run's whole output."""
+    gate = plan.cfg.gate
+    if gate.fail_under is None:
+        return None
+    ids = read_ids(plan.info, plan.cfg.column_map.id) if plan.run_tag else None
+    return judge_gate(
+        plan.runlog.outdir, gate.fail_under, ids=ids, since=started_at, pass_empty=gate.pass_empty
     )
 
 
@@ -437,8 +453,8 @@ def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:
 
 
 def _finish(
-    run: RunPlan, run_info: dict[str, Any], kept: RunTexts | None = None
-) -> tuple[dict[str, Any], list[str]]:
+    run: RunPlan, run_info: dict[str, Any], kept: RunTexts | None, started_at: datetime
+) -> tuple[dict[str, Any], list[str], GateVerdict | None]:
     outdir = run.runlog.outdir
     # a worker killed while writing (its task done again elsewhere) left a temp file or a part
     # that no commit names: gone before readers of OUTDIR/*.parquet see the run as finished
@@ -452,6 +468,9 @@ def _finish(
     )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
+    gate = _gate(run, started_at)
+    if gate is not None:
+        run_info["quality_gate"] = gate.as_dict()
     estimate = run.runlog.load_estimate()
     if estimate is not None:
         run_info["estimate"] = estimate
@@ -469,7 +488,7 @@ def _finish(
     write_summary(outdir, summary, charts=run.cfg.output.charts, texts=texts)
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
-    return summary, errors
+    return summary, errors, gate
 
 
 # -- a run driven from this process ------------------------------------------------------

@@ -4,6 +4,7 @@
     ├── UserError                     a problem the user can fix (one line, no traceback, exit 2)
     │   ├── ConfigError, InputError, OutputError
     │   │                                 └── StateDamagedError  a state file in OUTDIR is damaged
+    │   ├── NothingToCompareError     compare: the two sides have no row to pair
     │   ├── JudgeRefusedRunError      the judge refused the whole run (exit 4)
     │   └── BatchesPendingError       provider batches still running (exit 6)
     └── JudgeError                    one failed judge call: a row status, never NaN (exit 1)
@@ -27,6 +28,7 @@ __all__ = [
     "JudgeParseError",
     "JudgeRefusedRunError",
     "JudgeRetryableError",
+    "NothingToCompareError",
     "OutputError",
     "ScoreFailedError",
     "StateDamagedError",
@@ -70,6 +72,12 @@ class OutputError(UserError):
 class StateDamagedError(OutputError):
     """One of ctxprec's state files in OUTDIR is damaged (not JSON, wrong types, too large):
     the message names it and the way out; nothing was changed."""
+
+
+class NothingToCompareError(UserError):
+    """`compare`: a side holds no scored rows, a side's filter matches none, or no row pairs
+    up (exit 2; with `--fail-drop` the gate had nothing to judge: exit 7, or 0 with
+    `--pass-empty`)."""
 
 
 class BatchesPendingError(UserError):

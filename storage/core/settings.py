@@ -462,10 +462,16 @@ class GateSettings:
 
     fail_under: float | None = setting(
         None,
-        "exit 5 when the mean score of the rows this run scored is below X",
+        "exit 5 when the mean score of the input's scored rows (scored by this run or an "
+        "earlier one into OUTDIR) is below X; exit 7 when none is scored",
         flag="--fail-under",
         unset="no gate",
         metavar="X",
+    )
+    pass_empty: bool = setting(
+        False,
+        "a gate with no scored row to judge (an empty night) passes instead of exiting 7",
+        flag="--pass-empty",
     )
 
 

@@ -251,6 +251,7 @@ RUN_INFO = Spec(
         "estimate": opt(ESTIMATE_FIELDS),
         "history": opt([_HISTORY]),
         "recheck": "?any",
+        "quality_gate": "?any",
     },
     cap=RUN_INFO_CAP,
 )
