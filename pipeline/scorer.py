@@ -54,12 +54,18 @@ ContextExtractor = Callable[[Any, Any], Sequence[str]]
 
 @dataclass(frozen=True)
 class ScoreResult:
+    """One scored row. Tokens come twice: `paid_*`, what this call of `run` paid (its judge
+    calls; a verdict from the memo pays nothing), and `verdict_*`, what the row's verdicts
+    cost when they were first paid (memo hits included)."""
+
     score: float
     reason: str
     verdicts: list[Verdict]
     prompt_version: str
-    input_tokens: int = 0
-    output_tokens: int = 0
+    paid_input_tokens: int = 0
+    paid_output_tokens: int = 0
+    verdict_input_tokens: int = 0
+    verdict_output_tokens: int = 0
 
 
 # the keys of the run object Mastra's scorers take (`scorer.run({input, output, ...})`)
@@ -190,18 +196,24 @@ class ContextPrecisionScorer:
         version = prompt_version_for(expected, False, self.verdict_only)
         replies: list[tuple[bool, str, int, int] | None] = [None] * len(items)
         errors: list[str] = []
+        paid = [False] * len(items)  # judged by this call, not read from the memo
         async with anyio.create_task_group() as tg:
             for i, item in enumerate(items):
-                tg.start_soon(
-                    self._judge_one, i, ItemRequest(query, expected, item), version, replies, errors
-                )
+                request = ItemRequest(query, expected, item)
+                tg.start_soon(self._judge_one, i, request, version, replies, errors, paid)
         if errors:
             partial = [Verdict(r[0], r[1]) if r else None for r in replies]
             raise ScoreFailedError(
                 f"{len(errors)} of {len(items)} items failed: {errors[0]}", partial
             )
         got = [r for r in replies if r is not None]
-        return await self._result(query, expected, got, version)
+        result = await self._result(query, expected, got, version)
+        now = [r for r, p in zip(got, paid, strict=True) if p]
+        return dataclasses.replace(
+            result,
+            paid_input_tokens=sum(r[2] for r in now),
+            paid_output_tokens=sum(r[3] for r in now),
+        )
 
     async def _judge_one(
         self,
@@ -210,6 +222,7 @@ class ContextPrecisionScorer:
         version: str,
         out: list[tuple[bool, str, int, int] | None],
         errors: list[str],
+        paid: list[bool],
     ) -> None:
         key = memo_key(self._prefix, version, req.query, req.expected, req.item)
         if self.memo is not None:
@@ -229,6 +242,7 @@ class ContextPrecisionScorer:
             reply.output_tokens,
         )
         out[i] = entry
+        paid[i] = True
         if self.memo is not None:
             await anyio.to_thread.run_sync(self.memo.set_many, [(key, entry)])
 
@@ -250,8 +264,8 @@ class ContextPrecisionScorer:
             reason,
             [Verdict(g[0], g[1]) for g in got],
             version,
-            sum(g[2] for g in got),
-            sum(g[3] for g in got),
+            verdict_input_tokens=sum(g[2] for g in got),
+            verdict_output_tokens=sum(g[3] for g in got),
         )
 
     async def aclose(self) -> None:

@@ -111,17 +111,21 @@ def judge_gate(
     now = 0
     if since is not None and scored.height:
         now = int((scored.get_column("scored_at") >= since).sum())
-    mean = float(scored.get_column("score").mean()) if scored.height else None  # type: ignore[arg-type]
+    mean: float | None = None
+    if scored.height:
+        mean = float(scored.get_column("score").cast(pl.Float64).mean())  # type: ignore[arg-type]
     gate = f"--fail-under {threshold:g}"
-    base = dict(gate=gate, threshold=threshold, rows=scored.height, mean=mean, rows_this_run=now,
-                failed=failed, pass_empty=pass_empty)  # fmt: skip
     if mean is None:
         total = rows.height if ids is None else ids.len()
-        message = empty_gate_message(gate, _nothing(total, failed, ids is not None), pass_empty)
-        return GateVerdict(outcome="empty", message=message, **base)  # type: ignore[arg-type]
-    message = under_gate(mean, scored.height, threshold, now)
-    outcome = "passed" if message is None else "failed"
-    return GateVerdict(outcome=outcome, message=message, **base)  # type: ignore[arg-type]
+        why = _nothing(total, failed, ids is not None)
+        message: str | None = empty_gate_message(gate, why, pass_empty)
+        outcome = "empty"
+    else:
+        message = under_gate(mean, scored.height, threshold, now)
+        outcome = "passed" if message is None else "failed"
+    return GateVerdict(
+        gate, threshold, outcome, scored.height, mean, now, failed, pass_empty, message
+    )
 
 
 def _nothing(total: int, failed: int, incremental: bool) -> str:

@@ -154,6 +154,7 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
     run = summary.get("run", {})
+    t, cost = summary.get("tokens") or {}, summary.get("cost_usd") or {}
     return {
         "outdir": str(outdir),
         "rows": summary.get("rows"),
@@ -168,7 +169,19 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "sink_errors": run.get("sink_errors"),
         "wall_s": None if run.get("wall_s") is None else round_figure(run["wall_s"], 2),
         "notices": run.get("notices") or [],
-        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
+        # what this run paid (its judge calls; memo hits pay nothing), and what the output's
+        # rows' verdicts cost when first paid
+        "paid": {
+            "input_tokens": t.get("paid_input_this_run"),
+            "output_tokens": t.get("paid_output_this_run"),
+            "cost_usd": cost.get("paid_this_run"),
+        },
+        "verdicts_all_rows": {
+            "input_tokens": t.get("verdict_input_all_rows"),
+            "output_tokens": t.get("verdict_output_all_rows"),
+            "cost_usd": cost.get("verdicts_all_rows"),
+        },
+        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history: paid
     }
 
 
@@ -184,7 +197,11 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
         *_estimate_lines(summary),
-        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
+        *(
+            [*_runs_lines(summary), *_verdicts_line(summary)]
+            if rebuilt
+            else _this_run_lines(summary)
+        ),
         f"  summary: {layout.summary_md(outdir)}",
     ]
     lines += failure_lines(summary.get("failures") or {})
@@ -224,8 +241,9 @@ def _this_run_lines(summary: dict[str, Any]) -> list[str]:
     run = summary.get("run", {})
     judge = run.get("judge") or {}
     wall = seconds(run.get("wall_s") or 0)
+    paid = _paid_text(summary)
     if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
-        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
+        lines = [f"  this run: nothing new to score, every row was already there ({wall}{paid})"]
     else:
         lines = [
             f"  this run: {counted(run.get('rows_this_run') or 0, 'row')}, "
@@ -233,11 +251,12 @@ def _this_run_lines(summary: dict[str, Any]) -> list[str]:
             f"{counted(run.get('memo_hits') or 0, 'memo hit')}, "
             f"{counted(judge.get('retries') or 0, 'retry')}, "
             f"{judge.get('rate_limited') or 0:,} 429s, "
-            f"{wall}"
+            f"{wall}{paid}"
         ]
     total = (summary.get("history") or {}).get("total") or {}
     if total.get("runs", 0) > 1:
         lines += _runs_lines(summary)
+    lines += _verdicts_line(summary)
     for loaded in run.get("sinks") or []:
         lines.append(
             f"  sink {loaded['sink']}: {counted(loaded['rows_added'], 'row')} added, "
@@ -251,13 +270,42 @@ def _runs_lines(summary: dict[str, Any]) -> list[str]:
     total = (summary.get("history") or {}).get("total")
     if not total:
         return []
-    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
+    cost = (
+        "" if total.get("paid_cost_usd") is None else f", paid {_num(total['paid_cost_usd'])} USD"
+    )
     runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
     return [
         f"  all runs: {runs}, {counted(total['rows_this_run'], 'row')} scored, "
         f"{counted(total['judge_calls'], 'judge call')}, "
         f"{counted(total['memo_hits'], 'memo hit')}, "
         f"{seconds(total['wall_s'])}{cost}"
+    ]
+
+
+def _paid_text(summary: dict[str, Any]) -> str:
+    """What this run paid, for its line: ", paid 0.0017 USD (9,099 / 574 tokens)" (the cost
+    from [prices]; tokens alone when the model has no price)."""
+    t, cost = summary.get("tokens") or {}, (summary.get("cost_usd") or {}).get("paid_this_run")
+    t_in, t_out = t.get("paid_input_this_run"), t.get("paid_output_this_run")
+    tokens = f"{_num(t_in or 0)} / {_num(t_out or 0)} tokens"
+    if cost is None:
+        return f", paid {tokens} (no price known)" if t_in or t_out else ""
+    return f", paid {_num(cost)} USD" + (f" ({tokens})" if t_in or t_out else "")
+
+
+def _verdicts_line(summary: dict[str, Any]) -> list[str]:
+    """What the output's rows' verdicts cost when first paid, beside what was paid: a night
+    judged from the memo paid nothing though its verdicts once cost something."""
+    t, cost = summary.get("tokens") or {}, summary.get("cost_usd") or {}
+    t_in, t_out = t.get("verdict_input_all_rows"), t.get("verdict_output_all_rows")
+    if not t_in and not t_out:
+        return []
+    usd = cost.get("verdicts_all_rows")
+    money = "" if usd is None else f"{_num(usd)} USD, "
+    rows = counted(summary.get("rows", {}).get("total", 0), "row")
+    return [
+        f"  verdicts of the {rows}: {money}{_num(t_in)} / {_num(t_out or 0)} tokens when "
+        "first paid (a memo hit is not paid again)"
     ]
 
 

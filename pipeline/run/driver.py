@@ -37,6 +37,7 @@ from ctxprec.run.publish import check_sinks, publish
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import ConfigError, UserError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import Price
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import OutPath
 from ctxprec.storage.outdir.commit import commit_part, committed
@@ -75,6 +76,12 @@ AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they
 
 @dataclass
 class RunResult:
+    """What a run did. Tokens and cost come twice: `paid_*`, what this run paid (the judge's
+    reported usage of its calls, re-asks and failed calls included; a memo hit pays nothing),
+    and `verdict_*`, what the verdicts of the rows it wrote cost when they were first paid
+    (each call once, memo hits included). The output's figures over all its rows and runs are
+    in `summary["tokens"]` and `summary["cost_usd"]`."""
+
     outdir: OutPath
     rows: int
     failed: int
@@ -88,6 +95,36 @@ class RunResult:
     def exit_code(self) -> int:
         """The rows' exit code: 1 when rows (or a sink) failed; the gate's is the CLI's."""
         return 1 if self.failed or self.sink_errors else 0
+
+    @property
+    def paid_input_tokens(self) -> int:
+        return self.stats.input_tokens
+
+    @property
+    def paid_output_tokens(self) -> int:
+        return self.stats.output_tokens
+
+    @property
+    def verdict_input_tokens(self) -> int:
+        return self.counters.verdict_input_tokens
+
+    @property
+    def verdict_output_tokens(self) -> int:
+        return self.counters.verdict_output_tokens
+
+    @property
+    def paid_cost_usd(self) -> float | None:
+        """What this run paid in USD at `[prices]` (None when the model has no price)."""
+        return self._cost("paid")
+
+    @property
+    def verdict_cost_usd(self) -> float | None:
+        """What the verdicts of the rows this run wrote cost when first paid, in USD."""
+        return self._cost("verdicts")
+
+    def _cost(self, which: str) -> float | None:
+        value = ((self.summary.get("run") or {}).get("cost_usd") or {}).get(which)
+        return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +442,7 @@ def _run_info(
             "dedup_hits": c.dedup_hits,
             "reason_calls": c.reason_calls,
             "judge": stats.as_dict(),
+            **_tokens_info(c, stats, price),
             "throttle": result.throttle.as_dict(),
             "price": None
             if price is None
@@ -425,6 +463,25 @@ def _run_info(
         | ({"recheck": result.recheck} if result.recheck is not None else {})
         | _audit_info(run, result)
     )
+
+
+def _tokens_info(c: RunCounters, stats: JudgeStats, price: Price | None) -> dict[str, Any]:
+    """run.json's `tokens` and `cost_usd`: what this run paid (the judge's reported usage)
+    and what the verdicts of the rows it wrote cost when first paid (their `verdict_*`
+    columns), the cost at `[prices]` (full precision; null without a price)."""
+    tokens = {
+        "paid_input_tokens": stats.input_tokens,
+        "paid_output_tokens": stats.output_tokens,
+        "verdict_input_tokens": c.verdict_input_tokens,
+        "verdict_output_tokens": c.verdict_output_tokens,
+    }
+    cost = None
+    if price is not None:
+        cost = {
+            "paid": price.usd(stats.input_tokens, stats.output_tokens, stats.cached_input_tokens),
+            "verdicts": price.usd(c.verdict_input_tokens, c.verdict_output_tokens),
+        }
+    return {"tokens": tokens, "cost_usd": cost}
 
 
 def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ctxprec.flow.audit import audited_rows
 from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.seams import Seams
 from ctxprec.storage.memo.store import Memo, judge_prefix
 from ctxprec.storage.report.summary import seconds
@@ -67,7 +68,7 @@ def reply_tokens(n_items: int, per_row: bool, verdict_only: bool) -> int:
 
 def per_1k_rows(cost_usd: float | None, rows: int) -> float | None:
     """USD per 1,000 rows that need the judge; None without a price or such rows."""
-    return None if cost_usd is None or not rows else round(cost_usd / rows * 1000, 6)
+    return None if cost_usd is None or not rows else round_figure(cost_usd / rows * 1000)
 
 
 def estimate(
@@ -185,7 +186,9 @@ class _AuditCount:
                 "in_run_duplicates", "calls", "input_tokens", "output_tokens", "cost_usd",
                 "price_known", "price_source")  # fmt: skip
         block = {k: a[k] for k in keep} | {"fraction": self.fraction, "seed": self.seed}
-        total = None if cost is None or a["cost_usd"] is None else round(cost + a["cost_usd"], 6)
+        total = (
+            None if cost is None or a["cost_usd"] is None else round_figure(cost + a["cost_usd"])
+        )
         return {"audit_calls": a["calls"], "audit": block, "total_cost_usd": total}
 
 
@@ -268,7 +271,7 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "output_tokens_per_call": round(out_tokens / sent, 1) if sent else 0,
         "output_tokens_from": "memo" if per_item_out is not None else "reply schema",
         "verdict_only": cfg.judge.verdict_only,
-        "cost_usd": None if cost is None else round(cost, 6),
+        "cost_usd": None if cost is None else round_figure(cost),
         "cost_per_1k_rows_usd": per_1k_rows(cost, f["rows_to_judge"]),
         "price_known": price is not None or provider == "offline",
         "price_source": _price_source(cfg, model, price is not None),

@@ -501,6 +501,17 @@ class Price:
     batch_output_per_mtok: float | None = None
     cached_input_per_mtok: float | None = None  # prompt tokens read from the provider's cache
 
+    def usd(self, input_tokens: int, output_tokens: int, cached: int = 0) -> float:
+        """What these tokens cost (full precision): `cached` of the input tokens at the
+        cached-input price when there is one."""
+        hits = min(cached, input_tokens) if self.cached_input_per_mtok is not None else 0
+        total = (
+            (input_tokens - hits) * self.input_per_mtok
+            + hits * (self.cached_input_per_mtok or 0.0)
+            + output_tokens * self.output_per_mtok
+        )
+        return float(total) / 1e6
+
 
 SECTIONS: dict[str, type] = {
     "judge": JudgeSettings,

@@ -252,6 +252,8 @@ RUN_INFO = Spec(
         "history": opt([_HISTORY]),
         "recheck": "?any",
         "quality_gate": "?any",
+        "tokens": opt({"*": "?num"}),
+        "cost_usd": opt({"*": "?num"}),
     },
     cap=RUN_INFO_CAP,
 )

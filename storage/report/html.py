@@ -103,9 +103,14 @@ def _headline(s: Mapping[str, Any]) -> str:
             "calls",
         ),
         card(
-            "cost USD",
-            _f(cost.get("all_rows")) if cost else "—",
-            f"this run {_f(cost.get('this_run'))}" if cost else "no [prices] given",
+            "cost USD paid",
+            _f(cost.get("paid_all_runs")) if cost else "—",
+            (
+                f"this run paid {_f(cost.get('paid_this_run'))} · the rows' verdicts cost "
+                f"{_f(cost.get('verdicts_all_rows'))} when first paid"
+            )
+            if cost
+            else "no [prices] given",
             "cost",
         ),
         card("wall time", e(seconds(s["wall_s"])), _this_run(s), "wall"),
@@ -299,7 +304,8 @@ def _history(s: Mapping[str, Any]) -> str:
         "rows scored",
         "judge calls",
         "memo hits",
-        "cost USD",
+        "tokens paid in / out",
+        "paid USD",
         "wall time",
         "rows/s",
     ]
@@ -311,7 +317,8 @@ def _history(s: Mapping[str, Any]) -> str:
             r["rows_this_run"],
             r["judge_calls"],
             r["memo_hits"],
-            r["cost_usd"],
+            f"{_f(r['paid_input_tokens'])} / {_f(r['paid_output_tokens'])}",
+            r["paid_cost_usd"],
             seconds(r["wall_s"]),
             r.get("rows_per_s"),
         ]
@@ -323,7 +330,7 @@ def _history(s: Mapping[str, Any]) -> str:
     if len(rows) > 1:
         rows.append(line("all", history["total"], ""))
     return section(
-        "Runs of this output", table(head, rows, numeric=(2, 3, 4, 5, 6, 7)), anchor="runs"
+        "Runs of this output", table(head, rows, numeric=(2, 3, 4, 5, 6, 7, 8)), anchor="runs"
     )
 
 
@@ -339,14 +346,16 @@ def _trend(s: Mapping[str, Any]) -> str:
         "P@1",
         "coverage",
         "items judged",
-        "tokens in / out",
-        "cost USD",
+        "tokens paid in / out",
+        "paid USD",
+        "verdicts' tokens in / out",
+        "verdicts' USD",
         "moved",
     ]
     return section(
         f"Nights by {trend['column']}",
         trend_chart(trend["nights"], s["scale"]) or "",
-        table(head, trend_rows(trend), numeric=(1, 2, 4, 6, 8)),
+        table(head, trend_rows(trend), numeric=(1, 2, 4, 6, 8, 10)),
         f'<p class="muted">Moved: outside the previous night\'s 95% CI ({e(trend["ci"])}).</p>',
         anchor="trend",
     )

@@ -39,7 +39,9 @@ def rate(value: Any) -> str:
 
 
 def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
-    """The rows of the "Judge and cost" table (summary.md and summary.html)."""
+    """The rows of the "Judge and cost" table (summary.md and summary.html): the tokens and
+    estimated cost (from [prices]) paid by this run and by every run of the output, beside
+    what the rows' verdicts cost when they were first paid (a memo hit pays nothing now)."""
     j, t, cost, tp = s["judge"], s["tokens"], s["cost_usd"] or {}, s["throughput"]
     labels = {
         "calls": "judge calls (unique items)",
@@ -52,15 +54,19 @@ def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
     rows = [
         [labels.get(k, k.replace("_", " ")), v] for k, v in j.items() if not isinstance(v, dict)
     ]
+
+    def pair(kind: str, scope: str) -> str:
+        t_in, t_out = t[f"{kind}_input_{scope}"], t[f"{kind}_output_{scope}"]
+        return f"{figure_text(t_in)} / {figure_text(t_out)}"
+
     return [
         *rows,
-        [
-            "tokens in / out, this run",
-            f"{figure_text(t['this_run_input'])} / {figure_text(t['this_run_output'])}",
-        ],
-        ["tokens in / out, all rows", f"{figure_text(t['input'])} / {figure_text(t['output'])}"],
-        ["estimated cost USD, this run", cost.get("this_run")],
-        ["estimated cost USD, all rows", cost.get("all_rows")],
+        ["paid by this run: tokens in / out", pair("paid", "this_run")],
+        ["paid by this run: cost USD", cost.get("paid_this_run")],
+        ["paid by all runs of the output: tokens in / out", pair("paid", "all_runs")],
+        ["paid by all runs of the output: cost USD", cost.get("paid_all_runs")],
+        ["the rows' verdicts when first paid: tokens in / out", pair("verdict", "all_rows")],
+        ["the rows' verdicts when first paid: cost USD", cost.get("verdicts_all_rows")],
         ["wall time", seconds(s["wall_s"])],
         ["rows/s", rate(tp["rows_per_s"])],
         ["judge calls/s", rate(tp["calls_per_s"])],
