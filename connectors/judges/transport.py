@@ -101,6 +101,7 @@ def multipart_form(
 
 
 MAX_REPLY_BYTES = 4 << 20  # one judge reply: a verdict, or a row's verdicts, is a few KB
+CONNECT_TIMEOUT_S = 10.0  # a TCP connection not made by then: the host is not answering
 
 
 class AiohttpTransport:
@@ -124,8 +125,9 @@ class AiohttpTransport:
                 timeout = aiohttp.ClientTimeout(
                     total=None, sock_connect=30, sock_read=self.timeout_s
                 )
-            else:
-                timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            else:  # a host that never accepts the connection is said within seconds
+                connect = min(CONNECT_TIMEOUT_S, self.timeout_s)
+                timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=connect)
             # bodies given as `json` are encoded by jsonfast.dumps: json.dumps' text, faster
             self.session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, json_serialize=jsonfast.dumps

@@ -62,6 +62,8 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
         info.update(costs)
         out["cost_usd"] = costs["cost_usd"]
         out["cost_per_1k_rows_usd"] = per_1k_rows(costs["cost_usd"], int(est["rows_to_judge"]))
+        rows = int(est["rows"]) + int(est.get("rows_already_scored") or 0)
+        out["cost_per_1k_input_rows_usd"] = per_1k_rows(costs["cost_usd"], rows)
     out["batch_api"] = info
     if isinstance(est.get("audit"), dict):  # --audit-model: its calls go through batches too
         audit = dict(est["audit"])

@@ -33,7 +33,7 @@ from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
-from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
+from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import NothingToCompareError, UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
 from ctxprec.storage.core.options import BatchOptions, CompareOptions
@@ -57,6 +57,7 @@ from ctxprec.storage.report.compare import check_compare_target, render_text, wr
 from ctxprec.storage.report.estimate import estimate_sentence
 from ctxprec.storage.report.summary import build_summary, seconds, write_summary
 from ctxprec.storage.report.trend import trend_text
+from ctxprec.storage.report.words import failure_groups
 
 __all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
 
@@ -219,22 +220,10 @@ def _estimate_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def failure_lines(failures: dict[str, int]) -> list[str]:
-    """What to do about failed rows: a re-run retries judge failures; rows whose input is
-    invalid fail again until the input is fixed, and are said apart."""
-    bad = {k: v for k, v in failures.items() if k == INPUT_CAUSE}
-    judge = {k: v for k, v in failures.items() if k != INPUT_CAUSE}
-    out = []
-    if judge:
-        causes = ", ".join(f"{k} x{v:,}" for k, v in judge.items())
-        n = counted(sum(judge.values()), "row")
-        out.append(f"  {n} failed ({causes}); re-run the same command to retry only them")
-    if bad:
-        n = counted(sum(bad.values()), "row")
-        out.append(
-            f"  {n} failed on their input ({INPUT_CAUSE}: the error column says which field); "
-            "a re-run cannot fix them: fix the input rows"
-        )
-    return out
+    """What to do about failed rows (`words.failure_groups`: the summaries say it alike): a
+    re-run retries judge failures; unreadable replies and invalid input are said apart."""
+    groups = failure_groups(failures, sep=" x")
+    return [f"  {rows} ({causes}); {advice}" for rows, causes, advice in groups]
 
 
 def _this_run_lines(summary: dict[str, Any]) -> list[str]:

@@ -540,7 +540,7 @@ def _main(argv: Sequence[str] | None, seams: Seams) -> int:
         return exc.exit_code
     except JudgeRefusedRunError as exc:
         print(
-            f"ctxprec: the judge refused the run: {printable(str(exc), lines=True)}. Finished "
+            f"ctxprec: {exc.lead}: {printable(str(exc), lines=True)}. Finished "
             "parts are kept; run the same command again once this is fixed",
             file=sys.stderr,
         )

@@ -123,6 +123,13 @@ class JudgeSettings:
         rule=(lambda v: v >= 0, "0 or more seconds"),
         metavar="SECONDS",
     )
+    max_unreadable_replies: int = setting(
+        20,
+        "stop the run (exit 4) once this many judge replies in a row held no readable verdict "
+        "(a judge that answers in prose only): its items would each fail after paid re-asks; "
+        "0: never stop",
+        rule=(lambda v: v >= 0, "0 or more"),
+    )
     backoff_base_s: float = setting(0.5, "first retry's backoff in seconds (then doubled)")
     backoff_max_s: float = setting(30.0, "longest backoff between retries, in seconds")
     structured_output: bool = setting(True, "ask for JSON by schema where the provider can")

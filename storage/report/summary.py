@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from ctxprec.storage.core.figures import counted, figure_text, percent_text, round_figure
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.figures import figure_text, percent_text, round_figure, share_figure
 from ctxprec.storage.core.metric import map_stage, rank_column_names
 from ctxprec.storage.core.settings import DEFAULT_KS
 from ctxprec.storage.files import layout
@@ -34,7 +34,7 @@ from ctxprec.storage.report.estimate import audit_reference, corrected_estimate,
 from ctxprec.storage.report.html import render_html
 from ctxprec.storage.report.rows import TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
-from ctxprec.storage.report.words import judge_rows, rate, seconds
+from ctxprec.storage.report.words import failure_groups, judge_rows, rate, seconds
 from ctxprec.storage.stats.kappa import cohen_kappa
 
 __all__ = [
@@ -189,7 +189,7 @@ def _figures(lf: pl.LazyFrame, scale: float, cols: set[str]) -> dict[str, Any]:
     ]
     return {
         "rows": rows,
-        "coverage": _r(_ratio(scored, rows["total"])),
+        "coverage": _share_of(scored, rows["total"]),  # never 1.0 with a row failed
         "score": {k: _r(got_row[k]) for k in _STATS},
         "score_ci95": _mean_ci(got_row["mean"], got_row["std"], got_row["n_scores"]),
         "bands": bands,
@@ -469,6 +469,10 @@ def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[st
     }
 
 
+def _share_of(part: int, whole: int) -> float | None:
+    return share_figure(part / whole) if whole else None
+
+
 def _ratio(num: Any, den: Any) -> float | None:
     return num / den if num is not None and den else None
 
@@ -566,14 +570,8 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
     ]
     for notice in run.get("notices") or []:
         lines += [f"> **{notice}**", ""]
-    bad = s["failures"].get(INPUT_CAUSE, 0)
-    if n := rows["failed"] - bad:
-        lines += [f"> **{counted(n, 'row')} failed — re-run the same command to retry only them.**"]
-        lines += [""]
-    if bad:
-        lines += [f"> **{counted(bad, 'row')} failed on their input ({INPUT_CAUSE}) — a re-run "]
-        lines[-1] += "cannot fix them: fix those input rows.**"
-        lines += [""]
+    for rows_failed, causes, advice in failure_groups(s["failures"]):
+        lines += [f"> **{rows_failed} ({causes}) — {advice}.**", ""]
     for estimate in s.get("estimates") or ([s["estimate"]] if s.get("estimate") else []):
         lines += _md_estimate(estimate)
     if said := audit_lines(s.get("audit")):

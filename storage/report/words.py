@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ctxprec.storage.core.figures import figure_text
+from ctxprec.storage.core.constants import INPUT_CAUSE
+from ctxprec.storage.core.figures import counted, figure_text
 
-__all__ = ["judge_rows", "rate", "seconds"]
+__all__ = ["failure_groups", "judge_rows", "rate", "seconds"]
 
 
 def seconds(value: Any) -> str:
@@ -71,3 +72,47 @@ def judge_rows(s: Mapping[str, Any]) -> list[list[Any]]:
         ["rows/s", rate(tp["rows_per_s"])],
         ["judge calls/s", rate(tp["calls_per_s"])],
     ]
+
+
+# failed rows whose input (or the user's extractor) is the problem: a re-run fails them again
+_INPUT_CAUSES = (INPUT_CAUSE, "extractor_error")
+# the judge answered, but nothing readable: a re-run pays for the same answers again
+_UNREADABLE_CAUSES = ("unparseable", "truncated")
+
+
+def failure_groups(failures: Mapping[str, int], sep: str = ": ") -> list[tuple[str, str, str]]:
+    """What to do about failed rows, by kind, for the CLI, summary.md and summary.html alike:
+    ("N rows failed ...", causes, advice) per kind present, each cause and its count joined by
+    `sep` (the CLI's " x": "connection x60"). A re-run retries judge failures; replies the
+    judge gave but ctxprec could not read are paid for again by a re-run, so something must
+    change first; rows whose input is invalid fail again until the input is fixed."""
+    kinds: dict[str, dict[str, int]] = {"judge": {}, "unreadable": {}, "input": {}}
+    for cause, n in failures.items():
+        kind = (
+            "input"
+            if cause in _INPUT_CAUSES
+            else "unreadable"
+            if cause in _UNREADABLE_CAUSES
+            else "judge"
+        )
+        kinds[kind][cause] = n
+    said = {
+        "judge": ("failed", "re-run the same command to retry only them"),
+        "unreadable": (
+            "failed: the judge's replies held no readable verdict",
+            "a re-run asks again and pays again: change the model (--model), --mode or "
+            "structured outputs first (truncated: raise [judge] max_output_tokens)",
+        ),
+        "input": (
+            "failed on their input",
+            "a re-run cannot fix them: fix the input rows (the error column says which field; "
+            "extractor_error: the extractor)",
+        ),
+    }
+    out = []
+    for kind, causes in kinds.items():
+        if causes:
+            listed = ", ".join(f"{c}{sep}{n:,}" for c, n in causes.items())
+            verb, advice = said[kind]
+            out.append((f"{counted(sum(causes.values()), 'row')} {verb}", listed, advice))
+    return out

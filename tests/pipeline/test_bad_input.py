@@ -749,8 +749,9 @@ def row_level(
     rows = statuses(out)
     assert summary["rows"]["total"] == len(rows)
     if code == 1:  # input failures are not offered a retry; judge failures are
-        bad_input = any((e or "").startswith("invalid_input") for _, e in rows.values())
-        judge = any(s == "failed" and not (e or "").startswith("invalid_input")
+        input_causes = ("invalid_input", "extractor_error")  # the extractor is the user's too
+        bad_input = any((e or "").startswith(input_causes) for _, e in rows.values())
+        judge = any(s == "failed" and not (e or "").startswith(input_causes)
                     for s, e in rows.values())  # fmt: skip
         assert bad_input == ("a re-run cannot fix them: fix the input rows" in captured.out)
         assert judge == ("re-run the same command to retry only them" in captured.out)
@@ -900,23 +901,28 @@ def free_port() -> int:
     return port
 
 
-def test_unreachable_base_url_fails_rows_not_the_run(
+def test_an_unreachable_base_url_says_so_and_stops_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A dead base URL: one line naming it at the first connection error, then, once the retry
+    budget ends with no call ever answered, exit 4 with the way out; no row fails for it."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # loopback: no key needed
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
     source, out = write(tmp_path / "in.parquet"), tmp_path / "out"
     code = score(source, "-o", out, *HTTP, "--retry-budget", "0", "--timeout", "2")  # no waits
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == 4
     no_traceback(captured.err)
-    assert "3 rows failed (connection x3)" in captured.out
-    assert "re-run the same command to retry only them" in captured.out
-    for status, error in statuses(out).values():
-        assert status == "failed"
-        assert error is not None
-        assert error.startswith("connection: ")
-        assert "127.0.0.1" in error
+    said = [line for line in captured.err.splitlines() if "cannot be reached (" in line]
+    assert len(said) == 1  # one line, not one per row or retry
+    assert f"the judge at {url}/chat/completions cannot be reached" in said[0]
+    assert "keeps retrying until the retry budget of 0 s ends, then stops (exit 4)" in said[0]
+    assert "Ctrl-C" in said[0]
+    assert "ctxprec: the judge cannot be reached:" in captured.err
+    assert "Fix: check the base URL" in captured.err
+    assert "rows failed" not in captured.out + captured.err
+    assert not list(out.glob("*.parquet"))  # nothing committed as failed
 
 
 def zero_rows(tmp_path: Path) -> Path:

@@ -298,7 +298,8 @@ def test_markdown_has_the_key_lines(outdir: Path) -> None:
     assert md.startswith("# ctxprec run summary\n")
     assert "**8** rows scored from `data/logs.parquet`" in md
     assert "**2** failed (http_500: 1, rate_limited: 1)" in md
-    assert "> **2 rows failed — re-run the same command to retry only them.**" in md
+    retry = "> **2 rows failed (http_500: 1, rate_limited: 1) — re-run the same command to retry"
+    assert retry + " only them.**" in md
     assert "Coverage: 75.0%" in md
     assert "| excellent | 0.9 – 1.0 | relevant context comes first | 1 | 16.7% |" in md
     assert "| none | 0 | no relevant context found | 2 | 33.3% |" in md
