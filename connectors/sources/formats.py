@@ -30,6 +30,7 @@ from ctxprec.storage.files import fs
 __all__ = [
     "TextScan",
     "decode_lists",
+    "json_line",
     "open_parquet",
     "parquet_batches",
     "scan_text",
@@ -90,7 +91,7 @@ def parquet_batches(
             return
         except (pa.ArrowException, OSError) as exc:
             raise InputError(
-                f"cannot read {file} after row {first_row} ({detail(exc)}); the file is "
+                f"cannot read {file} after row {first_row:,} ({detail(exc)}); the file is "
                 "corrupt: re-export it or leave it out of the input"
             ) from exc
         yield batch
@@ -147,6 +148,28 @@ def _line_chunks(file: InputFile, stream: pa.NativeFile, rows: int) -> Iterator[
         yield lines
 
 
+def json_line(file: InputFile, options: StorageSettings | None, record: int) -> int:
+    """The line number (from 1, blank lines counted) of a JSON Lines file's record number
+    `record` (from 0, blank lines skipped as the reader skips them); for an error message."""
+    seen, line = -1, 0
+    with _stream(file, options) as stream:
+        pending = b""
+        while True:
+            try:
+                block = stream.read(_BLOCK)
+            except (OSError, pa.ArrowException):
+                return record + 1  # unreadable here: the record's number is the best guess
+            if not block:
+                break
+            *complete, pending = (pending + block).split(b"\n")
+            for text in complete:
+                line += 1
+                seen += bool(text.strip())
+                if seen == record:
+                    return line
+    return line + 1 if pending.strip() and seen + 1 == record else record + 1
+
+
 MAX_JSON_DEPTH = 64  # nesting an input line may have; PyArrow's reader crashes on ~100,000
 _JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}]')
 
@@ -170,7 +193,7 @@ def _check_depth(file: InputFile, lines: list[bytes], first_row: int) -> None:
     for offset, line in enumerate(lines):
         if _depth(line) > MAX_JSON_DEPTH:
             raise InputError(
-                f"{file} row {first_row + offset} nests arrays or objects more than "
+                f"{file} row {first_row + offset + 1:,} nests arrays or objects more than "
                 f"{MAX_JSON_DEPTH} levels deep; no retrieval log needs that: fix the export "
                 "or leave the row out"
             )
@@ -190,7 +213,7 @@ def _parse_json(
         return pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=parse)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
-            f"{file} rows {first_row}-{first_row + len(lines) - 1} are not valid JSON Lines "
+            f"{file} rows {first_row + 1:,}-{first_row + len(lines):,} are not valid JSON Lines "
             f"({detail(exc)}); every line must be one JSON object with the same field types: "
             "fix the export or leave the file out"
         ) from exc
@@ -266,7 +289,7 @@ def _csv_batches(
                     return
                 except (pa.ArrowException, OSError) as exc:
                     raise InputError(
-                        f"cannot read {file} after row {first_row} ({detail(exc)}); fix the CSV "
+                        f"cannot read {file} after row {first_row:,} ({detail(exc)}); fix the CSV "
                         "(quoting, column count) or leave the file out"
                     ) from exc
                 first_row += batch.num_rows
@@ -357,9 +380,9 @@ def _check_encoded_lists(
             shown = value if len(value) <= 60 else value[:59] + "…"
             kind = "strings" if list_type.value_type == pa.string() else "booleans"
             raise InputError(
-                f"column `{name}` in {file} row {first_row + row} is text, not a JSON array of "
-                f"{kind} ({shown!r}); {file.format.upper()} has no list type: write each row's "
-                'items as a JSON array such as ["first passage", "second"], or give an '
+                f"column `{name}` in {file} row {first_row + row + 1:,} is text, not a JSON "
+                f"array of {kind} ({shown!r}); {file.format.upper()} has no list type: write "
+                'each row\'s items as a JSON array such as ["first passage", "second"], or give an '
                 "extractor (--extractor module:function) that builds the list from the row"
             )
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -18,6 +19,7 @@ from ctxprec.connectors.sources.files import InputFile, NotRead, find_inputs
 from ctxprec.connectors.sources.formats import (
     TextScan,
     decode_lists,
+    json_line,
     open_parquet,
     parquet_batches,
     scan_text,
@@ -27,8 +29,10 @@ from ctxprec.connectors.sources.validate import (
     INPUT_ERROR,
     NORMALIZED_TYPES,
     ColumnTypes,
+    Duplicates,
     IdScan,
     Wanted,
+    Where,
     check_ids,
     check_names,
     check_partition_overlap,
@@ -77,6 +81,9 @@ class SourceInfo:
     skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
     not_read: NotRead | None = None  # a local input folder's other files, with the reasons
     storage: StorageSettings = dataclasses.field(default_factory=StorageSettings, repr=False)
+    # --duplicate-ids keep-first|keep-last: the rows that repeat an id (read past); total_rows
+    # counts the rows that are scored
+    duplicates: Duplicates | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +253,7 @@ def inspect_input(
         use_extractor=columns.extractor is not None,
         expected_explicit=columns.expected_explicit,
         storage=storage,
+        duplicates=columns.duplicate_ids,
     )
 
 
@@ -256,8 +264,11 @@ def inspect_source(
     use_extractor: bool,
     expected_explicit: bool = False,
     storage: StorageSettings | None = None,
+    duplicates: str = "refuse",
 ) -> SourceInfo:
-    """Check the whole input before any judge call: files, columns, types, schema, ids."""
+    """Check the whole input before any judge call: files, columns, types, schema, ids (an id
+    on two rows is refused, or with `duplicates` "keep-first" / "keep-last" one row of each
+    is scored and the others are read past)."""
     _require_context_source(columns, use_extractor)
     storage = storage or StorageSettings()
     found = find_inputs(spec, storage)
@@ -289,8 +300,27 @@ def inspect_source(
         not_read=found.not_read,
         storage=storage,
     )
-    check_ids(files, _id_scans(info, columns.id), columns.id, id_type)
-    return info
+    where = _position(info)
+    dups = check_ids(
+        files, _id_scans(info, columns.id), columns.id, id_type, policy=duplicates, where=where
+    )
+    if dups is None:
+        return info
+    return dataclasses.replace(info, duplicates=dups, total_rows=info.total_rows - dups.rows)
+
+
+def _position(info: SourceInfo) -> Where:
+    """Where row `index` (0-based) of a file is, counted from 1 as editors count: a Parquet or
+    CSV file's row (CSV: data rows, after the header), a JSON Lines file's line (blank lines
+    counted, as an editor shows them)."""
+
+    def where(file: int, index: int) -> str:
+        path = info.files[file]
+        if path.format == "json":
+            return f"{path} line {json_line(path, info.storage, index):,}"
+        return f"{path} row {index + 1:,}"
+
+    return where
 
 
 def _id_scans(info: SourceInfo, column: str) -> list[IdScan]:
@@ -464,7 +494,7 @@ def _to_frame(
         repaired = _repair_utf8(batch)
         if repaired is None:
             raise InputError(
-                f"{path} rows {first_row}-{first_row + batch.num_rows - 1} hold invalid data "
+                f"{path} rows {first_row + 1:,}-{first_row + batch.num_rows:,} hold invalid data "
                 f"({detail(exc)}); re-export the file or leave it out of the input"
             ) from exc
         batch, problems = repaired
@@ -535,8 +565,23 @@ def _file_batches(
         if exprs is None:
             exprs = _frame_exprs(info, columns, batch.schema.names, parts)
         frame = _to_frame(batch, file, first_row, exprs)
+        if info.duplicates is not None:
+            frame = _without(frame, info.duplicates.drop[index], first_row)
         yield SourceChunk(_key(index, b), file, first_row, frame)
         first_row += batch.num_rows
+
+
+def _without(frame: pl.DataFrame, drop: Sequence[int], first_row: int) -> pl.DataFrame:
+    """The batch without the rows (file row indexes, sorted) a duplicate-ids policy drops."""
+    if not drop:
+        return frame
+    rows = np.asarray(drop, dtype=np.int64)
+    lo, hi = np.searchsorted(rows, [first_row, first_row + frame.height])
+    if lo == hi:
+        return frame
+    keep = np.ones(frame.height, dtype=bool)
+    keep[rows[lo:hi] - first_row] = False
+    return frame.filter(pl.Series(keep))
 
 
 def iter_batches(

@@ -19,8 +19,10 @@ from ctxprec.storage.outdir.schema import output_schema
 __all__ = [
     "INPUT_ERROR",
     "NORMALIZED_TYPES",
+    "Duplicates",
     "IdScan",
     "Wanted",
+    "Where",
     "canonical_type",
     "check_ids",
     "check_names",
@@ -341,6 +343,24 @@ def dataset_partitions(files: Sequence[InputFile], root: str) -> tuple[str, ...]
 
 
 IdScan = Callable[[], pl.LazyFrame]  # one file's id column as a frame with an `id` column
+# where row `index` (0-based) of file number `file` is, for people: "data/x.parquet row 11",
+# "data/x.jsonl line 11" (`ctxprec.connectors.sources.stream` knows how to find the line)
+Where = Callable[[int, int], str]
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """Ids on several input rows, under a keep policy ("keep-first", "keep-last"): the rows
+    that are not scored, per file as sorted 0-based row indexes (read past when streaming)."""
+
+    policy: str
+    ids: int  # distinct ids found on more than one row
+    rows: int  # rows dropped
+    drop: tuple[tuple[int, ...], ...]  # per file
+
+    def as_dict(self) -> dict[str, object]:
+        """What run.json and the summary say of them."""
+        return {"policy": self.policy, "ids": self.ids, "rows_dropped": self.rows}
 
 
 def _id_frame(scans: Sequence[IdScan], as_string: bool) -> pl.LazyFrame:
@@ -357,11 +377,16 @@ def _id_frame(scans: Sequence[IdScan], as_string: bool) -> pl.LazyFrame:
     return pl.concat(parts, how="vertical_relaxed").select("id", position)
 
 
-def _where(files: Sequence[InputFile], pos: int) -> str:
-    return f"{files[pos >> _ROW_BITS]} row {pos & ((1 << _ROW_BITS) - 1)}"
+def _row_where(files: Sequence[InputFile]) -> Where:
+    """Rows counted from 1, as editors and spreadsheets count them."""
+    return lambda file, index: f"{files[file]} row {index + 1:,}"
 
 
-def _check_nulls(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
+def _split(pos: int) -> tuple[int, int]:
+    return pos >> _ROW_BITS, pos & ((1 << _ROW_BITS) - 1)
+
+
+def _check_nulls(ids: pl.LazyFrame, where: Where, id_column: str) -> None:
     nulls = ids.select(
         pl.col("id").null_count().alias("n"),
         pl.col("pos").filter(pl.col("id").is_null()).min().alias("at"),
@@ -369,13 +394,20 @@ def _check_nulls(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) 
     count, at = nulls.row(0)
     if count:
         raise InputError(
-            f"column `{id_column}` (id) is null in {_where(files, at)} ({count} null ids in "
+            f"column `{id_column}` (id) is null in {where(*_split(at))} ({count} null ids in "
             "total); every row needs an id: fill them in, or map another column with "
             "--map id=COLUMN"
         )
 
 
-def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
+_POLICY_FLAG = "--duplicate-ids keep-first|keep-last ([columns] duplicate_ids)"
+
+
+def _check_unique(
+    ids: pl.LazyFrame, where: Where, id_column: str, policy: str, n_files: int
+) -> Duplicates | None:
+    """No id on two rows (policy "refuse", an InputError naming the first repeated id and
+    where it is); or, keeping the first or the last row of each, the rows to drop."""
     dups = (
         ids.group_by("id")
         .agg(pl.len().alias("n"), pl.col("pos").min().alias("first"))
@@ -385,29 +417,47 @@ def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str)
     )
     count, value = dups.row(0)
     if not count:
-        return
-    hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
-    where = "; ".join(_where(files, pos) for pos in hits["pos"])
-    raise InputError(
-        f"duplicate id {value!r} in column `{id_column}`: {where} "
-        f"({counted(count, 'duplicated id')} in total); ids must be unique across all input "
-        "files: deduplicate the data, or map a unique column with --map id=COLUMN"
-    )
+        return None
+    if policy == "refuse":
+        hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
+        said = "; ".join(where(*_split(pos)) for pos in hits["pos"])
+        raise InputError(
+            f"duplicate id {value!r} in column `{id_column}`: {said} "
+            f"({counted(count, 'duplicated id')} in total); ids must be unique across all input "
+            f"files: deduplicate the data, map a unique column with --map id=COLUMN, or score "
+            f"one row of each id with {_POLICY_FLAG}"
+        )
+    keep = pl.col("pos").min() if policy == "keep-first" else pl.col("pos").max()
+    repeated = ids.filter(pl.col("id").is_duplicated())
+    kept = repeated.group_by("id").agg(keep.alias("pos"))
+    dropped = repeated.join(kept, on=["id", "pos"], how="anti").select("pos").sort("pos")
+    positions = dropped.collect(engine="streaming").get_column("pos").to_numpy()
+    file_of, row_of = positions >> _ROW_BITS, positions & ((1 << _ROW_BITS) - 1)
+    per_file = tuple(tuple(row_of[file_of == f].tolist()) for f in range(n_files))
+    return Duplicates(policy, int(count), len(positions), per_file)
 
 
 def check_ids(
-    files: Sequence[InputFile], scans: Sequence[IdScan], id_column: str, id_type: pa.DataType
-) -> None:
-    """Scan only the id column of every file (Polars streaming): no nulls, no duplicates."""
+    files: Sequence[InputFile],
+    scans: Sequence[IdScan],
+    id_column: str,
+    id_type: pa.DataType,
+    *,
+    policy: str = "refuse",
+    where: Where | None = None,
+) -> Duplicates | None:
+    """Scan only the id column of every file (Polars streaming): no nulls, and no duplicates
+    (or, under a keep policy, the rows that repeat an id: not scored)."""
     as_string = id_type == pa.string()
+    where = where or _row_where(files)
     try:
         ids = _id_frame(scans, as_string)
-        _check_nulls(ids, files, id_column)
-        _check_unique(ids, files, id_column)
+        _check_nulls(ids, where, id_column)
+        return _check_unique(ids, where, id_column, policy, len(files))
     except pl.exceptions.PolarsError as exc:
-        where = _unreadable_ids(files, scans, as_string)
+        said = _unreadable_ids(files, scans, as_string)
         raise InputError(
-            f"cannot read the id column `{id_column}` of {where} ({detail(exc)}); ids must be "
+            f"cannot read the id column `{id_column}` of {said} ({detail(exc)}); ids must be "
             "readable (string ids valid UTF-8): re-export the file, or map another column with "
             "--map id=COLUMN"
         ) from exc

@@ -131,7 +131,8 @@ def _add_data_flags(p: argparse.ArgumentParser, *, output: bool = False) -> None
         help="map id, query, expected, context or labels to a column; several pairs by commas "
         "(query=question,expected=ground_truth) or by repeating the flag",
     )
-    for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
+    for key in ("columns.extractor", "columns.passthrough", "columns.duplicate_ids",
+                "run.batch_rows"):  # fmt: skip
         _add_setting(g, key)
     lim = p.add_argument_group("limits and memo")
     for key in ("concurrency", "rpm", "tpm", "adaptive"):

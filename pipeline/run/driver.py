@@ -356,7 +356,10 @@ def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]
     files = []
     for f in info.files:
         files.append([f.absolute(), f.size, f.mtime_ns])
-    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows}
+    policy = cfg.columns.duplicate_ids  # which of an id's rows are scored (refuse: one only)
+    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows} | (
+        {"duplicate_ids": policy} if policy != "refuse" else {}
+    )
 
 
 def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
@@ -457,6 +460,7 @@ def _run_info(
             "tpm": run.cfg.limits.tpm,
             "engine": {**engine, **result.extra},
             "notices": run_notices(run.input, run.info, run.cfg) + memo_notices(c),
+            "duplicate_ids": None if run.info.duplicates is None else run.info.duplicates.as_dict(),
             "memo_unreadable": c.memo_unreadable,
             "group_by": run.cfg.output.group_by,
         }

@@ -133,6 +133,8 @@ def estimate(
         if memo is not None:
             memo.close()
     figures = _price(f, cfg, judge.model, latency_s)
+    if info.duplicates is not None:  # --duplicate-ids keep-*: rows not scored, not counted
+        figures["rows_dropped_as_duplicates"] = info.duplicates.rows
     if audit is not None:
         figures |= audit.figures(cfg, latency_s, figures["cost_usd"])
     return figures
@@ -348,6 +350,11 @@ def render_estimate(e: dict[str, Any]) -> str:
                 f"; {e['rows_already_scored']:,} rows already scored in the output folder "
                 "are not counted"
                 if e.get("rows_already_scored")
+                else ""
+            )
+            + (
+                f"; {e['rows_dropped_as_duplicates']:,} rows repeating an id are dropped"
+                if e.get("rows_dropped_as_duplicates")
                 else ""
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_EXPECTED",
     "DEFAULT_KS",
+    "DUPLICATE_POLICIES",
     "SECTIONS",
     "ColumnMap",
     "ColumnsSettings",
@@ -262,6 +263,9 @@ class LimitsSettings:
 DEFAULT_EXPECTED = "expected_output"  # used when the input has it and [columns] expected is unset
 
 
+DUPLICATE_POLICIES = ("refuse", "keep-first", "keep-last")  # [columns] duplicate_ids
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnsSettings:
     """[columns]: which input column plays which role (`--map FIELD=COLUMN`)."""
@@ -288,6 +292,14 @@ class ColumnsSettings:
         ),
         unset="none: the context column",
         metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
+    )
+    duplicate_ids: str = setting(
+        "refuse",
+        "an id on several input rows: refuse the input (exit 2, before any judge call), or "
+        "score one of its rows, the first or the last, and count the others as dropped",
+        flag="--duplicate-ids",
+        choices=DUPLICATE_POLICIES,
+        rule=(lambda v: v in DUPLICATE_POLICIES, '"refuse", "keep-first" or "keep-last"'),
     )
     passthrough: tuple[str, ...] = setting(
         (),

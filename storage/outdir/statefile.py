@@ -252,6 +252,7 @@ RUN_INFO = Spec(
         "history": opt([_HISTORY]),
         "recheck": "?any",
         "quality_gate": "?any",
+        "duplicate_ids": opt({"policy": "?str", "ids": "?num", "rows_dropped": "?num"}),
         "tokens": opt({"*": "?num"}),
         "cost_usd": opt({"*": "?num"}),
     },

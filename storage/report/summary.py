@@ -121,6 +121,8 @@ def _build(
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
+    # --duplicate-ids keep-first|keep-last: the input's rows that repeated an id, not scored
+    summary["duplicate_ids"] = run.get("duplicate_ids")
     return summary
 
 

@@ -167,7 +167,7 @@ def _float_ids(tmp: Path) -> Built:
 
 def _null_id(tmp: Path) -> Built:
     path = write(tmp / "in.parquet", id=["r0", None, "r2"])
-    return path, [], ["column `id` (id) is null in {in} row 1", "every row needs an id"]
+    return path, [], ["column `id` (id) is null in {in} row 2", "every row needs an id"]
 
 
 def _duplicate_ids(tmp: Path) -> Built:
@@ -175,14 +175,14 @@ def _duplicate_ids(tmp: Path) -> Built:
     return (
         path,
         [],
-        ["duplicate id 'r0' in column `id`", "{in} row 0", "{in} row 2", "deduplicate the data"],
+        ["duplicate id 'r0' in column `id`", "{in} row 1;", "{in} row 3", "deduplicate the data"],
     )
 
 
 def _duplicate_across_files(tmp: Path) -> Built:
     write(tmp / "in" / "a.parquet")
     write(tmp / "in" / "b.parquet", id=["r9", "r2", "r8"])
-    return tmp / "in", [], ["duplicate id 'r2'", "a.parquet row 2", "b.parquet row 1"]
+    return tmp / "in", [], ["duplicate id 'r2'", "a.parquet row 3", "b.parquet row 2"]
 
 
 def _non_utf8_id(tmp: Path) -> Built:
@@ -1129,7 +1129,7 @@ def test_input_line_nested_deeper_than_any_log_is_an_input_error(
     )
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     no_traceback(done.stderr)
-    assert f"{source} row 4 nests arrays or objects more than 64 levels deep" in done.stderr
+    assert f"{source} row 5 nests arrays or objects more than 64 levels deep" in done.stderr
     assert fake.stats.total == 0
     source.write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # brackets in text are fine
     assert subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO).returncode == 0
