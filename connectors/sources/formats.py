@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
@@ -29,6 +30,7 @@ from ctxprec.storage.files import fs
 
 __all__ = [
     "TextScan",
+    "decode_json_text",
     "decode_lists",
     "json_line",
     "open_parquet",
@@ -410,6 +412,60 @@ def decode_lists(batch: pa.RecordBatch, lists: dict[str, pa.DataType]) -> pa.Rec
         values = [None if v is None else _decode_list(v, list_type) for v in column.to_pylist()]
         batch = batch.set_column(index, name, pa.array(values, list_type))
     return batch
+
+
+_NOT_A_LIST = (
+    "invalid_input: column `{}` holds text that is not a JSON array of {} (one per item, "
+    'e.g. ["first passage", "second"])'
+)
+
+
+def decode_json_text(
+    batch: pa.RecordBatch, lists: dict[str, pa.DataType]
+) -> tuple[pa.RecordBatch, list[str | None] | None]:
+    """Parquet list roles held as JSON text (`'["first", "second"]'`, as CSV holds them)
+    decoded into lists, the whole column at once (Polars); only when that fails or yields
+    another type are the values read one by one, and a row whose text is not a JSON array of
+    the list's kind is that row's input error (its list null), never the batch's."""
+    problems: list[str | None] | None = None
+    for name, list_type in lists.items():
+        if name not in batch.schema.names:
+            continue
+        index = batch.schema.get_field_index(name)
+        column = batch.column(index)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        decoded = _decode_column(column, list_type)
+        if decoded is None:  # the slow way, value by value
+            values = column.to_pylist()
+            items = [None if v is None else _decode_list(v, list_type) for v in values]
+            kind = "strings" if list_type.value_type == pa.string() else "booleans"
+            problems = problems or [None] * batch.num_rows
+            for row, (value, got) in enumerate(zip(values, items, strict=True)):
+                if value is not None and got is None:
+                    problems[row] = problems[row] or _NOT_A_LIST.format(name, kind)
+            decoded = pa.array(items, list_type)
+        batch = batch.set_column(index, name, decoded)
+    return batch, problems
+
+
+def _decode_column(column: pa.Array, list_type: pa.DataType) -> pa.Array | None:
+    """The column decoded by Polars, or None unless every value is a JSON array of the list's
+    kind (strings or booleans: Polars would coerce numbers, ctxprec refuses them as CSV does)."""
+    want = pl.List(pl.String) if list_type.value_type == pa.string() else pl.List(pl.Boolean)
+    text = pl.Series(values=column)
+    filled = text.drop_nulls()
+    if filled.len() and not bool(filled.str.strip_chars_start().str.starts_with("[").all()):
+        return None
+    try:
+        decoded = text.str.json_decode(infer_schema_length=None)
+    except pl.exceptions.PolarsError:
+        return None
+    if decoded.dtype == pl.List(pl.Null):
+        decoded = decoded.cast(want)
+    if decoded.dtype != want or decoded.null_count() != text.null_count():
+        return None
+    return decoded.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(list_type)
 
 
 # ---------------------------------------------------------------- text formats: batches

@@ -104,7 +104,7 @@ def failure_groups(failures: Mapping[str, int], sep: str = ": ") -> list[tuple[s
             "structured outputs first (truncated: raise [judge] max_output_tokens)",
         ),
         "input": (
-            "failed on their input",
+            "failed on their input",  # (one row: "on its input", below)
             "a re-run cannot fix them: fix the input rows (the error column says which field; "
             "extractor_error: the extractor)",
         ),
@@ -114,5 +114,7 @@ def failure_groups(failures: Mapping[str, int], sep: str = ": ") -> list[tuple[s
         if causes:
             listed = ", ".join(f"{c}{sep}{n:,}" for c, n in causes.items())
             verb, advice = said[kind]
-            out.append((f"{counted(sum(causes.values()), 'row')} {verb}", listed, advice))
+            n = sum(causes.values())
+            verb = verb.replace("their input", "its input") if n == 1 else verb
+            out.append((f"{counted(n, 'row')} {verb}", listed, advice))
     return out
