@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import itertools
+import json
 import os
 import re
 import shlex
@@ -212,7 +213,8 @@ def _localize(command: str, root: Path, fake_url: str) -> str:
 
 def _log_rows() -> pl.DataFrame:
     sample = pl.read_parquet(REPO / "examples" / "sample.parquet")
-    return sample.with_columns(pl.lit(DS).alias("dt"))
+    # nightly.sh pairs nights on query_id: the same query asked every night
+    return sample.with_columns(pl.lit(DS).alias("dt"), pl.col("id").alias("query_id"))
 
 
 def _inputs(command: str, root: Path) -> None:
@@ -309,6 +311,63 @@ def test_readme_command_runs(
     )
     assert done.returncode == exit_code, f"{page}: {local}\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr
+
+
+def _nightly_scores() -> list[tuple[str, str]]:
+    """(page, command) of every documented nightly scoring run: each `ctxprec score ...
+    --incremental` of README.md and docs/*.md (the recipes, the Airflow bash_command, nightly.sh
+    with its dates filled in), an object store's excepted."""
+    found = []
+    for page, command, _ in documented_commands():
+        first = command.split(" && ")[0]
+        nightly = first.startswith("ctxprec score") and "--incremental" in first
+        if nightly and not OBJECT_STORE.search(first):
+            found.append((page, first.replace("$NIGHT", DS).replace("$LAST", DS)))
+    return found
+
+
+def _failing_gate(command: str) -> str:
+    """The command with a gate the sample's rows fail: `--fail-under 0.99` in place of (or
+    after) its own."""
+    if "--fail-under" in command:
+        return re.sub(r"--fail-under [\d.]+", "--fail-under 0.99", command)
+    return command + " --fail-under 0.99"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("page", "command"), _nightly_scores())
+def test_nightly_recipe_holds_its_gate_on_a_retry(
+    page: str, command: str, workdir: Path, fake: FakeJudgeServer
+) -> None:
+    """A retried night: the documented nightly command with a gate its rows fail, run twice in
+    the same folder as Airflow's `retries` or a cron wrapper would (the second finds nothing
+    new to score): exit 5 both times, and the --quiet JSON line carries the gate each time."""
+    local = _localize(_failing_gate(command), workdir, fake.url)
+    _inputs(local, workdir)
+    env = _env(workdir, fake.url)
+    shown = []
+    for attempt in (1, 2):
+        done = subprocess.run(
+            ["bash", "-c", local], cwd=workdir, env=env, capture_output=True, text=True,
+            timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 5, f"{page} attempt {attempt}: {local}\n{done.stderr}"
+        assert "gate failed (exit 5)" in done.stderr
+        if "--quiet" in local:
+            line = json.loads(done.stdout.strip().splitlines()[-1])
+            assert line["exit_code"] == 5
+            assert line["quality_gate"]["outcome"] == "failed"
+            shown.append((line["quality_gate"]["mean"], line["quality_gate"]["rows"]))
+    assert len(set(shown)) <= 1  # the same figure on the retry
+
+
+def test_nightly_recipes_are_found() -> None:
+    pages = {page for page, _ in _nightly_scores()}
+    assert "docs/nightly.md" in pages
+    commands = [c for _, c in _nightly_scores()]
+    assert any("--sink delta:" in c for c in commands)  # the warehouse recipe
+    assert any("--fail-under" in c for c in commands)  # the gated ones, nightly.sh among them
+    assert any("query_id" in c for c in commands)  # nightly.sh's score line
 
 
 def test_first_command_prints_what_the_readme_shows(fake: FakeJudgeServer, tmp_path: Path) -> None:

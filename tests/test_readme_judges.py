@@ -73,7 +73,7 @@ def check_output(out: Path) -> pl.DataFrame:
     ok = df.filter(pl.col("status") == "ok")
     assert ok.height >= 10
     assert all(None not in verdicts for verdicts in ok.get_column("verdicts"))
-    assert (ok.get_column("input_tokens") > 0).all()
+    assert (ok.get_column("verdict_input_tokens") > 0).all()  # what each verdict cost
     return df
 
 

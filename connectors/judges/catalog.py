@@ -345,8 +345,14 @@ def _registry_price(model: str) -> Price | None:
     return _price_of(entry) if isinstance(entry, Mapping) else registry_prices().get(model)
 
 
+_FREE = Price(input_per_mtok=0.0, output_per_mtok=0.0)  # the built-in offline judge
+
+
 def known_price(model: str) -> Price | None:
-    """The registry's price of a `provider/model` (an alias prefix counts as its provider)."""
+    """The registry's price of a `provider/model` (an alias prefix counts as its provider);
+    the offline judge (`offline`, `offline/VARIANT`) calls no provider: it costs 0."""
+    if model.partition("/")[0] == "offline":
+        return _FREE
     price = _registry_price(model)
     if price is not None:
         return price

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import logging
 import math
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -35,7 +36,13 @@ from ctxprec.connectors.judges.transport import (
     Transport,
 )
 from ctxprec.storage.core.constants import MAX_CALL_TOKENS
-from ctxprec.storage.core.errors import JudgeError, JudgeRefusedRunError, JudgeRetryableError
+from ctxprec.storage.core.errors import (
+    JudgeError,
+    JudgeRefusedRunError,
+    JudgeRetryableError,
+    JudgeUnreachableError,
+)
+from ctxprec.storage.core.printable import printable
 from ctxprec.storage.core.seams import DEFAULT, Clock, Seams
 from ctxprec.storage.core.settings import JudgeSettings
 
@@ -125,6 +132,7 @@ class HttpClient(abc.ABC):
         self._same_400: Counter[str] = Counter()
         self._paused_until = 0.0
         self._unreachable_since: float | None = None  # first connection error since a reply
+        self._said_unreachable = False  # the outage's one line is out (until a reply comes)
         self._call_headers: dict[str, str] | None = None
 
     # -- provider hooks
@@ -183,10 +191,46 @@ class HttpClient(abc.ABC):
                         "structured_output) for this server")  # fmt: skip
         return None
 
-    def _refuse(self, message: str) -> JudgeRefusedRunError:
+    def _refuse(
+        self, message: str, kind: type[JudgeRefusedRunError] = JudgeRefusedRunError
+    ) -> JudgeRefusedRunError:
         if self._refused is None:
-            self._refused = JudgeRefusedRunError(redact(f"{self.model}: {message}"))
+            self._refused = kind(redact(f"{self.model}: {message}"))
         return self._refused
+
+    def _say_unreachable(self, err: JudgeError) -> None:
+        """One line as soon as a call meets a judge nobody can reach (no connection at all),
+        once per outage: where, that the run keeps retrying for the budget, and how to stop it
+        or change that. A judge that never answered is stopped when the budget ends (exit 4,
+        `JudgeUnreachableError`); one that answered before is waited for, call by call."""
+        if self._said_unreachable:
+            return
+        self._said_unreachable = True
+        budget = RetryPolicy.of(self.settings).retry_budget_s
+        if self._accepted:
+            what = (f"the judge at {self._url} stopped answering ({err}); each call keeps "
+                    f"retrying for up to {budget:g} s (the retry budget)")  # fmt: skip
+        else:
+            what = (f"the judge at {self._url} cannot be reached ({err}); ctxprec keeps "
+                    f"retrying until the retry budget of {budget:g} s ends, then stops "
+                    "(exit 4)")  # fmt: skip
+        line = (
+            f"ctxprec: {printable(redact(what), lines=True)}. Ctrl-C stops the run now (finished "
+            "parts are kept); --retry-budget SECONDS ([judge] retry_budget_s) changes how long it "
+            "waits, --base-url ([judge] base_url) where it calls"
+        )
+        print(line, file=sys.stderr, flush=True)  # for people, whatever logging is set up
+        _log.info("%s", line)
+
+    def _unreachable_refusal(self, err: JudgeError) -> JudgeRefusedRunError:
+        """The run's end when no call ever reached the judge within the retry budget."""
+        budget = RetryPolicy.of(self.settings).retry_budget_s
+        return self._refuse(
+            f"no call reached the judge at {self._url} in {budget:g} s of retries ({err}). Fix: "
+            "check the base URL (--base-url, [judge] base_url or the provider's base-URL "
+            "variable) and that the server is up and reachable from this machine",
+            JudgeUnreachableError,
+        )
 
     async def _hold(self) -> None:
         """Wait out a run-wide pause (a Retry-After beyond retry.PAUSE_CEILING_S)."""
@@ -230,6 +274,8 @@ class HttpClient(abc.ABC):
                 if self._refused is not None:
                     raise self._refused from err
                 self.stats.errors_by_cause[err.cause] += 1
+                if err.cause == "connection":
+                    self._say_unreachable(err)
                 refusal = run_refusal(err, self.key_env, self._url)
                 if refusal is not None:
                     raise self._refuse(refusal) from err
@@ -243,11 +289,14 @@ class HttpClient(abc.ABC):
                     raise self._refuse(refusal) from err
                 wait = self._wait_for(err, retries, started)
                 if wait is None:
+                    if err.cause == "connection" and not self._accepted:
+                        raise self._unreachable_refusal(err) from err
                     self.stats.failures[err.cause] += 1
                     raise self._give_up(err, url, attempts) from err
             else:
                 self._accepted += 1
                 self._unreachable_since = None
+                self._said_unreachable = False
                 return data, reply_headers
             retries += 1
             self.stats.retries += 1

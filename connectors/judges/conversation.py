@@ -27,7 +27,13 @@ from ctxprec.connectors.judges.client import UNKNOWN, HttpClient
 from ctxprec.connectors.judges.parse import parse_row_verdicts, parse_verdict
 from ctxprec.connectors.judges.secrets import redact
 from ctxprec.connectors.judges.shapes import BUDGET_CAP, RequestShape
-from ctxprec.storage.core.errors import JudgeError, JudgeFatalError, JudgeParseError
+from ctxprec.storage.core.errors import (
+    JudgeError,
+    JudgeFatalError,
+    JudgeNoVerdictError,
+    JudgeParseError,
+)
+from ctxprec.storage.core.printable import printable
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.core.settings import JudgeSettings
 from ctxprec.storage.core.verdict import JudgeReply, Verdict
@@ -125,6 +131,7 @@ class HttpJudgeBase(HttpClient):
         # request bodies' fixed parts, by (shape version, budget, id of the schema); see openai
         self._templates: dict[tuple[int, int, int], tuple[Any, dict[str, Any] | None]] = {}
         self.shape = self._first_shape()
+        self._unreadable_streak = 0  # replies in a row without a readable verdict (run-wide)
 
     @property
     def base_url(self) -> str:
@@ -307,13 +314,47 @@ class HttpJudgeBase(HttpClient):
             spent_in, spent_out = spent_in + reply.tokens_in, spent_out + reply.tokens_out
             self._check_finish(reply.finish)
             try:
-                return parse(reply.text), reply.text, spent_in, spent_out
+                value = parse(reply.text)
             except JudgeParseError as err:
                 if reply.finish != "length" or not self._bump_budget(reply.factor, max_tokens):
+                    self._unreadable(reply.text)
                     cause = "truncated" if reply.finish == "length" else err.cause
                     return JudgeParseError(str(err), cause=cause), reply.text, spent_in, spent_out
                 self.stats.retries += 1
+            else:
+                self._unreadable_streak = 0
+                return value, reply.text, spent_in, spent_out
         return JudgeParseError("reply cut off", cause="truncated"), "", spent_in, spent_out
+
+    def _unreadable(self, text: str) -> None:
+        """Count a reply without a readable verdict; once `[judge] max_unreadable_replies`
+        come in a row (any readable reply starts the count again), stop the run
+        (`JudgeNoVerdictError`, exit 4): saying what the judge sent and what to change, before
+        every item pays for its re-asks and fails alike."""
+        self._unreadable_streak += 1
+        limit = self.settings.max_unreadable_replies
+        if limit and self._unreadable_streak >= limit:
+            raise self._refuse(self._no_verdict(text, limit), JudgeNoVerdictError)
+
+    def _no_verdict(self, text: str, limit: int) -> str:
+        shown = printable(" ".join(text.split()), 200) or "(an empty reply)"
+        if not self.settings.structured_output:
+            schema = "turn structured outputs on ([judge] structured_output = true) "
+            schema += "if the server takes a JSON schema (response_format)"
+        elif self.shape.output == "json_schema":
+            schema = "the server was sent a JSON schema (response_format) and ignored it: use "
+            schema += "a server that applies it"
+        else:
+            schema = "this server takes no JSON schema (response_format), so the model must "
+            schema += "follow the prompt's JSON instructions"
+        other = "row" if self.settings.mode == "item" else "item"
+        return (
+            f"{limit} replies in a row held no readable verdict (the judge answers in a form "
+            f'ctxprec cannot read); the last one said: "{shown}". Fix: use a model that '
+            f"answers in JSON as the prompt asks (--model); {schema}; or try --mode {other}. "
+            "[judge] max_unreadable_replies sets how many unreadable replies in a row stop the "
+            "run (0: never)"
+        )
 
     # -- the conversation: ask, re-ask once, start afresh once
     async def _ask(
@@ -325,7 +366,9 @@ class HttpJudgeBase(HttpClient):
         reply twice in a row is not a broken model), then the item fails as `unparseable`.
         `first`: the reply of the conversation's first call, when the caller made it already."""
         spent_in = spent_out = 0
+        held = 0
         for fresh in range(1 + _FRESH_CONVERSATIONS):
+            held += 1
             if fresh:
                 self.stats.retries += 1
             try:
@@ -341,6 +384,11 @@ class HttpJudgeBase(HttpClient):
                 continue
             return value, spent_in + t_in, spent_out + t_out
         self.stats.failures[error.cause] += 1
+        if held > 1 and error.cause != "truncated":  # say how often it was really asked
+            said = str(error).replace(
+                "after one re-ask", f"in {held} conversations, each re-asked once"
+            )
+            error = JudgeParseError(said, cause=error.cause)
         raise error
 
     async def _conversation(
@@ -393,8 +441,9 @@ class HttpJudgeBase(HttpClient):
             try:
                 verdict = self._parse_item(reply.text)
             except JudgeParseError:
-                pass
+                pass  # counted as unreadable once `_ask` reads it again
             else:
+                self._unreadable_streak = 0
                 return JudgeReply(verdict, reply.tokens_in, reply.tokens_out)
         reask = _REASK_ITEM_VERDICT_ONLY if self._bare else _REASK_ITEM
         verdict, tokens_in, tokens_out = await self._ask(

@@ -283,6 +283,8 @@ def classify_exception(exc: BaseException) -> JudgeError | None:
         return JudgeFatalError(f"TLS failure ({name}): {exc}", cause="tls")
     if isinstance(exc, aiohttp.InvalidURL):
         return JudgeFatalError(f"invalid URL ({name}): {exc}; check base_url", cause="bad_url")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):  # nothing answered the connect
+        return JudgeRetryableError(f"no connection within the timeout ({name})", cause="connection")
     if isinstance(exc, TimeoutError):
         return JudgeRetryableError(f"no reply within the timeout ({name})", cause="timeout")
     if isinstance(exc, aiohttp.ClientError | ConnectionError):

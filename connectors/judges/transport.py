@@ -105,6 +105,7 @@ def multipart_form(
 
 MAX_REPLY_BYTES = 4 << 20  # one judge reply: a verdict, or a row's verdicts, is a few KB
 ACCEPT_ENCODING = "gzip, deflate"  # what ctxprec decodes (`_Decoder`), so all it asks for
+CONNECT_TIMEOUT_S = 10.0  # a TCP connection not made by then: the host is not answering
 _STREAM_BLOCK = 1 << 20  # decoded bytes of one block of a streamed download, at most
 
 
@@ -194,8 +195,9 @@ class AiohttpTransport:
                 timeout = aiohttp.ClientTimeout(
                     total=None, sock_connect=30, sock_read=self.timeout_s
                 )
-            else:
-                timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            else:  # a host that never accepts the connection is said within seconds
+                connect = min(CONNECT_TIMEOUT_S, self.timeout_s)
+                timeout = aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=connect)
             # bodies given as `json` are encoded by jsonfast.dumps: json.dumps' text, faster;
             # bodies are decoded by `_Decoder`, bounded (aiohttp would expand them whole)
             self.session = aiohttp.ClientSession(

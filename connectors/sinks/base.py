@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, Protocol
@@ -30,6 +30,7 @@ __all__ = [
     "raise_if_differs",
     "read_parts",
     "require_package",
+    "schema_one_hint",
 ]
 
 
@@ -191,7 +192,21 @@ def raise_if_differs(
         return missing
     raise OutputError(
         f"{sink}: the existing table's columns differ from ctxprec's output "
-        f"({'; '.join(problems)}); append to a new table instead"
+        f"({'; '.join(problems)}); append to a new table instead{schema_one_hint(actual)}"
+    )
+
+
+def schema_one_hint(columns: Iterable[str]) -> str:
+    """For a table made from output schema 1 (one token pair, `input_tokens`/`output_tokens`):
+    what became of its columns and where the migration is written; "" for any other table."""
+    names = set(columns)
+    if not {"input_tokens", "output_tokens"} <= names or "verdict_input_tokens" in names:
+        return ""
+    return (
+        ", or migrate this one: it was made from ctxprec's output schema 1, whose "
+        "input_tokens/output_tokens are verdict_input_tokens/verdict_output_tokens in schema 2, "
+        "beside the new paid_input_tokens/paid_output_tokens (docs/output.md, "
+        '"Schema versions", has the SQL)'
     )
 
 

@@ -20,6 +20,7 @@ from ctxprec.connectors.sinks.base import (
     raise_append_error,
     read_parts,
     require_package,
+    schema_one_hint,
 )
 from ctxprec.storage.core.errors import ConfigError, OutputError
 from ctxprec.storage.core.seams import DEFAULT, Seams
@@ -232,9 +233,10 @@ class IcebergSink:
     def _raise_if_cannot_take(self, table: Table, wanted: Schema) -> None:
         problems = _problems(table.schema(), wanted)
         if problems:
+            hint = schema_one_hint(f.name for f in table.schema().fields)
             raise OutputError(
                 f"{self.name}: the existing table cannot take ctxprec's output "
-                f"({'; '.join(problems)}); append to a new table instead"
+                f"({'; '.join(problems)}); append to a new table instead{hint}"
             )
 
     # -- one commit -------------------------------------------------------------------------

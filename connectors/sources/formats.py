@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
@@ -30,7 +31,9 @@ from ctxprec.storage.files import fs
 __all__ = [
     "TextScan",
     "check_expansion",
+    "decode_json_text",
     "decode_lists",
+    "json_line",
     "open_parquet",
     "parquet_batches",
     "scan_text",
@@ -125,7 +128,7 @@ def parquet_batches(
             return
         except (pa.ArrowException, OSError) as exc:
             raise InputError(
-                f"cannot read {file} after row {first_row} ({detail(exc)}); the file is "
+                f"cannot read {file} after row {first_row:,} ({detail(exc)}); the file is "
                 "corrupt: re-export it or leave it out of the input"
             ) from exc
         yield batch
@@ -182,6 +185,28 @@ def _line_chunks(file: InputFile, stream: pa.NativeFile, rows: int) -> Iterator[
         yield lines
 
 
+def json_line(file: InputFile, options: StorageSettings | None, record: int) -> int:
+    """The line number (from 1, blank lines counted) of a JSON Lines file's record number
+    `record` (from 0, blank lines skipped as the reader skips them); for an error message."""
+    seen, line = -1, 0
+    with _stream(file, options) as stream:
+        pending = b""
+        while True:
+            try:
+                block = stream.read(_BLOCK)
+            except (OSError, pa.ArrowException):
+                return record + 1  # unreadable here: the record's number is the best guess
+            if not block:
+                break
+            *complete, pending = (pending + block).split(b"\n")
+            for text in complete:
+                line += 1
+                seen += bool(text.strip())
+                if seen == record:
+                    return line
+    return line + 1 if pending.strip() and seen + 1 == record else record + 1
+
+
 MAX_JSON_DEPTH = 64  # nesting an input line may have; PyArrow's reader crashes on ~100,000
 _JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}]')
 
@@ -205,7 +230,7 @@ def _check_depth(file: InputFile, lines: list[bytes], first_row: int) -> None:
     for offset, line in enumerate(lines):
         if _depth(line) > MAX_JSON_DEPTH:
             raise InputError(
-                f"{file} row {first_row + offset} nests arrays or objects more than "
+                f"{file} row {first_row + offset + 1:,} nests arrays or objects more than "
                 f"{MAX_JSON_DEPTH} levels deep; no retrieval log needs that: fix the export "
                 "or leave the row out"
             )
@@ -225,7 +250,7 @@ def _parse_json(
         return pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=parse)
     except (pa.ArrowException, OSError) as exc:
         raise InputError(
-            f"{file} rows {first_row}-{first_row + len(lines) - 1} are not valid JSON Lines "
+            f"{file} rows {first_row + 1:,}-{first_row + len(lines):,} are not valid JSON Lines "
             f"({detail(exc)}); every line must be one JSON object with the same field types: "
             "fix the export or leave the file out"
         ) from exc
@@ -301,7 +326,7 @@ def _csv_batches(
                     return
                 except (pa.ArrowException, OSError) as exc:
                     raise InputError(
-                        f"cannot read {file} after row {first_row} ({detail(exc)}); fix the CSV "
+                        f"cannot read {file} after row {first_row:,} ({detail(exc)}); fix the CSV "
                         "(quoting, column count) or leave the file out"
                     ) from exc
                 first_row += batch.num_rows
@@ -392,9 +417,9 @@ def _check_encoded_lists(
             shown = value if len(value) <= 60 else value[:59] + "…"
             kind = "strings" if list_type.value_type == pa.string() else "booleans"
             raise InputError(
-                f"column `{name}` in {file} row {first_row + row} is text, not a JSON array of "
-                f"{kind} ({shown!r}); {file.format.upper()} has no list type: write each row's "
-                'items as a JSON array such as ["first passage", "second"], or give an '
+                f"column `{name}` in {file} row {first_row + row + 1:,} is text, not a JSON "
+                f"array of {kind} ({shown!r}); {file.format.upper()} has no list type: write "
+                'each row\'s items as a JSON array such as ["first passage", "second"], or give an '
                 "extractor (--extractor module:function) that builds the list from the row"
             )
 
@@ -422,6 +447,60 @@ def decode_lists(batch: pa.RecordBatch, lists: dict[str, pa.DataType]) -> pa.Rec
         values = [None if v is None else _decode_list(v, list_type) for v in column.to_pylist()]
         batch = batch.set_column(index, name, pa.array(values, list_type))
     return batch
+
+
+_NOT_A_LIST = (
+    "invalid_input: column `{}` holds text that is not a JSON array of {} (one per item, "
+    'e.g. ["first passage", "second"])'
+)
+
+
+def decode_json_text(
+    batch: pa.RecordBatch, lists: dict[str, pa.DataType]
+) -> tuple[pa.RecordBatch, list[str | None] | None]:
+    """Parquet list roles held as JSON text (`'["first", "second"]'`, as CSV holds them)
+    decoded into lists, the whole column at once (Polars); only when that fails or yields
+    another type are the values read one by one, and a row whose text is not a JSON array of
+    the list's kind is that row's input error (its list null), never the batch's."""
+    problems: list[str | None] | None = None
+    for name, list_type in lists.items():
+        if name not in batch.schema.names:
+            continue
+        index = batch.schema.get_field_index(name)
+        column = batch.column(index)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            continue
+        decoded = _decode_column(column, list_type)
+        if decoded is None:  # the slow way, value by value
+            values = column.to_pylist()
+            items = [None if v is None else _decode_list(v, list_type) for v in values]
+            kind = "strings" if list_type.value_type == pa.string() else "booleans"
+            problems = problems or [None] * batch.num_rows
+            for row, (value, got) in enumerate(zip(values, items, strict=True)):
+                if value is not None and got is None:
+                    problems[row] = problems[row] or _NOT_A_LIST.format(name, kind)
+            decoded = pa.array(items, list_type)
+        batch = batch.set_column(index, name, decoded)
+    return batch, problems
+
+
+def _decode_column(column: pa.Array, list_type: pa.DataType) -> pa.Array | None:
+    """The column decoded by Polars, or None unless every value is a JSON array of the list's
+    kind (strings or booleans: Polars would coerce numbers, ctxprec refuses them as CSV does)."""
+    want = pl.List(pl.String) if list_type.value_type == pa.string() else pl.List(pl.Boolean)
+    text = pl.Series(values=column)
+    filled = text.drop_nulls()
+    if filled.len() and not bool(filled.str.strip_chars_start().str.starts_with("[").all()):
+        return None
+    try:
+        decoded = text.str.json_decode(infer_schema_length=None)
+    except pl.exceptions.PolarsError:
+        return None
+    if decoded.dtype == pl.List(pl.Null):
+        decoded = decoded.cast(want)
+    if decoded.dtype != want or decoded.null_count() != text.null_count():
+        return None
+    return decoded.to_arrow(compat_level=pl.CompatLevel.oldest()).cast(list_type)
 
 
 # ---------------------------------------------------------------- text formats: batches

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -18,7 +19,9 @@ from ctxprec.connectors.sources.files import InputFile, NotRead, find_inputs
 from ctxprec.connectors.sources.formats import (
     TextScan,
     check_expansion,
+    decode_json_text,
     decode_lists,
+    json_line,
     open_parquet,
     parquet_batches,
     scan_text,
@@ -28,13 +31,17 @@ from ctxprec.connectors.sources.validate import (
     INPUT_ERROR,
     NORMALIZED_TYPES,
     ColumnTypes,
+    Duplicates,
+    FieldRef,
     IdScan,
     Wanted,
+    Where,
     check_ids,
     check_names,
     check_partition_overlap,
     dataset_partitions,
     detail,
+    field_ref,
     file_columns,
     merge_columns,
     path_parts,
@@ -78,6 +85,14 @@ class SourceInfo:
     skipped: tuple[str, ...] = ()  # files in no input format (named in one notice line)
     not_read: NotRead | None = None  # a local input folder's other files, with the reasons
     storage: StorageSettings = dataclasses.field(default_factory=StorageSettings, repr=False)
+    # --duplicate-ids keep-first|keep-last: the rows that repeat an id (read past); total_rows
+    # counts the rows that are scored
+    duplicates: Duplicates | None = None
+    # mapped COLUMN.FIELD names of struct and list<struct> columns: name -> (column, field path,
+    # over the list's items); read as Polars expressions over the column, never row by row
+    field_refs: tuple[tuple[str, FieldRef], ...] = ()
+    # list roles (context, labels) held as JSON text in Parquet: decoded batch by batch
+    encoded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +173,7 @@ class _Scanned:
     types: ColumnTypes
     rows: list[int]
     schemas: list[pa.Schema | None]
+    first: pa.Schema | None = None  # the first file with columns (struct field references)
 
 
 def _file_schema(
@@ -201,6 +217,7 @@ def _scan_schemas(
         if read_schema is not None and rows == 0:
             continue  # an empty text file has no columns to check (an idle day's export)
         check_partition_overlap(file, schema, keys)
+        scanned.first = scanned.first or schema
         current = file_columns(file, schema, wanted)
         merged = current if merged is None else merge_columns(merged, current)
     if merged is None:  # every file was an empty text file: an empty dataset, as Parquet's
@@ -248,6 +265,7 @@ def inspect_input(
         use_extractor=columns.extractor is not None,
         expected_explicit=columns.expected_explicit,
         storage=storage,
+        duplicates=columns.duplicate_ids,
     )
 
 
@@ -258,8 +276,11 @@ def inspect_source(
     use_extractor: bool,
     expected_explicit: bool = False,
     storage: StorageSettings | None = None,
+    duplicates: str = "refuse",
 ) -> SourceInfo:
-    """Check the whole input before any judge call: files, columns, types, schema, ids."""
+    """Check the whole input before any judge call: files, columns, types, schema, ids (an id
+    on two rows is refused, or with `duplicates` "keep-first" / "keep-last" one row of each
+    is scored and the others are read past)."""
     _require_context_source(columns, use_extractor)
     storage = storage or StorageSettings()
     found = find_inputs(spec, storage)
@@ -277,6 +298,7 @@ def inspect_source(
     types = scanned.types
     id_type = types[columns.id][0]
     assert id_type is not None  # the id column is never optional
+    refs = _field_refs(scanned.first, [w.column for w in wanted])
     info = SourceInfo(
         files=files,
         total_rows=sum(scanned.rows),
@@ -290,9 +312,88 @@ def inspect_source(
         skipped=found.skipped,
         not_read=found.not_read,
         storage=storage,
+        field_refs=refs,
+        encoded=_encoded(files, types, columns, use_context, storage),
     )
-    check_ids(files, _id_scans(info, columns.id), columns.id, id_type)
-    return info
+    where = _position(info)
+    dups = check_ids(
+        files, _id_scans(info, columns.id), columns.id, id_type, policy=duplicates, where=where
+    )
+    if dups is None:
+        return info
+    return dataclasses.replace(info, duplicates=dups, total_rows=info.total_rows - dups.rows)
+
+
+def _field_refs(schema: pa.Schema | None, names: Sequence[str]) -> tuple[tuple[str, FieldRef], ...]:
+    """The mapped names that are struct field references (COLUMN.FIELD), resolved."""
+    if schema is None:
+        return ()
+    found = [(name, field_ref(schema, name)) for name in dict.fromkeys(names)]
+    return tuple((name, ref[0]) for name, ref in found if ref is not None)
+
+
+_SAMPLE_ROWS = 64  # rows of a Parquet text column looked at to tell JSON arrays from prose
+
+
+def _encoded(
+    files: Sequence[InputFile],
+    types: ColumnTypes,
+    columns: ColumnMap,
+    use_context: bool,
+    storage: StorageSettings,
+) -> tuple[str, ...]:
+    """Parquet list roles stored as text (a JSON array per row), as CSV holds them. A column
+    whose first rows hold no JSON array at all (prose, a joined string) is refused here, before
+    any judge call, rather than failing every row; a row here and there fails on its input."""
+    if not any(f.format == "parquet" for f in files):
+        return ()  # text formats decode their JSON arrays themselves (`formats.decode_lists`)
+    roles = {"context": columns.context if use_context else None, "labels": columns.labels}
+    found = []
+    for role, name in roles.items():
+        if name and types.get(name, (None,))[0] == pa.string():
+            _check_json_sample(files, name, role, storage)
+            found.append(name)
+    return tuple(found)
+
+
+def _check_json_sample(
+    files: Sequence[InputFile], name: str, role: str, storage: StorageSettings
+) -> None:
+    for file in files:
+        if file.format != "parquet":
+            continue
+        with open_parquet(file, storage) as pf:
+            batch = next(pf.iter_batches(batch_size=_SAMPLE_ROWS, columns=[name]), None)
+        values = [] if batch is None else batch.column(0).to_pylist()
+        filled = [(row, v) for row, v in enumerate(values) if v is not None]
+        if filled and not any(v.lstrip().startswith("[") for _, v in filled):
+            for row, value in filled[:1]:  # prose, not JSON: a row at a time would all fail
+                shown = value if len(value) <= 60 else value[:59] + "…"
+                kind = "strings" if role == "context" else "booleans"
+                raise InputError(
+                    f"column `{name}` ({role}) in {file} has type string; {role} must be a "
+                    f"list<{'string' if role == 'context' else 'bool'}> column, a field of a "
+                    f"list<struct> column, or text holding a JSON array of {kind}, and row "
+                    f"{row + 1:,} holds {shown!r}: store the items as "
+                    f"list<{'string' if role == 'context' else 'bool'}>, write a JSON array "
+                    "per row, or give an extractor that splits the text "
+                    "(--extractor module:function)"
+                )
+        return  # the first Parquet file tells
+
+
+def _position(info: SourceInfo) -> Where:
+    """Where row `index` (0-based) of a file is, counted from 1 as editors count: a Parquet or
+    CSV file's row (CSV: data rows, after the header), a JSON Lines file's line (blank lines
+    counted, as an editor shows them)."""
+
+    def where(file: int, index: int) -> str:
+        path = info.files[file]
+        if path.format == "json":
+            return f"{path} line {json_line(path, info.storage, index):,}"
+        return f"{path} row {index + 1:,}"
+
+    return where
 
 
 def _id_scans(info: SourceInfo, column: str) -> list[IdScan]:
@@ -354,11 +455,25 @@ def _read_columns(info: SourceInfo, columns: ColumnMap) -> list[str] | None:
         for f in info.passthrough_fields
         if f.name not in info.partition_columns
     ]
-    return list(dict.fromkeys(names))
+    refs = dict(info.field_refs)  # a struct field is read with its column
+    return list(dict.fromkeys(refs[n][0] if n in refs else n for n in names))
 
 
-def _column_or_null(name: str | None) -> pl.Expr:
-    return pl.lit(None) if name is None else pl.col(name)
+def _source(name: str, info: SourceInfo) -> pl.Expr:
+    """A mapped name as an expression over the batch: its column, or a field of a struct
+    column, or of every struct of a list<struct> column (`list.eval`: columnar)."""
+    ref = dict(info.field_refs).get(name)
+    if ref is None:
+        return pl.col(name)
+    column, path, over_list = ref
+    expr = pl.element() if over_list else pl.col(column)
+    for step in path:
+        expr = expr.struct.field(step)
+    return pl.col(column).list.eval(expr) if over_list else expr
+
+
+def _column_or_null(name: str | None, info: SourceInfo) -> pl.Expr:
+    return pl.lit(None) if name is None else _source(name, info)
 
 
 def _core_exprs(info: SourceInfo, columns: ColumnMap) -> list[pl.Expr]:
@@ -367,12 +482,13 @@ def _core_exprs(info: SourceInfo, columns: ColumnMap) -> list[pl.Expr]:
     context = None if info.use_extractor else columns.context
     exprs = [
         (ids.cast(pl.String) if info.id_type == pa.string() else ids).alias("id"),
-        pl.col(columns.query).cast(pl.String).alias("query"),
-        _column_or_null(expected).cast(pl.String).alias("expected"),
-        _column_or_null(context).cast(pl.List(pl.String)).alias("context"),
+        _source(columns.query, info).cast(pl.String).alias("query"),
+        _column_or_null(expected, info).cast(pl.String).alias("expected"),
+        _column_or_null(context, info).cast(pl.List(pl.String)).alias("context"),
     ]
     if columns.labels is not None:
-        exprs.append(pl.col(columns.labels).cast(pl.List(pl.Boolean)).alias("labels"))
+        labels = _source(columns.labels, info).cast(pl.List(pl.Boolean))
+        exprs.append(labels.alias("labels"))
     return exprs
 
 
@@ -384,7 +500,7 @@ def _frame_exprs(
     taken = {*(e.meta.output_name() for e in exprs), *parts}
     sources = {columns.output_name(n): n for n in _passthrough_names(columns)}
     exprs += [
-        pl.col(sources.get(f.name, f.name)).alias(f.name)
+        _source(sources.get(f.name, f.name), info).alias(f.name)
         for f in info.passthrough_fields
         if f.name not in taken
     ]
@@ -457,19 +573,27 @@ def _repair_utf8(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[str | None
 
 
 def _to_frame(
-    batch: pa.RecordBatch, path: InputFile, first_row: int, exprs: list[pl.Expr]
+    batch: pa.RecordBatch,
+    path: InputFile,
+    first_row: int,
+    exprs: list[pl.Expr],
+    problems: list[str | None] | None = None,
 ) -> pl.DataFrame:
-    problems: list[str | None] | None = None
+    """The batch as the normalized frame; `problems` (a row's input error, or None), from a
+    decoding already done, are merged with those found here."""
     try:
         batch.validate(full=True)
     except pa.ArrowInvalid as exc:
         repaired = _repair_utf8(batch)
         if repaired is None:
             raise InputError(
-                f"{path} rows {first_row}-{first_row + batch.num_rows - 1} hold invalid data "
+                f"{path} rows {first_row + 1:,}-{first_row + batch.num_rows:,} hold invalid data "
                 f"({detail(exc)}); re-export the file or leave it out of the input"
             ) from exc
-        batch, problems = repaired
+        batch, found = repaired
+        problems = (
+            found if problems is None else [a or b for a, b in zip(problems, found, strict=True)]
+        )
     frame = pl.from_arrow(batch)
     assert isinstance(frame, pl.DataFrame)
     frame = frame.select(exprs)
@@ -532,13 +656,31 @@ def _file_batches(
         if batch is None:  # committed parts are read past, never converted
             first_row += batch_rows
             continue
+        problems: list[str | None] | None = None
         if file.format != "parquet":
             batch = decode_lists(batch, lists)
+        elif info.encoded:
+            batch, problems = decode_json_text(batch, {n: lists[n] for n in info.encoded})
         if exprs is None:
             exprs = _frame_exprs(info, columns, batch.schema.names, parts)
-        frame = _to_frame(batch, file, first_row, exprs)
+        frame = _to_frame(batch, file, first_row, exprs, problems)
+        if info.duplicates is not None:
+            frame = _without(frame, info.duplicates.drop[index], first_row)
         yield SourceChunk(_key(index, b), file, first_row, frame)
         first_row += batch.num_rows
+
+
+def _without(frame: pl.DataFrame, drop: Sequence[int], first_row: int) -> pl.DataFrame:
+    """The batch without the rows (file row indexes, sorted) a duplicate-ids policy drops."""
+    if not drop:
+        return frame
+    rows = np.asarray(drop, dtype=np.int64)
+    lo, hi = np.searchsorted(rows, [first_row, first_row + frame.height])
+    if lo == hi:
+        return frame
+    keep = np.ones(frame.height, dtype=bool)
+    keep[rows[lo:hi] - first_row] = False
+    return frame.filter(pl.Series(keep))
 
 
 def iter_batches(

@@ -18,19 +18,25 @@ from ctxprec.storage.outdir.schema import output_schema
 
 __all__ = [
     "INPUT_ERROR",
+    "LIST_ROLES",
     "NORMALIZED_TYPES",
+    "Duplicates",
+    "FieldRef",
     "IdScan",
     "Wanted",
+    "Where",
     "canonical_type",
     "check_ids",
     "check_names",
     "check_partition_overlap",
     "dataset_partitions",
     "detail",
+    "field_ref",
     "file_columns",
     "merge_columns",
     "path_parts",
     "root_partitions",
+    "with_field_refs",
 ]
 
 # normalized frame columns (besides "id") and the Arrow type each one is given
@@ -104,14 +110,16 @@ _RULES: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
     "query": (_is_text, "a string column"),
     "expected": (_is_text, "a string column"),
     "context": (
-        lambda t: _unify(canonical_type(t), pa.list_(pa.string())) is not None,
-        "a list<string> column (one string per context item, in ranked order)",
+        lambda t: _unify(canonical_type(t), pa.list_(pa.string())) is not None or _is_text(t),
+        "a list<string> column (one string per context item, in ranked order), a field of a "
+        "list<struct> column (--map context=COLUMN.FIELD), or text holding a JSON array",
     ),
     "labels": (
-        lambda t: _unify(canonical_type(t), pa.list_(pa.bool_())) is not None,
-        "a list<bool> column",
+        lambda t: _unify(canonical_type(t), pa.list_(pa.bool_())) is not None or _is_text(t),
+        "a list<bool> column, a field of a list<struct> column, or text holding a JSON array",
     ),
 }
+LIST_ROLES = ("context", "labels")  # roles a JSON array held as text may fill
 
 
 # column names that often hold a field under another name, most likely first (any case)
@@ -134,13 +142,42 @@ _WHY = {
 }
 
 
+# the field of a list<struct> column's items that most likely holds an item's text (a
+# warehouse's or a tracing tool's retrieved documents)
+_ITEM_FIELDS = {
+    "context": ("text", "content", "page_content", "chunk", "passage", "document", "body"),
+    "labels": ("relevant", "is_relevant", "label", "relevance"),
+}
+
+
+def _struct_field(kind: pa.DataType, role: str) -> str | None:
+    """The field of list<struct> items that most likely holds `role`'s values."""
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        return None
+    inner = kind.value_type
+    if not pa.types.is_struct(inner) or role not in _ITEM_FIELDS:
+        return None
+    element = pa.string() if role == "context" else pa.bool_()
+    fields = {inner.field(i).name.lower(): inner.field(i) for i in range(inner.num_fields)}
+    for guess in _ITEM_FIELDS[role]:
+        found = fields.get(guess)
+        if found is not None and canonical_type(found.type) == element:
+            return str(found.name)
+    return None
+
+
 def _likely(schema: pa.Schema, role: str, taken: set[str]) -> str | None:
-    """The column of `schema` that most likely holds `role` (right type, not mapped already)."""
+    """The column of `schema` that most likely holds `role` (right type, not mapped already),
+    or the field of a list<struct> column's items that does (`retrieved_docs.text`)."""
     by_name: dict[str, str] = {str(n).lower(): str(n) for n in schema.names if n not in taken}
     for guess in _LIKELY.get(role, ()):
         name = by_name.get(guess)
-        if name is not None and _RULES[role][0](schema.field(name).type):
+        if name is None:
+            continue
+        if _RULES[role][0](schema.field(name).type):
             return name
+        if (inner := _struct_field(schema.field(name).type, role)) is not None:
+            return f"{name}.{inner}"
     return None
 
 
@@ -179,12 +216,20 @@ def _missing(path: InputFile, schema: pa.Schema, want: Wanted) -> InputError:
     return InputError(f"{head}; {fix}")
 
 
-def _type_hint(role: str, t: pa.DataType) -> str:
+def _type_hint(role: str, t: pa.DataType, column: str) -> str:
     c = canonical_type(t)
     if c == pa.binary() or (pa.types.is_list(c) and c.value_type == pa.binary()):
         return "binary is not text: decode the bytes to UTF-8 strings and rewrite the file"
-    if role == "context" and c == pa.string():
-        return "store the items as list<string>, or give an extractor that splits the text"
+    inner = c.value_type if pa.types.is_list(c) else c
+    if pa.types.is_struct(inner):  # a warehouse's list<struct<doc_id, text, score>>
+        names = [inner.field(i).name for i in range(inner.num_fields)]
+        text = [n for n in names if _is_text(inner.field(n).type)] or names
+        guess = _struct_field(t, role) or text[0]
+        return (
+            f"its items are structs with the fields {', '.join(names)}: map the one that holds "
+            f"the {role}, e.g. --map {role}={column}.{guess} (other fields can go to the "
+            f"output with --passthrough {column}.FIELD)"
+        )
     if role == "context" and pa.types.is_list(c):
         return "the context items must be strings: cast them to string when writing the data"
     return f"convert it, or map another column with --map {role}=COLUMN"
@@ -196,7 +241,7 @@ def _check_type(path: InputFile, field: pa.Field, role: str) -> None:
         return
     raise InputError(
         f"column `{field.name}` ({role}) in {path} has type {field.type}; {role} must be "
-        f"{rule[1]}; {_type_hint(role, field.type)}"
+        f"{rule[1]}; {_type_hint(role, field.type, field.name)}"
     )
 
 
@@ -218,10 +263,59 @@ def _all_missing(path: InputFile, schema: pa.Schema, wants: Sequence[Wanted]) ->
     )
 
 
+FieldRef = tuple[str, tuple[str, ...], bool]  # (column, struct field path, over a list's items)
+
+
+def field_ref(schema: pa.Schema, name: str) -> tuple[FieldRef, pa.DataType] | None:
+    """`name` as COLUMN.FIELD (or COLUMN.FIELD.FIELD): a field of a struct column, or of every
+    struct of a list<struct> column (then a list of the field), with the type it reads as; None
+    when `name` is a column itself or no column of `schema` starts it. A field the struct
+    lacks is an InputError naming the fields it has."""
+    if name in schema.names or "." not in name:
+        return None
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        column = ".".join(parts[:cut])
+        if column not in schema.names:
+            continue
+        kind = schema.field(column).type
+        over_list = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+        inner = kind.value_type if over_list else kind
+        for i, step in enumerate(parts[cut:]):
+            if not pa.types.is_struct(inner):
+                where = ".".join([column, *parts[cut : cut + i]])
+                raise InputError(
+                    f"`{name}`: `{where}` is {inner}, not a struct with fields; map a column "
+                    "or a field of a struct column (COLUMN.FIELD)"
+                )
+            if inner.get_field_index(step) < 0:
+                have = ", ".join(inner.field(j).name for j in range(inner.num_fields))
+                raise InputError(
+                    f"`{name}`: the structs of column `{column}` have no field `{step}` (their "
+                    f"fields: {have}); map one of those"
+                )
+            inner = inner.field(step).type
+        return (column, tuple(parts[cut:]), over_list), (pa.list_(inner) if over_list else inner)
+    return None
+
+
+def with_field_refs(schema: pa.Schema, names: Iterable[str]) -> pa.Schema:
+    """`schema` with a field for each of `names` that is a struct field reference (named as
+    given, typed as it reads): the checks then treat it as a column."""
+    for name in names:
+        found = field_ref(schema, name)
+        if found is not None:
+            schema = schema.append(pa.field(name, found[1]))
+    return schema
+
+
 def file_columns(path: InputFile, schema: pa.Schema, wanted: Iterable[Wanted]) -> ColumnTypes:
-    """Check one file's mapped columns; canonical type per column (None: optional and absent)."""
+    """Check one file's mapped columns; canonical type per column (None: optional and absent).
+    A mapped COLUMN.FIELD of a struct or list<struct> column counts as a column of the field's
+    type (a list of it over a list)."""
     found: ColumnTypes = {}
     wanted = list(wanted)
+    schema = with_field_refs(schema, [w.column for w in wanted])
     absent = list(
         {
             w.column: w for w in reversed(wanted) if w.column not in schema.names and not w.optional
@@ -341,6 +435,24 @@ def dataset_partitions(files: Sequence[InputFile], root: str) -> tuple[str, ...]
 
 
 IdScan = Callable[[], pl.LazyFrame]  # one file's id column as a frame with an `id` column
+# where row `index` (0-based) of file number `file` is, for people: "data/x.parquet row 11",
+# "data/x.jsonl line 11" (`ctxprec.connectors.sources.stream` knows how to find the line)
+Where = Callable[[int, int], str]
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """Ids on several input rows, under a keep policy ("keep-first", "keep-last"): the rows
+    that are not scored, per file as sorted 0-based row indexes (read past when streaming)."""
+
+    policy: str
+    ids: int  # distinct ids found on more than one row
+    rows: int  # rows dropped
+    drop: tuple[tuple[int, ...], ...]  # per file
+
+    def as_dict(self) -> dict[str, object]:
+        """What run.json and the summary say of them."""
+        return {"policy": self.policy, "ids": self.ids, "rows_dropped": self.rows}
 
 
 def _id_frame(scans: Sequence[IdScan], as_string: bool) -> pl.LazyFrame:
@@ -357,11 +469,16 @@ def _id_frame(scans: Sequence[IdScan], as_string: bool) -> pl.LazyFrame:
     return pl.concat(parts, how="vertical_relaxed").select("id", position)
 
 
-def _where(files: Sequence[InputFile], pos: int) -> str:
-    return f"{files[pos >> _ROW_BITS]} row {pos & ((1 << _ROW_BITS) - 1)}"
+def _row_where(files: Sequence[InputFile]) -> Where:
+    """Rows counted from 1, as editors and spreadsheets count them."""
+    return lambda file, index: f"{files[file]} row {index + 1:,}"
 
 
-def _check_nulls(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
+def _split(pos: int) -> tuple[int, int]:
+    return pos >> _ROW_BITS, pos & ((1 << _ROW_BITS) - 1)
+
+
+def _check_nulls(ids: pl.LazyFrame, where: Where, id_column: str) -> None:
     nulls = ids.select(
         pl.col("id").null_count().alias("n"),
         pl.col("pos").filter(pl.col("id").is_null()).min().alias("at"),
@@ -369,13 +486,20 @@ def _check_nulls(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) 
     count, at = nulls.row(0)
     if count:
         raise InputError(
-            f"column `{id_column}` (id) is null in {_where(files, at)} ({count} null ids in "
+            f"column `{id_column}` (id) is null in {where(*_split(at))} ({count} null ids in "
             "total); every row needs an id: fill them in, or map another column with "
             "--map id=COLUMN"
         )
 
 
-def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str) -> None:
+_POLICY_FLAG = "--duplicate-ids keep-first|keep-last ([columns] duplicate_ids)"
+
+
+def _check_unique(
+    ids: pl.LazyFrame, where: Where, id_column: str, policy: str, n_files: int
+) -> Duplicates | None:
+    """No id on two rows (policy "refuse", an InputError naming the first repeated id and
+    where it is); or, keeping the first or the last row of each, the rows to drop."""
     dups = (
         ids.group_by("id")
         .agg(pl.len().alias("n"), pl.col("pos").min().alias("first"))
@@ -385,29 +509,47 @@ def _check_unique(ids: pl.LazyFrame, files: Sequence[InputFile], id_column: str)
     )
     count, value = dups.row(0)
     if not count:
-        return
-    hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
-    where = "; ".join(_where(files, pos) for pos in hits["pos"])
-    raise InputError(
-        f"duplicate id {value!r} in column `{id_column}`: {where} "
-        f"({counted(count, 'duplicated id')} in total); ids must be unique across all input "
-        "files: deduplicate the data, or map a unique column with --map id=COLUMN"
-    )
+        return None
+    if policy == "refuse":
+        hits = ids.filter(pl.col("id") == value).select("pos").head(3).collect(engine="streaming")
+        said = "; ".join(where(*_split(pos)) for pos in hits["pos"])
+        raise InputError(
+            f"duplicate id {value!r} in column `{id_column}`: {said} "
+            f"({counted(count, 'duplicated id')} in total); ids must be unique across all input "
+            f"files: deduplicate the data, map a unique column with --map id=COLUMN, or score "
+            f"one row of each id with {_POLICY_FLAG}"
+        )
+    keep = pl.col("pos").min() if policy == "keep-first" else pl.col("pos").max()
+    repeated = ids.filter(pl.col("id").is_duplicated())
+    kept = repeated.group_by("id").agg(keep.alias("pos"))
+    dropped = repeated.join(kept, on=["id", "pos"], how="anti").select("pos").sort("pos")
+    positions = dropped.collect(engine="streaming").get_column("pos").to_numpy()
+    file_of, row_of = positions >> _ROW_BITS, positions & ((1 << _ROW_BITS) - 1)
+    per_file = tuple(tuple(row_of[file_of == f].tolist()) for f in range(n_files))
+    return Duplicates(policy, int(count), len(positions), per_file)
 
 
 def check_ids(
-    files: Sequence[InputFile], scans: Sequence[IdScan], id_column: str, id_type: pa.DataType
-) -> None:
-    """Scan only the id column of every file (Polars streaming): no nulls, no duplicates."""
+    files: Sequence[InputFile],
+    scans: Sequence[IdScan],
+    id_column: str,
+    id_type: pa.DataType,
+    *,
+    policy: str = "refuse",
+    where: Where | None = None,
+) -> Duplicates | None:
+    """Scan only the id column of every file (Polars streaming): no nulls, and no duplicates
+    (or, under a keep policy, the rows that repeat an id: not scored)."""
     as_string = id_type == pa.string()
+    where = where or _row_where(files)
     try:
         ids = _id_frame(scans, as_string)
-        _check_nulls(ids, files, id_column)
-        _check_unique(ids, files, id_column)
+        _check_nulls(ids, where, id_column)
+        return _check_unique(ids, where, id_column, policy, len(files))
     except pl.exceptions.PolarsError as exc:
-        where = _unreadable_ids(files, scans, as_string)
+        said = _unreadable_ids(files, scans, as_string)
         raise InputError(
-            f"cannot read the id column `{id_column}` of {where} ({detail(exc)}); ids must be "
+            f"cannot read the id column `{id_column}` of {said} ({detail(exc)}); ids must be "
             "readable (string ids valid UTF-8): re-export the file, or map another column with "
             "--map id=COLUMN"
         ) from exc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ import polars as pl
 from ctxprec.analysis.corrected import REFERENCE_COLUMNS, corrected_delta
 from ctxprec.analysis.evidence import side_evidence
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from ctxprec.storage.core.errors import OutputError, UserError
+from ctxprec.storage.core.errors import NothingToCompareError, OutputError, UserError
 from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.options import CompareOptions
 from ctxprec.storage.files import layout
@@ -30,6 +30,7 @@ from ctxprec.storage.outdir.ownership import (
     part_files,
     read_manifest,
 )
+from ctxprec.storage.outdir.schema import OLD_TOKEN_COLUMNS, TOKEN_COLUMNS, token_columns
 from ctxprec.storage.stats.agreement import agreement_figures, mcnemar
 from ctxprec.storage.stats.paired import TIE_EPS, paired_figures
 
@@ -47,7 +48,7 @@ __all__ = [
 
 _SCORED = (STATUS_OK, STATUS_EMPTY)
 _ROW_COLS = ("score", "status", "reason", "verdicts", "error", "judge_model", "prompt_version",
-             "input_tokens", "output_tokens", *REFERENCE_COLUMNS)  # fmt: skip
+             *TOKEN_COLUMNS, *OLD_TOKEN_COLUMNS, *REFERENCE_COLUMNS)  # fmt: skip
 _RANK_PREFIXES = ("reciprocal_rank", "precision_at_", "hit_at_")
 _JUDGE_KEYS = ("judge", "judge_model", "mode", "scale")  # manifest entries that change a score
 _URL_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "file", "hf")
@@ -100,7 +101,7 @@ def compare(a: Side, b: Side, opts: CompareOptions) -> dict[str, Any]:
     fa, fb = _read_side(a, opts, candidates), _read_side(b, opts, candidates)
     pairs, left_out = _pair(fa, fb)
     if pairs.height == 0:
-        raise UserError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
+        raise NothingToCompareError(_no_pairs_message(a, b, fa, fb, left_out, opts.on))
     judge = _judge_check(a, b, pairs)
     if opts.strict and judge["differences"]:
         raise UserError(
@@ -138,7 +139,7 @@ def _scan(side: Side) -> pl.LazyFrame:
         )
     files = part_files(side.path)
     if not files:
-        raise UserError(
+        raise NothingToCompareError(
             f"side {side.name}: {side.path} holds no scored part files; "
             "pass an OUTDIR written by `ctxprec score`"
         )
@@ -179,7 +180,9 @@ def _check_side(side: Side, frame: pl.DataFrame, on: str, lf: pl.LazyFrame) -> N
         listed = ", ".join(seen[:10]) + (", …" if len(seen) > 10 else "")
         there = f"values of `{column}` there: {listed}" if seen else f"`{column}` is empty there"
         where = " and ".join(f"{c}={v}" for c, v in side.filters)
-        raise UserError(f"side {side.name}: no row of {side.path} matches {where} ({there})")
+        raise NothingToCompareError(
+            f"side {side.name}: no row of {side.path} matches {where} ({there})"
+        )
     dupes = frame.group_by("key").len().filter(pl.col("len") > 1)
     if dupes.height:
         key, count = dupes.row(0)
@@ -470,30 +473,40 @@ def _verdict_counts(fa: pl.DataFrame, fb: pl.DataFrame) -> tuple[np.ndarray, int
 
 
 def _side_cost(side: Side, frame: pl.DataFrame) -> dict[str, Any]:
-    """What judging the side's rows cost: the rows' token columns (each call counted once, on
-    the row that first used it), priced with the run's `[prices]` when run.json has them; and
-    the whole output's cost as its summary states it."""
-    tokens = {
-        t: int(frame.get_column(f"{t}_tokens").sum()) if f"{t}_tokens" in frame.columns else None
-        for t in ("input", "output")
-    }
+    """What judging the side's rows cost, twice: what the runs that wrote them paid (their
+    `paid_*` columns; null for an output written before they existed) and what their verdicts
+    cost when first paid (`verdict_*`: each call once, on the row that first used it), priced
+    with the run's `[prices]` when run.json has them; and the whole output's figures as its
+    summary states them."""
+    sums = frame.select(t.sum() for t in token_columns(frame.columns)).row(0, named=True)
+    if "paid_input_tokens" not in frame.columns:  # schema 1: not recorded
+        sums["paid_input_tokens"] = sums["paid_output_tokens"] = None
     run = _state_json(layout.run_info(side.path))
     summary = _state_json(layout.summary_json(side.path))
     price = run.get("price") or {}
-    p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
-    usd = None
-    if p_in is not None and p_out is not None and None not in tokens.values():
-        usd = ((tokens["input"] or 0) * p_in + (tokens["output"] or 0) * p_out) / 1e6
     judge = summary.get("judge") or {}
+    cost = summary.get("cost_usd") or {}
     return {
         "judge_model": run.get("judge_model") or judge.get("model"),
         "prompt_version": run.get("prompt_version") or judge.get("prompt_version"),
-        "input_tokens": tokens["input"],
-        "output_tokens": tokens["output"],
-        "cost_usd": usd,
-        "output_cost_usd": (summary.get("cost_usd") or {}).get("all_rows"),
+        **{name: sums[name] for name in TOKEN_COLUMNS},
+        "paid_cost_usd": _usd(price, sums["paid_input_tokens"], sums["paid_output_tokens"]),
+        "verdict_cost_usd": _usd(
+            price, sums["verdict_input_tokens"], sums["verdict_output_tokens"]
+        ),
+        "output_paid_cost_usd": cost.get("paid_all_runs"),
+        # a summary written before the two figures had one, the verdicts' ("all_rows")
+        "output_verdict_cost_usd": cost.get("verdicts_all_rows", cost.get("all_rows")),
         "output_judge_calls": judge.get("calls"),
     }
+
+
+def _usd(price: Mapping[str, Any], t_in: Any, t_out: Any) -> float | None:
+    """Tokens priced per million (full precision: compare.json keeps it)."""
+    p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
+    if p_in is None or p_out is None or t_in is None or t_out is None:
+        return None
+    return float(t_in * p_in + t_out * p_out) / 1e6
 
 
 def _state_json(path: OutPath) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class BatchCollector:
         self.memo: Memo | None = None
         self.counters = RunCounters()  # what its memo had to say (`record_memo`)
         self._troubles = 0  # polls in a row that failed after their HTTP retries
+        self.collected: set[str] = set()  # keys whose answers this run collected (paid now)
 
     def open_memo(self) -> Memo:
         memo = open_memo(self.cfg)  # (not `or`: an empty Memo is falsy, it has a __len__)
@@ -283,6 +284,7 @@ class BatchCollector:
         if entries:
             assert self.memo is not None
             self.memo.set_many(entries)
+            self.collected.update(key for key, _ in entries)
         retry: dict[str, JudgeError] = {}
         adapted: dict[str, dict[str, Any]] = {}
         lines = store.read_lines(name, set(errors))

@@ -9,6 +9,7 @@ from typing import Any
 
 from ctxprec.config import Config
 from ctxprec.run.estimate import per_1k_rows
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.settings import Price
 
 __all__ = [
@@ -44,9 +45,9 @@ def batch_costs(cfg: Config, model: str, t_in: int, t_out: int) -> dict[str, flo
     cost = (t_in * batch.input_per_mtok + t_out * batch.output_per_mtok) / 1e6
     full = (t_in * online.input_per_mtok + t_out * online.output_per_mtok) / 1e6
     return {
-        "cost_usd": round(cost, 6),
-        "online_cost_usd": round(full, 6),
-        "saving_usd": round(full - cost, 6),
+        "cost_usd": round_figure(cost),
+        "online_cost_usd": round_figure(full),
+        "saving_usd": round_figure(full - cost),
     }
 
 
@@ -61,6 +62,8 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
         info.update(costs)
         out["cost_usd"] = costs["cost_usd"]
         out["cost_per_1k_rows_usd"] = per_1k_rows(costs["cost_usd"], int(est["rows_to_judge"]))
+        rows = int(est["rows"]) + int(est.get("rows_already_scored") or 0)
+        out["cost_per_1k_input_rows_usd"] = per_1k_rows(costs["cost_usd"], rows)
     out["batch_api"] = info
     if isinstance(est.get("audit"), dict):  # --audit-model: its calls go through batches too
         audit = dict(est["audit"])
@@ -70,7 +73,7 @@ def batch_estimate(est: dict[str, Any], cfg: Config) -> dict[str, Any]:
             audit.update(a_costs)
         out["audit"] = audit
         first, second = out.get("cost_usd"), audit.get("cost_usd")
-        total = None if first is None or second is None else round(first + second, 6)
+        total = None if first is None or second is None else round_figure(first + second)
         out["total_cost_usd"] = total
     # the provider's queue sets the wall time, not ctxprec's limits: no online figure stands here
     out["wall_s"], out["bound_by"] = None, "batch_api"

@@ -130,6 +130,7 @@ async def _batch_run(run: LocalRun, cfg: Config, options: BatchOptions, progress
         open_memo=collector.open_memo,
         audit_factory=audit_factory if auditor is not None else None,
         keep_texts=True,
+        paid_keys=lambda: collector.collected,  # the answers this run's batches brought
     )
     result.extra["batch_api"] = report
     # the summary prices this run's tokens (the batches' own) at batch prices

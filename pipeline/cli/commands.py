@@ -17,7 +17,13 @@ from typing import Any
 import polars as pl
 
 from ctxprec.analysis.compare import compare, drop_gate, gate_figure, sides_from_args
-from ctxprec.analysis.quality_gate import gate_exit, ids_before, run_mean, under_gate
+from ctxprec.analysis.quality_gate import (
+    EMPTY_GATE_EXIT,
+    empty_gate_message,
+    gate_exit,
+    gate_failed,
+    gate_line,
+)
 from ctxprec.batchapi.figures import batch_estimate, batch_line, render_batch_estimate
 from ctxprec.batchapi.run import check_batch_provider
 from ctxprec.cli.batches import list_batches, render_batches
@@ -27,8 +33,8 @@ from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
-from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
-from ctxprec.storage.core.errors import UserError
+from ctxprec.storage.core.constants import STATUS_FAILED
+from ctxprec.storage.core.errors import NothingToCompareError, UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
 from ctxprec.storage.core.options import BatchOptions, CompareOptions
 from ctxprec.storage.core.seams import Seams
@@ -51,6 +57,7 @@ from ctxprec.storage.report.compare import check_compare_target, render_text, wr
 from ctxprec.storage.report.estimate import estimate_sentence
 from ctxprec.storage.report.summary import build_summary, seconds, write_summary
 from ctxprec.storage.report.trend import trend_text
+from ctxprec.storage.report.words import failure_groups
 
 __all__ = ["cmd_batches", "cmd_compare", "cmd_estimate", "cmd_score", "cmd_summary"]
 
@@ -113,9 +120,6 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     args.output = with_options(args.output, cfg.storage)  # [storage] of the TOML, if any
     progress = "off" if args.quiet else args.progress
     run = choose(cfg, _engine(args))
-    before = (
-        ids_before(args.output) if cfg.gate.fail_under is not None and args.incremental else None
-    )
     options = RunOptions(
         overwrite=args.overwrite,
         incremental=args.incremental,
@@ -126,29 +130,32 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
     with _collector_for_a_run():
         result = run(args.input, args.output, cfg, options)
     batch = result.summary.get("run", {}).get("engine", {}).get("batch_api")
-    if args.quiet:
-        line = _quiet_line(result.summary, args.output)
-        if batch:
-            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
-        print(json.dumps(line))
-    else:
-        print(_human_line(result.summary, args.output))
-        if batch:
-            print(batch_line(batch))
     for error in result.sink_errors:
         print(
             f"ctxprec: sink failed: {error}; the Parquet output is complete and the table is as "
             "it was: fix the cause and run the same command again to load it",
             file=sys.stderr,
         )
-    if cfg.gate.fail_under is None:
-        return result.exit_code
-    mean, rows = run_mean(args.output, before)
-    return gate_exit(result.exit_code, under_gate(mean, rows, cfg.gate.fail_under))
+    code = gate_exit(result.exit_code, result.gate)
+    if args.quiet:
+        line = _quiet_line(result.summary, args.output)
+        if batch:
+            line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        if result.gate is not None:
+            line["quality_gate"] = result.gate.as_dict()
+        print(json.dumps(line | {"exit_code": code}))
+    else:
+        print(_human_line(result.summary, args.output))
+        if batch:
+            print(batch_line(batch))
+        if result.gate is not None and result.gate.outcome == "passed":
+            print(f"  gate: {gate_line(result.gate)}")  # a failed one's line is on stderr
+    return code
 
 
 def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
     run = summary.get("run", {})
+    t, cost = summary.get("tokens") or {}, summary.get("cost_usd") or {}
     return {
         "outdir": str(outdir),
         "rows": summary.get("rows"),
@@ -163,7 +170,19 @@ def _quiet_line(summary: dict[str, Any], outdir: Path) -> dict[str, Any]:
         "sink_errors": run.get("sink_errors"),
         "wall_s": None if run.get("wall_s") is None else round_figure(run["wall_s"], 2),
         "notices": run.get("notices") or [],
-        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history
+        # what this run paid (its judge calls; memo hits pay nothing), and what the output's
+        # rows' verdicts cost when first paid
+        "paid": {
+            "input_tokens": t.get("paid_input_this_run"),
+            "output_tokens": t.get("paid_output_this_run"),
+            "cost_usd": cost.get("paid_this_run"),
+        },
+        "verdicts_all_rows": {
+            "input_tokens": t.get("verdict_input_all_rows"),
+            "output_tokens": t.get("verdict_output_all_rows"),
+            "cost_usd": cost.get("verdicts_all_rows"),
+        },
+        "all_runs": (summary.get("history") or {}).get("total"),  # the output's history: paid
     }
 
 
@@ -179,7 +198,11 @@ def _human_line(summary: dict[str, Any], outdir: Path, *, rebuilt: bool = False)
         f"empty_context {rows.get('empty_context', 0):,}, failed {rows.get('failed', 0):,})",
         f"  score {figures}",
         *_estimate_lines(summary),
-        *(_runs_lines(summary) if rebuilt else _this_run_lines(summary)),
+        *(
+            [*_runs_lines(summary), *_verdicts_line(summary)]
+            if rebuilt
+            else _this_run_lines(summary)
+        ),
         f"  summary: {layout.summary_md(outdir)}",
     ]
     lines += failure_lines(summary.get("failures") or {})
@@ -197,30 +220,19 @@ def _estimate_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def failure_lines(failures: dict[str, int]) -> list[str]:
-    """What to do about failed rows: a re-run retries judge failures; rows whose input is
-    invalid fail again until the input is fixed, and are said apart."""
-    bad = {k: v for k, v in failures.items() if k == INPUT_CAUSE}
-    judge = {k: v for k, v in failures.items() if k != INPUT_CAUSE}
-    out = []
-    if judge:
-        causes = ", ".join(f"{k} x{v:,}" for k, v in judge.items())
-        n = counted(sum(judge.values()), "row")
-        out.append(f"  {n} failed ({causes}); re-run the same command to retry only them")
-    if bad:
-        n = counted(sum(bad.values()), "row")
-        out.append(
-            f"  {n} failed on their input ({INPUT_CAUSE}: the error column says which field); "
-            "a re-run cannot fix them: fix the input rows"
-        )
-    return out
+    """What to do about failed rows (`words.failure_groups`: the summaries say it alike): a
+    re-run retries judge failures; unreadable replies and invalid input are said apart."""
+    groups = failure_groups(failures, sep=" x")
+    return [f"  {rows} ({causes}); {advice}" for rows, causes, advice in groups]
 
 
 def _this_run_lines(summary: dict[str, Any]) -> list[str]:
     run = summary.get("run", {})
     judge = run.get("judge") or {}
     wall = seconds(run.get("wall_s") or 0)
+    paid = _paid_text(summary)
     if not run.get("rows_this_run") and summary.get("rows", {}).get("total"):
-        lines = [f"  this run: nothing new to score, every row was already there ({wall})"]
+        lines = [f"  this run: nothing new to score, every row was already there ({wall}{paid})"]
     else:
         lines = [
             f"  this run: {counted(run.get('rows_this_run') or 0, 'row')}, "
@@ -228,11 +240,12 @@ def _this_run_lines(summary: dict[str, Any]) -> list[str]:
             f"{counted(run.get('memo_hits') or 0, 'memo hit')}, "
             f"{counted(judge.get('retries') or 0, 'retry')}, "
             f"{judge.get('rate_limited') or 0:,} 429s, "
-            f"{wall}"
+            f"{wall}{paid}"
         ]
     total = (summary.get("history") or {}).get("total") or {}
     if total.get("runs", 0) > 1:
         lines += _runs_lines(summary)
+    lines += _verdicts_line(summary)
     for loaded in run.get("sinks") or []:
         lines.append(
             f"  sink {loaded['sink']}: {counted(loaded['rows_added'], 'row')} added, "
@@ -246,13 +259,42 @@ def _runs_lines(summary: dict[str, Any]) -> list[str]:
     total = (summary.get("history") or {}).get("total")
     if not total:
         return []
-    cost = "" if total.get("cost_usd") is None else f", {_num(total['cost_usd'])} USD"
+    cost = (
+        "" if total.get("paid_cost_usd") is None else f", paid {_num(total['paid_cost_usd'])} USD"
+    )
     runs = f"{total['runs']} run" + ("s" if total["runs"] != 1 else "")
     return [
         f"  all runs: {runs}, {counted(total['rows_this_run'], 'row')} scored, "
         f"{counted(total['judge_calls'], 'judge call')}, "
         f"{counted(total['memo_hits'], 'memo hit')}, "
         f"{seconds(total['wall_s'])}{cost}"
+    ]
+
+
+def _paid_text(summary: dict[str, Any]) -> str:
+    """What this run paid, for its line: ", paid 0.0017 USD (9,099 / 574 tokens)" (the cost
+    from [prices]; tokens alone when the model has no price)."""
+    t, cost = summary.get("tokens") or {}, (summary.get("cost_usd") or {}).get("paid_this_run")
+    t_in, t_out = t.get("paid_input_this_run"), t.get("paid_output_this_run")
+    tokens = f"{_num(t_in or 0)} / {_num(t_out or 0)} tokens"
+    if cost is None:
+        return f", paid {tokens} (no price known)" if t_in or t_out else ""
+    return f", paid {_num(cost)} USD" + (f" ({tokens})" if t_in or t_out else "")
+
+
+def _verdicts_line(summary: dict[str, Any]) -> list[str]:
+    """What the output's rows' verdicts cost when first paid, beside what was paid: a night
+    judged from the memo paid nothing though its verdicts once cost something."""
+    t, cost = summary.get("tokens") or {}, summary.get("cost_usd") or {}
+    t_in, t_out = t.get("verdict_input_all_rows"), t.get("verdict_output_all_rows")
+    if not t_in and not t_out:
+        return []
+    usd = cost.get("verdicts_all_rows")
+    money = "" if usd is None else f"{_num(usd)} USD, "
+    rows = counted(summary.get("rows", {}).get("total", 0), "row")
+    return [
+        f"  verdicts of the {rows}: {money}{_num(t_in)} / {_num(t_out or 0)} tokens when "
+        "first paid (a memo hit is not paid again)"
     ]
 
 
@@ -337,11 +379,17 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
-    report = compare(a, b, opts)
+    try:
+        report = compare(a, b, opts)
+    except NothingToCompareError as exc:
+        if args.fail_drop is None:
+            raise
+        return _empty_drop_gate(args, str(exc))
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
         report["gate"] = {"fail_drop": args.fail_drop, "failed": bool(message), "message": message,
-                          "figure": gate_figure(report)[0]}  # fmt: skip
+                          "figure": gate_figure(report)[0], "outcome": "failed" if message
+                          else "passed"}  # fmt: skip
         if args.margin is not None:
             report["gate"]["margin"] = args.margin
     if args.output is not None:
@@ -350,7 +398,22 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
         json.dumps(report, indent=2, default=str) if args.json else render_text(report, args.output)
     )
 
-    return gate_exit(0, message)
+    return 0 if message is None else gate_failed(0, message)
+
+
+def _empty_drop_gate(args: argparse.Namespace, why: str) -> int:
+    """`--fail-drop` with nothing to compare (an empty night, a side that matches no row):
+    exit 7, or a note and 0 with --pass-empty; --json prints the gate alone."""
+    message = empty_gate_message(f"--fail-drop {args.fail_drop:g}", why, args.pass_empty,
+                                 "--pass-empty")  # fmt: skip
+    if args.json:
+        gate = {"fail_drop": args.fail_drop, "outcome": "empty", "failed": not args.pass_empty,
+                "pass_empty": args.pass_empty, "message": message}  # fmt: skip
+        print(json.dumps({"gate": gate}, indent=2))
+    if args.pass_empty:
+        print(f"ctxprec: note: {message}", file=sys.stderr)
+        return 0
+    return gate_failed(0, message, EMPTY_GATE_EXIT)
 
 
 def _cmd_batches(args: argparse.Namespace, seams: Seams) -> int:

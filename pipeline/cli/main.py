@@ -7,8 +7,9 @@ folder); 3 an internal error; 5 a quality gate failed (--fail-under, --fail-drop
 failed too); 4 the judge refused the run (auth, quota, unknown model, a request it
 rejects that cannot be adapted: finished parts kept, the same command resumes once fixed);
 6 provider batches still pending after --batch-wait (the same command collects
-them later); 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM (finished parts and verdicts
-kept; the same command resumes). A reader that
+them later); 7 a quality gate had nothing to judge (no scored row: --pass-empty lets it
+pass); 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM (finished parts and verdicts kept; the
+same command resumes). A reader that
 closes stdout early (`ctxprec summary OUT | head`) is normal use: nothing more is printed and the
 command exits 0, never an error.
 """
@@ -130,7 +131,8 @@ def _add_data_flags(p: argparse.ArgumentParser, *, output: bool = False) -> None
         help="map id, query, expected, context or labels to a column; several pairs by commas "
         "(query=question,expected=ground_truth) or by repeating the flag",
     )
-    for key in ("columns.extractor", "columns.passthrough", "run.batch_rows"):
+    for key in ("columns.extractor", "columns.passthrough", "columns.duplicate_ids",
+                "run.batch_rows"):  # fmt: skip
         _add_setting(g, key)
     lim = p.add_argument_group("limits and memo")
     for key in ("concurrency", "rpm", "tpm", "adaptive"):
@@ -185,9 +187,11 @@ SCORE_EPILOG = """examples:
 exit codes:
   0 every row scored; 1 some rows failed (output written; the summary says which a re-run can
   fix); 2 usage, config, input or output-folder error before any judge call; 3 internal error;
-  4 the judge refused the run (auth, quota, model); 5 a quality gate failed (--fail-under);
-  6 provider batches still pending (--batch-wait); 130 Ctrl-C, 143 SIGTERM (finished parts and
-  verdicts kept: the same command resumes)"""
+  4 the judge refused the run (auth, quota, model, a dead base URL, a judge that never gives
+  a verdict); 5 a quality gate failed (--fail-under: the input's scored rows, the same answer
+  on a retry); 6 provider batches still pending (--batch-wait); 7 the gate had no scored row to
+  judge (--pass-empty: pass); 130 Ctrl-C, 143 SIGTERM (finished parts and verdicts kept: the
+  same command resumes)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -329,6 +333,7 @@ def _port(text: str) -> int:
 
 def _add_gate_flags(p: argparse.ArgumentParser) -> None:
     _add_setting(p, "gate.fail_under")
+    _add_setting(p, "gate.pass_empty")
 
 
 def _add_compare_parser(sub: Any) -> None:
@@ -343,7 +348,10 @@ def _add_compare_parser(sub: Any) -> None:
     cp.add_argument("--seed", type=int, default=d.seed, help="bootstrap seed")
     cp.add_argument("--top", type=int, default=d.top, help="rows that changed most to show")
     cp.add_argument("--strict", action="store_true", help="refuse sides with different judges")
-    cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X")
+    cp.add_argument("--fail-drop", type=float, metavar="X", help="exit 5 when B is worse by > X "
+                    "(exit 7 when there is nothing to compare)")  # fmt: skip
+    cp.add_argument("--pass-empty", action="store_true", help="with --fail-drop: nothing to "
+                    "compare (an empty night) passes instead of exiting 7")  # fmt: skip
     # -- honest intervals: clustered bootstrap and non-inferiority
     cp.add_argument("--cluster-by", metavar="COL", help="resample pairs sharing COL together "
                     "(default: the query column when several pairs share a query)")  # fmt: skip
@@ -536,7 +544,7 @@ def _main(argv: Sequence[str] | None, seams: Seams) -> int:
         return exc.exit_code
     except JudgeRefusedRunError as exc:
         print(
-            f"ctxprec: the judge refused the run: {printable(str(exc), lines=True)}. Finished "
+            f"ctxprec: {exc.lead}: {printable(str(exc), lines=True)}. Finished "
             "parts are kept; run the same command again once this is fixed",
             file=sys.stderr,
         )

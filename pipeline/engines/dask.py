@@ -422,7 +422,8 @@ async def _task_main(
     stage = partial(run_stage, plan, files=[task.file], skip=task.skip())
     hooks = ReduceHooks(plan, scratch, index, audit_scratch) if scratch is not None else None
     if hooks is not None:
-        stage = partial(stage, open_memo=hooks.open_memo, judge_factory=hooks.judge_factory)
+        stage = partial(stage, open_memo=hooks.open_memo, judge_factory=hooks.judge_factory,
+                        paid_keys=hooks.paid_keys)  # fmt: skip
         if audit_scratch is not None:
             stage = partial(
                 stage, open_audit_memo=hooks.open_audit_memo, audit_factory=hooks.audit_factory

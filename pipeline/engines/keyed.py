@@ -455,6 +455,10 @@ class ReduceHooks:
         self.memo = self._answers(self.scratch, self.failed)
         return self.memo
 
+    def paid_keys(self) -> set[str]:
+        """The answers this run's shard tasks paid for (their rows count them as paid)."""
+        return self.memo.fresh if self.memo is not None else set()
+
     def open_audit_memo(self) -> AnswersMemo:
         assert self.audit_scratch is not None
         self.audit_memo = self._answers(self.audit_scratch, self.audit_failed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Container, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -23,7 +23,13 @@ from ctxprec.storage.core.seams import DEFAULT
 from ctxprec.storage.memo.journal import Journal
 from ctxprec.storage.memo.store import MemoEntry, MemoStore, entry_of
 
-__all__ = ["Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
+__all__ = ["CARRIED", "PAID", "Dispatcher", "ItemOutcome", "RunCounters", "add_counts"]
+
+# what a row holds of an item's tokens (`RowPlan.paid`): nothing (0: another row carries them,
+# or the verdict cost none); CARRIED, the verdict's tokens (what it cost when it was first
+# paid, here on the first row of the run that uses it); PAID, carried and paid by this run
+CARRIED = 1
+PAID = 2
 
 _MEMO_QUEUE = 80_000  # verdicts waiting for the memo writer, at most (then senders wait)
 _MEMO_GROUP = 40_000  # verdicts of a synchronous judge the writer waits for (< _MEMO_QUEUE) ...
@@ -49,6 +55,11 @@ class RunCounters:
     reason_calls: int = 0  # --reason llm: calls that wrote a row's reason
     memo_unreadable: int = 0  # memo entries that were not verdicts: judged again
     memo_notes: list[str] = field(default_factory=list)  # one line each (`storage.memo.store.Memo`)
+    # the token columns summed over the rows this run wrote (`ctxprec.flow.reduce.add_tokens`)
+    paid_input_tokens: int = 0
+    paid_output_tokens: int = 0
+    verdict_input_tokens: int = 0
+    verdict_output_tokens: int = 0
     failed_by_cause: dict[str, int] = field(default_factory=dict)
     rows_by_prompt: dict[str, int] = field(default_factory=dict)  # prompt version -> rows written
 
@@ -128,6 +139,9 @@ class Dispatcher:
         self._recent: OrderedDict[str, MemoEntry] = OrderedDict()
         self._failed: OrderedDict[str, ItemOutcome] = OrderedDict()  # failed calls, not retried
         self._credited: OrderedDict[str, None] = OrderedDict()  # keys whose tokens a row carries
+        # verdicts this run paid for that reach its rows through a memo: a keyed reduce's
+        # answers from this run's shard tasks, a batch run's collected answers (`carry`)
+        self.paid_elsewhere: Container[str] = frozenset()
         # the job stream itself is unbounded; `_send_job` bounds it: a sender that finds
         # `_job_cap` jobs not yet taken waits until the workers took half of them, so senders
         # wake once per half a buffer, not once per job (anyio's bounded stream wakes a waiting
@@ -174,6 +188,13 @@ class Dispatcher:
         if len(self._credited) > _RECENT_CAP * 4:
             self._credited.popitem(last=False)
         return True
+
+    def carry(self, key: str) -> int:
+        """What a row that found `key`'s verdict in the memo holds of its tokens: CARRIED the
+        first time in this run (PAID when this run paid for it elsewhere), else 0."""
+        if not self.credit(key):
+            return 0
+        return PAID if key in self.paid_elsewhere else CARRIED
 
     async def submit_item(self, key: str, request: ItemRequest) -> ItemOutcome:
         outcome = self.reserve(key)

@@ -12,7 +12,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ctxprec.connectors.judges.base import ItemRequest
-from ctxprec.flow.dispatch import Dispatcher, ItemOutcome, RunCounters
+from ctxprec.flow.dispatch import PAID, Dispatcher, ItemOutcome, RunCounters
 from ctxprec.flow.rows import RowPlan
 from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
 from ctxprec.storage.memo.store import INPUT_TOKENS, OUTPUT_TOKENS, MemoEntry
@@ -42,8 +42,8 @@ async def resolve_items(
 
 def _all_found(plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatcher) -> bool:
     """The common case of a re-run: every item of the row is in the memo. Fills the row at once
-    (the tokens of a verdict go to the first row that uses it; a verdict without tokens needs
-    no such bookkeeping)."""
+    (the tokens of a verdict go to the first row that uses it, as its verdict's cost, paid by
+    an earlier run; a verdict without tokens needs no such bookkeeping)."""
     entries = [found.get(key) for key in plan.keys]
     if None in entries:
         return False
@@ -51,7 +51,7 @@ def _all_found(plan: RowPlan, found: dict[str, MemoEntry], dispatcher: Dispatche
     dispatcher.counters.memo_hits += len(entries)
     for i, entry in enumerate(entries):
         if entry[INPUT_TOKENS] or entry[OUTPUT_TOKENS]:  # type: ignore[index]
-            plan.paid[i] = dispatcher.credit(plan.keys[i])
+            plan.paid[i] = dispatcher.carry(plan.keys[i])
     return True
 
 
@@ -78,7 +78,7 @@ async def _resolve_inline(
                 counters.dedup_hits += 1
                 plan.entries[i] = known
                 continue
-            plan.paid[i] = True
+            plan.paid[i] = PAID
             entry = dispatcher.decide_inline(key, plan.query, plan.expected, plan.items[i])
             plan.entries[i] = entry
             fresh.append((key, entry))
@@ -94,7 +94,7 @@ def _from_memo(
         return False
     dispatcher.counters.memo_hits += 1
     plan.entries[i] = entry
-    plan.paid[i] = dispatcher.credit(key)
+    plan.paid[i] = dispatcher.carry(key)
     return True
 
 
@@ -119,7 +119,7 @@ async def _lookup(
             continue
         known = known_now(key)
         if known is None:
-            plan.paid[i] = True
+            plan.paid[i] = PAID
             if reserve is not None:
                 reserved.append((i, reserve(key)))
             else:

@@ -17,13 +17,15 @@ import polars as pl
 import pyarrow as pa
 
 from ctxprec.connectors.judges.prompts import CRITERION, CRITERION_QUERY_ONLY, prompt_version_for
+from ctxprec.flow.dispatch import PAID, RunCounters
 from ctxprec.flow.reason import build_reason, failed_reason, item_texts_lazy
 from ctxprec.flow.rows import ChunkJob, RowPlan
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.metric import map_score, map_stage_lazy, rank_column_names
 from ctxprec.storage.memo.store import INPUT_TOKENS, OUTPUT_TOKENS, REASON, RELEVANT, MemoEntry
+from ctxprec.storage.outdir.schema import TOKEN_COLUMNS
 
-__all__ = ["TableSpec", "scored_table"]
+__all__ = ["TableSpec", "add_tokens", "scored_table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,18 +208,25 @@ def _list_column(
     return pa.ListArray.from_arrays(_arrow(flat.offsets, pa.int32()), items, mask=mask)
 
 
-def _paid_tokens(plan: RowPlan) -> tuple[int, int]:
-    """Tokens of the calls this row carries: a call shared by several rows counts once."""
+def _row_tokens(plan: RowPlan) -> tuple[int, int, int, int]:
+    """(paid in, paid out, verdict in, verdict out): the tokens of the calls this run paid that
+    the row carries, and what the verdicts it carries cost when first paid (a memo hit costs
+    nothing now). A call shared by several rows counts once, on the first row that used it;
+    `--mode row`'s extra tokens (items of the row's call judged elsewhere) were paid now."""
     extra_in, extra_out = plan.extra_tokens
     paid = plan.paid
-    if paid and True not in paid:  # e.g. a re-run: every verdict came from the memo for free
-        return extra_in, extra_out
-    t_in = t_out = 0
-    for e, p in zip(plan.entries, paid or [True] * len(plan.entries), strict=True):
+    if paid and not any(paid):  # e.g. a verdict another row carries, or none had tokens
+        return extra_in, extra_out, extra_in, extra_out
+    p_in = p_out = v_in = v_out = 0
+    for e, p in zip(plan.entries, paid or [PAID] * len(plan.entries), strict=True):
         if e is not None and p:
-            t_in += int(e[INPUT_TOKENS])
-            t_out += int(e[OUTPUT_TOKENS])
-    return t_in + extra_in, t_out + extra_out
+            t_in, t_out = int(e[INPUT_TOKENS]), int(e[OUTPUT_TOKENS])
+            v_in += t_in
+            v_out += t_out
+            if p == PAID:
+                p_in += t_in
+                p_out += t_out
+    return p_in + extra_in, p_out + extra_out, v_in + extra_in, v_out + extra_out
 
 
 def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
@@ -226,15 +235,14 @@ def _row_columns(plans: Sequence[RowPlan], spec: TableSpec) -> dict[str, Any]:
         True: prompt_version_for("", spec.per_row, spec.verdict_only),
         False: prompt_version_for(None, spec.per_row, spec.verdict_only),
     }
-    tokens = [_paid_tokens(plan) for plan in plans]
+    tokens = [_row_tokens(plan) for plan in plans]
     return {
         "status": [plan.status for plan in plans],
         "error": [plan.error for plan in plans],
         "context_count": [len(p.items) if p.given is None else p.given for p in plans],
         "judge_model": [spec.judge_model] * len(plans),
         "prompt_version": [versions[plan.expected is not None] for plan in plans],
-        "input_tokens": [t[0] for t in tokens],
-        "output_tokens": [t[1] for t in tokens],
+        **{name: [t[i] for t in tokens] for i, name in enumerate(TOKEN_COLUMNS)},
     }
 
 
@@ -290,3 +298,16 @@ def _audit_scores(rows: Sequence[Sequence[bool | None] | None], scale: float) ->
         else:
             out.append(map_score([bool(x) for x in labels], scale))
     return out
+
+
+def add_tokens(counters: RunCounters, table: pa.Table) -> None:
+    """Add a scored table's token columns (int64, never null) to the run's counters, summed
+    from their buffers (no Python value per row, no pyarrow.compute import)."""
+    for name in TOKEN_COLUMNS:
+        total = 0
+        for chunk in table.column(name).chunks:
+            values = np.frombuffer(
+                chunk.buffers()[1], dtype=np.int64, count=chunk.offset + len(chunk)
+            )
+            total += int(values[chunk.offset :].sum())
+        setattr(counters, name, getattr(counters, name) + total)

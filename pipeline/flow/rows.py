@@ -32,7 +32,9 @@ class RowPlan:
     error: str | None = None
     keys: list[str] = field(default_factory=list)
     entries: list[MemoEntry | None] = field(default_factory=list)
-    paid: list[bool] = field(default_factory=list)  # this row carries the item's call tokens
+    # per item, what this row holds of its tokens: 0, CARRIED (the verdict's cost when first
+    # paid) or PAID (and this run paid it): `ctxprec.flow.dispatch`
+    paid: list[int] = field(default_factory=list)
     # --mode row: the row's call also judged items whose verdicts came from elsewhere; their
     # share of the call's tokens is carried here (the verdicts stay those already known)
     extra: list[ItemOutcome] = field(default_factory=list)
@@ -156,6 +158,6 @@ def attach_keys(
         assert plan.query is not None
         plan.keys = item_keys(row_hasher(prefix, version, plan.query, plan.expected), plan.items)
         plan.entries = [None] * len(plan.items)
-        plan.paid = [False] * len(plan.items)
+        plan.paid = [0] * len(plan.items)
         every.extend(plan.keys)
     return every

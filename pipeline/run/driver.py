@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import polars as pl
 
+from ctxprec.analysis.quality_gate import GateVerdict, judge_gate
 from ctxprec.config import Config
 from ctxprec.connectors.judges import JudgeStats, audit_settings, create_judge
 from ctxprec.connectors.judges.prompts import prompt_version_for
@@ -38,6 +39,7 @@ from ctxprec.run.publish import check_sinks, publish
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import ConfigError, InputError, UserError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
+from ctxprec.storage.core.settings import Price
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.objpath import OutPath
 from ctxprec.storage.outdir.commit import commit_part, committed
@@ -76,6 +78,12 @@ AUTO_ESTIMATE_ROWS = 200_000  # inputs up to this size are estimated before they
 
 @dataclass
 class RunResult:
+    """What a run did. Tokens and cost come twice: `paid_*`, what this run paid (the judge's
+    reported usage of its calls, re-asks and failed calls included; a memo hit pays nothing),
+    and `verdict_*`, what the verdicts of the rows it wrote cost when they were first paid
+    (each call once, memo hits included). The output's figures over all its rows and runs are
+    in `summary["tokens"]` and `summary["cost_usd"]`."""
+
     outdir: OutPath
     rows: int
     failed: int
@@ -83,10 +91,42 @@ class RunResult:
     counters: RunCounters
     stats: JudgeStats
     sink_errors: tuple[str, ...] = ()
+    gate: GateVerdict | None = None  # [gate] fail_under: the input's rows judged
 
     @property
     def exit_code(self) -> int:
+        """The rows' exit code: 1 when rows (or a sink) failed; the gate's is the CLI's."""
         return 1 if self.failed or self.sink_errors else 0
+
+    @property
+    def paid_input_tokens(self) -> int:
+        return self.stats.input_tokens
+
+    @property
+    def paid_output_tokens(self) -> int:
+        return self.stats.output_tokens
+
+    @property
+    def verdict_input_tokens(self) -> int:
+        return self.counters.verdict_input_tokens
+
+    @property
+    def verdict_output_tokens(self) -> int:
+        return self.counters.verdict_output_tokens
+
+    @property
+    def paid_cost_usd(self) -> float | None:
+        """What this run paid in USD at `[prices]` (None when the model has no price)."""
+        return self._cost("paid")
+
+    @property
+    def verdict_cost_usd(self) -> float | None:
+        """What the verdicts of the rows this run wrote cost when first paid, in USD."""
+        return self._cost("verdicts")
+
+    def _cost(self, which: str) -> float | None:
+        value = ((self.summary.get("run") or {}).get("cost_usd") or {}).get(which)
+        return None if value is None else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +398,10 @@ def _input_identity(input: str, info: SourceInfo, cfg: Config) -> dict[str, Any]
     files = []
     for f in info.files:
         files.append([f.absolute(), f.size, f.mtime_ns])
-    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows}
+    policy = cfg.columns.duplicate_ids  # which of an id's rows are scored (refuse: one only)
+    return {"input": input, "files": files, "batch_rows": cfg.run.batch_rows} | (
+        {"duplicate_ids": policy} if policy != "refuse" else {}
+    )
 
 
 def _table_spec(info: SourceInfo, cfg: Config, model: str) -> TableSpec:
@@ -380,7 +423,7 @@ def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Seri
     failed = have.filter(pl.col("status") == STATUS_FAILED).get_column("id")
     if failed.len():
         incoming = read_ids(info, cfg.column_map.id)
-        retry = incoming.filter(incoming.is_in(failed))
+        retry = incoming.filter(incoming.is_in(failed.implode()))
         drop_ids(outdir, retry.to_list())
     return have.filter(pl.col("status") != STATUS_FAILED).get_column("id")
 
@@ -391,7 +434,7 @@ def finish_run(
     """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
     run_info = _run_info(plan, result, started_at, wall, engine)
     plan.seams.at("finish", plan.runlog.outdir)
-    summary, sink_errors = _finish(plan, run_info, result.texts)
+    summary, sink_errors, gate = _finish(plan, run_info, result.texts, started_at)
     rows = summary.get("rows", {})
     return RunResult(
         plan.runlog.outdir,
@@ -401,6 +444,19 @@ def finish_run(
         result.counters,
         result.stats,
         tuple(sink_errors),
+        gate,
+    )
+
+
+def _gate(plan: RunPlan, started_at: datetime) -> GateVerdict | None:
+    """`[gate] fail_under` over the input's rows as the output holds them: an incremental
+    run's input ids (scored now or by an earlier run), a plain run's whole output."""
+    gate = plan.cfg.gate
+    if gate.fail_under is None:
+        return None
+    ids = read_ids(plan.info, plan.cfg.column_map.id) if plan.run_tag else None
+    return judge_gate(
+        plan.runlog.outdir, gate.fail_under, ids=ids, since=started_at, pass_empty=gate.pass_empty
     )
 
 
@@ -439,6 +495,7 @@ def _run_info(
             "dedup_hits": c.dedup_hits,
             "reason_calls": c.reason_calls,
             "judge": stats.as_dict(),
+            **_tokens_info(c, stats, price),
             "throttle": result.throttle.as_dict(),
             "price": None
             if price is None
@@ -453,12 +510,32 @@ def _run_info(
             "tpm": run.cfg.limits.tpm,
             "engine": {**engine, **result.extra},
             "notices": run_notices(run.input, run.info, run.cfg) + memo_notices(c),
+            "duplicate_ids": None if run.info.duplicates is None else run.info.duplicates.as_dict(),
             "memo_unreadable": c.memo_unreadable,
             "group_by": run.cfg.output.group_by,
         }
         | ({"recheck": result.recheck} if result.recheck is not None else {})
         | _audit_info(run, result)
     )
+
+
+def _tokens_info(c: RunCounters, stats: JudgeStats, price: Price | None) -> dict[str, Any]:
+    """run.json's `tokens` and `cost_usd`: what this run paid (the judge's reported usage)
+    and what the verdicts of the rows it wrote cost when first paid (their `verdict_*`
+    columns), the cost at `[prices]` (full precision; null without a price)."""
+    tokens = {
+        "paid_input_tokens": stats.input_tokens,
+        "paid_output_tokens": stats.output_tokens,
+        "verdict_input_tokens": c.verdict_input_tokens,
+        "verdict_output_tokens": c.verdict_output_tokens,
+    }
+    cost = None
+    if price is not None:
+        cost = {
+            "paid": price.usd(stats.input_tokens, stats.output_tokens, stats.cached_input_tokens),
+            "verdicts": price.usd(c.verdict_input_tokens, c.verdict_output_tokens),
+        }
+    return {"tokens": tokens, "cost_usd": cost}
 
 
 def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:
@@ -487,8 +564,8 @@ def _audit_info(run: RunPlan, result: StageResult) -> dict[str, Any]:
 
 
 def _finish(
-    run: RunPlan, run_info: dict[str, Any], kept: RunTexts | None = None
-) -> tuple[dict[str, Any], list[str]]:
+    run: RunPlan, run_info: dict[str, Any], kept: RunTexts | None, started_at: datetime
+) -> tuple[dict[str, Any], list[str], GateVerdict | None]:
     outdir = run.runlog.outdir
     # a worker killed while writing (its task done again elsewhere) left a temp file or a part
     # that no commit names: gone before readers of OUTDIR/*.parquet see the run as finished
@@ -502,6 +579,9 @@ def _finish(
     )
     run_info["sinks"] = loaded
     run_info["sink_errors"] = errors
+    gate = _gate(run, started_at)
+    if gate is not None:
+        run_info["quality_gate"] = gate.as_dict()
     estimate = run.runlog.load_estimate()
     if estimate is not None:
         run_info["estimate"] = estimate
@@ -519,7 +599,7 @@ def _finish(
     write_summary(outdir, summary, charts=run.cfg.output.charts, texts=texts)
     run.runlog.save_json(layout.run_info(outdir), run_info)
     run.runlog.finish()
-    return summary, errors
+    return summary, errors, gate
 
 
 # -- a run driven from this process ------------------------------------------------------

@@ -15,12 +15,18 @@ from ctxprec.config import Config
 from ctxprec.connectors.judges import JudgeStats, audit_settings, create_judge, estimate_tokens
 from ctxprec.connectors.judges.base import tokens_for_chars
 from ctxprec.connectors.judges.catalog import prices_taken
-from ctxprec.connectors.judges.prompts import item_prompt_chars, row_messages, typical_reply
+from ctxprec.connectors.judges.prompts import (
+    TYPICAL_REASON,
+    item_prompt_chars,
+    row_messages,
+    typical_reply,
+)
 from ctxprec.connectors.sources import SourceInfo, inspect_input
 from ctxprec.flow.audit import audited_rows
 from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
 from ctxprec.flow.rows import RowPlan, attach_keys
 from ctxprec.storage.core.constants import STATUS_OK
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.seams import Seams
 from ctxprec.storage.memo.store import Memo, judge_prefix
 from ctxprec.storage.report.summary import seconds
@@ -67,7 +73,7 @@ def reply_tokens(n_items: int, per_row: bool, verdict_only: bool) -> int:
 
 def per_1k_rows(cost_usd: float | None, rows: int) -> float | None:
     """USD per 1,000 rows that need the judge; None without a price or such rows."""
-    return None if cost_usd is None or not rows else round(cost_usd / rows * 1000, 6)
+    return None if cost_usd is None or not rows else round_figure(cost_usd / rows * 1000)
 
 
 def estimate(
@@ -127,6 +133,8 @@ def estimate(
         if memo is not None:
             memo.close()
     figures = _price(f, cfg, judge.model, latency_s)
+    if info.duplicates is not None:  # --duplicate-ids keep-*: rows not scored, not counted
+        figures["rows_dropped_as_duplicates"] = info.duplicates.rows
     if audit is not None:
         figures |= audit.figures(cfg, latency_s, figures["cost_usd"])
     return figures
@@ -185,7 +193,9 @@ class _AuditCount:
                 "in_run_duplicates", "calls", "input_tokens", "output_tokens", "cost_usd",
                 "price_known", "price_source")  # fmt: skip
         block = {k: a[k] for k in keep} | {"fraction": self.fraction, "seed": self.seed}
-        total = None if cost is None or a["cost_usd"] is None else round(cost + a["cost_usd"], 6)
+        total = (
+            None if cost is None or a["cost_usd"] is None else round_figure(cost + a["cost_usd"])
+        )
         return {"audit_calls": a["calls"], "audit": block, "total_cost_usd": total}
 
 
@@ -267,9 +277,11 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "output_tokens": out_tokens,
         "output_tokens_per_call": round(out_tokens / sent, 1) if sent else 0,
         "output_tokens_from": "memo" if per_item_out is not None else "reply schema",
+        "output_tokens_basis": _output_basis(per_item_out, f["memo_hits"], cfg.judge.verdict_only),
         "verdict_only": cfg.judge.verdict_only,
-        "cost_usd": None if cost is None else round(cost, 6),
-        "cost_per_1k_rows_usd": per_1k_rows(cost, f["rows_to_judge"]),
+        "cost_usd": None if cost is None else round_figure(cost),
+        "cost_per_1k_rows_usd": per_1k_rows(cost, f["rows_to_judge"]),  # rows needing the judge
+        "cost_per_1k_input_rows_usd": per_1k_rows(cost, f["rows"] + f["rows_already_scored"]),
         "price_known": price is not None or provider == "offline",
         "price_source": _price_source(cfg, model, price is not None),
         "latency_s_assumed": latency,
@@ -279,6 +291,17 @@ def _price(f: dict[str, Any], cfg: Config, model: str, latency_s: float | None) 
         "rpm": cfg.limits.rpm,
         "tpm": cfg.limits.tpm,
     }
+
+
+def _output_basis(per_item: float | None, hits: int, verdict_only: bool) -> str:
+    """How the output tokens were estimated, in words (`estimate` says it, the JSON keeps it)."""
+    if per_item is not None:
+        return (f"measured: {per_item:.1f} tokens an item, the mean of the {hits:,} replies of "
+                "this prompt version the memo holds")  # fmt: skip
+    if verdict_only:
+        return "the reply schema's JSON with a verdict and no reason (verdict-only)"
+    return (f"the reply schema's JSON with a typical one-sentence reason ({len(TYPICAL_REASON)} "
+            "characters, about 29 tokens): judges write 20 to 40 tokens a reason")  # fmt: skip
 
 
 def _price_source(cfg: Config, model: str, known: bool) -> str | None:
@@ -298,11 +321,17 @@ def _limit(value: float | None) -> str:
 
 
 def _per_1k_line(e: dict[str, Any]) -> list[str]:
+    """The cost per 1,000 rows, both ways: of the rows that need the judge (those the memo,
+    in-run duplicates or the output folder do not answer), and of the input's rows."""
     per_1k = e.get("cost_per_1k_rows_usd")
     if per_1k is None:
         return []
     mode = "verdict-only" if e.get("verdict_only") else "with per-item reasons"
-    return [f"  ≈ ${per_1k:,.4f} per 1k rows ({mode}; rows that need the judge)"]
+    line = f"  ≈ ${per_1k:,.4f} per 1k rows that need the judge ({mode})"
+    per_input = e.get("cost_per_1k_input_rows_usd")
+    if per_input is not None:
+        line += f", ≈ ${per_input:,.4f} per 1k input rows"
+    return [line]
 
 
 def render_estimate(e: dict[str, Any]) -> str:
@@ -322,6 +351,11 @@ def render_estimate(e: dict[str, Any]) -> str:
                 "are not counted"
                 if e.get("rows_already_scored")
                 else ""
+            )
+            + (
+                f"; {e['rows_dropped_as_duplicates']:,} rows repeating an id are dropped"
+                if e.get("rows_dropped_as_duplicates")
+                else ""
             ),
             f"  judge calls {e['calls']:,} (memo hits {e['memo_hits']:,}, "
             f"in-run duplicates {e['in_run_duplicates']:,}"
@@ -329,6 +363,11 @@ def render_estimate(e: dict[str, Any]) -> str:
             + (f", and {e['recheck_calls']:,} --recheck re-asks" if e.get("recheck_calls") else ""),
             f"  tokens in ~{e['input_tokens']:,}, out ~{e['output_tokens']:,} "
             f"({e['output_tokens_per_call']:.0f}/call)",
+            *(
+                [f"  output tokens: {e['output_tokens_basis']}"]
+                if e.get("output_tokens_basis")
+                else []
+            ),
             f"  cost {cost}",
             *_per_1k_line(e),
             *_audit_line(e),

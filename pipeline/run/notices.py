@@ -9,6 +9,7 @@ from __future__ import annotations
 from ctxprec.config import Config
 from ctxprec.connectors.sources import SourceInfo
 from ctxprec.flow.dispatch import RunCounters
+from ctxprec.storage.core.figures import counted
 from ctxprec.storage.memo.store import Memo, MemoStore
 from ctxprec.storage.outdir.verdicts import SharedMemo
 
@@ -72,10 +73,24 @@ def not_read_notice(info: SourceInfo) -> str | None:
 
 
 def run_notices(spec: str, info: SourceInfo, cfg: Config) -> list[str]:
-    out = [_no_expected(info, cfg), not_read_notice(info)]
+    out = [_no_expected(info, cfg), not_read_notice(info), duplicates_notice(info)]
     if info.total_rows == 0:
         out.append(f"note: the input {spec} holds no rows; the output is an empty dataset")
     return [line for line in out if line]
+
+
+def duplicates_notice(info: SourceInfo) -> str | None:
+    """What a duplicate-ids policy dropped, in one line (the CLI, summary.md and summary.html
+    show it; run.json and summary.json keep the counts under `duplicate_ids`)."""
+    d = info.duplicates
+    if d is None:
+        return None
+    which = "first" if d.policy == "keep-first" else "last"
+    return (
+        f"note: {counted(d.ids, 'id')} of the input repeated on several rows: the {which} row "
+        f"of each was scored, {counted(d.rows, 'other row')} dropped (--duplicate-ids "
+        f"{d.policy})"
+    )
 
 
 def record_memo(memo: MemoStore | None, counters: RunCounters) -> None:

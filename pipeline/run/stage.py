@@ -9,7 +9,7 @@ output folder already holds. `run_stage` does this for all files or an engine's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Container, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from ctxprec.flow.extractor import Extractor, load_extractor
 from ctxprec.flow.fanout import resolve_items
 from ctxprec.flow.llm_reason import write_llm_reasons
 from ctxprec.flow.planning import ChunkPlanner, PlannedChunk, open_memo
-from ctxprec.flow.reduce import scored_table
+from ctxprec.flow.reduce import add_tokens, scored_table
 from ctxprec.flow.rows import ChunkJob
 from ctxprec.limits.limiter import RateThrottle, ThrottleStats
 from ctxprec.run.driver import AuditCounts, RunPlan, StageResult
@@ -80,12 +80,16 @@ async def run_stage(
     audit_throttle: MeteredThrottle | None = None,
     open_audit_memo: Callable[[], MemoStore | None] | None = None,
     keep_texts: bool = False,
+    paid_keys: Callable[[], Container[str]] | None = None,
 ) -> StageResult:
     """Score `files` (indexes into plan.info.files; None: all) but the parts in `skip`, those the
     plan skips and those an earlier attempt of this stage committed. Every engine runs this.
     The audit judge (`--audit-model`) gets a throttle of its own (`audit_throttle`, else one with
     the run's limits) and the stage's memo, or `open_audit_memo`'s when the stage's memo is not a
-    memo of every judge (a keyed reduce's answers are the first judge's only)."""
+    memo of every judge (a keyed reduce's answers are the first judge's only). `paid_keys`
+    (called once the memo is open) names the verdicts this run paid for that reach the stage
+    through its memo (a keyed reduce's fresh answers, a batch run's collected ones): the rows
+    that carry them count them as paid."""
     cfg = plan.cfg
     stats = JudgeStats()
     throttle = throttle or RateThrottle(
@@ -117,6 +121,8 @@ async def run_stage(
         dispatcher = Dispatcher(
             judge, memo, counters, cfg.limits.concurrency, journal, memo_wait=plan.seams.memo_wait
         )
+        if paid_keys is not None:
+            dispatcher.paid_elsewhere = paid_keys()
         skipped = others | done
         prefix = judge_prefix(plan.identity)
         planner = ChunkPlanner(
@@ -363,6 +369,7 @@ async def _with_audit(run: _Stage, side: AuditSide, planned: PlannedChunk) -> li
 def _scored(run: _Stage, job: ChunkJob) -> Any:
     """The chunk's output table (a worker thread); its texts kept for the report."""
     table = scored_table(job, run.plan.spec)
+    add_tokens(run.counters, table)
     if run.texts is not None:
         # as Python values: a Polars Series made from Arrow imports pyarrow.compute (~25 ms)
         scores, statuses = (table.column(c).to_pylist() for c in ("score", "status"))

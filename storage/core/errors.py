@@ -4,7 +4,10 @@
     ├── UserError                     a problem the user can fix (one line, no traceback, exit 2)
     │   ├── ConfigError, InputError, OutputError
     │   │                                 └── StateDamagedError  a state file in OUTDIR is damaged
+    │   ├── NothingToCompareError     compare: the two sides have no row to pair
     │   ├── JudgeRefusedRunError      the judge refused the whole run (exit 4)
+    │   │   ├── JudgeUnreachableError     no call ever reached the judge within the budget
+    │   │   └── JudgeNoVerdictError       reply after reply held no readable verdict
     │   └── BatchesPendingError       provider batches still running (exit 6)
     └── JudgeError                    one failed judge call: a row status, never NaN (exit 1)
         ├── JudgeRetryableError, JudgeFatalError, JudgeParseError
@@ -24,9 +27,12 @@ __all__ = [
     "InputError",
     "JudgeError",
     "JudgeFatalError",
+    "JudgeNoVerdictError",
     "JudgeParseError",
     "JudgeRefusedRunError",
     "JudgeRetryableError",
+    "JudgeUnreachableError",
+    "NothingToCompareError",
     "OutputError",
     "ScoreFailedError",
     "StateDamagedError",
@@ -58,9 +64,27 @@ class InputError(UserError):
 class JudgeRefusedRunError(UserError):
     """The judge refused the whole run (bad key, no access, unknown model, out of quota, a
     request it rejects and that ctxprec cannot adapt): no further call can succeed, so the run
-    stops at once (exit code 4). Finished parts are kept; the same command resumes once fixed."""
+    stops at once (exit code 4). Finished parts are kept; the same command resumes once fixed.
+    `lead` is how the CLI introduces the message."""
 
     exit_code = 4
+    lead = "the judge refused the run"
+
+
+class JudgeUnreachableError(JudgeRefusedRunError):
+    """No call of the run ever reached the judge (connection refused, no such host, no
+    connection within the timeout) for the whole retry budget: the run stops (exit 4) instead of
+    failing every row."""
+
+    lead = "the judge cannot be reached"
+
+
+class JudgeNoVerdictError(JudgeRefusedRunError):
+    """Reply after reply held no readable verdict (`[judge] max_unreadable_replies` in a row):
+    the judge answers in a way ctxprec cannot read, so the run stops (exit 4) before paying for
+    every item's re-asks."""
+
+    lead = "the judge gives no readable verdict"
 
 
 class OutputError(UserError):
@@ -70,6 +94,12 @@ class OutputError(UserError):
 class StateDamagedError(OutputError):
     """One of ctxprec's state files in OUTDIR is damaged (not JSON, wrong types, too large):
     the message names it and the way out; nothing was changed."""
+
+
+class NothingToCompareError(UserError):
+    """`compare`: a side holds no scored rows, a side's filter matches none, or no row pairs
+    up (exit 2; with `--fail-drop` the gate had nothing to judge: exit 7, or 0 with
+    `--pass-empty`)."""
 
 
 class BatchesPendingError(UserError):

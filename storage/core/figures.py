@@ -8,7 +8,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FIGURE_DIGITS", "counted", "figure_text", "percent_text", "round_figure"]
+__all__ = [
+    "FIGURE_DIGITS",
+    "counted",
+    "figure_text",
+    "percent_text",
+    "round_figure",
+    "share_figure",
+]
 
 FIGURE_DIGITS = 4  # decimals of every mean, quantile, rate and delta shown
 _NOISE_DIGITS = 6  # float noise below this (in units of the last shown digit) is not a half
@@ -36,9 +43,34 @@ def figure_text(value: Any, digits: int = FIGURE_DIGITS, missing: str = "—") -
     return "0" if text == "-0" else text
 
 
+_EDGE_DIGITS = 3  # more decimals a share near 0 % or 100 % may take before it is bounded
+
+
+def share_figure(share: float, digits: int = FIGURE_DIGITS) -> float:
+    """A share (0..1) rounded as every figure, except that one that is not whole never rounds
+    to 1 (nor one above none to 0): it keeps the decimals it needs (coverage 0.99999, not 1.0,
+    when one row of 100,000 failed)."""
+    for d in range(digits, digits + 2 * _EDGE_DIGITS + 1):
+        shown = round_figure(share, d)
+        if not ((shown >= 1 and share < 1) or (shown <= 0 < share)):
+            return shown
+    return share
+
+
 def percent_text(share: float | None, digits: int = 1) -> str:
-    """A share as a percentage by the same rule: 0.41675 -> 41.7%."""
-    return "—" if share is None else f"{round_figure(share * 100, digits):.{digits}f}%"
+    """A share as a percentage by the same rule: 0.41675 -> 41.7%. A share that is not whole
+    never reads 100% (2 failed rows of 19,998: 99.99%, not 100.0%), nor a share above none 0%:
+    it takes the decimals it needs (up to 3 more), then reads as a bound (>99.9999%)."""
+    if share is None:
+        return "—"
+    for d in range(digits, digits + _EDGE_DIGITS + 1):
+        shown = round_figure(share * 100, d)
+        if not ((shown >= 100 and share < 1) or (shown <= 0 < share)):
+            return f"{shown:.{d}f}%"
+    last = digits + _EDGE_DIGITS
+    if share < 1 and share > 0.5:
+        return f">{100 - 10**-last:.{last}f}%"
+    return f"<{10**-last:.{last}f}%"
 
 
 _PLURALS = {"retry": "retries", "was": "were"}

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_EXPECTED",
     "DEFAULT_KS",
+    "DUPLICATE_POLICIES",
     "SECTIONS",
     "ColumnMap",
     "ColumnsSettings",
@@ -126,6 +127,13 @@ class JudgeSettings:
         flag="--retry-budget",
         rule=(lambda v: v >= 0, "0 or more seconds"),
         metavar="SECONDS",
+    )
+    max_unreadable_replies: int = setting(
+        20,
+        "stop the run (exit 4) once this many judge replies in a row held no readable verdict "
+        "(a judge that answers in prose only): its items would each fail after paid re-asks; "
+        "0: never stop",
+        rule=(lambda v: v >= 0, "0 or more"),
     )
     backoff_base_s: float = setting(0.5, "first retry's backoff in seconds (then doubled)")
     backoff_max_s: float = setting(30.0, "longest backoff between retries, in seconds")
@@ -259,6 +267,9 @@ class LimitsSettings:
 DEFAULT_EXPECTED = "expected_output"  # used when the input has it and [columns] expected is unset
 
 
+DUPLICATE_POLICIES = ("refuse", "keep-first", "keep-last")  # [columns] duplicate_ids
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnsSettings:
     """[columns]: which input column plays which role (`--map FIELD=COLUMN`)."""
@@ -285,6 +296,14 @@ class ColumnsSettings:
         ),
         unset="none: the context column",
         metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
+    )
+    duplicate_ids: str = setting(
+        "refuse",
+        "an id on several input rows: refuse the input (exit 2, before any judge call), or "
+        "score one of its rows, the first or the last, and count the others as dropped",
+        flag="--duplicate-ids",
+        choices=DUPLICATE_POLICIES,
+        rule=(lambda v: v in DUPLICATE_POLICIES, '"refuse", "keep-first" or "keep-last"'),
     )
     passthrough: tuple[str, ...] = setting(
         (),
@@ -466,10 +485,16 @@ class GateSettings:
 
     fail_under: float | None = setting(
         None,
-        "exit 5 when the mean score of the rows this run scored is below X",
+        "exit 5 when the mean score of the input's scored rows (scored by this run or an "
+        "earlier one into OUTDIR) is below X; exit 7 when none is scored",
         flag="--fail-under",
         unset="no gate",
         metavar="X",
+    )
+    pass_empty: bool = setting(
+        False,
+        "a gate with no scored row to judge (an empty night) passes instead of exiting 7",
+        flag="--pass-empty",
     )
 
 
@@ -498,6 +523,17 @@ class Price:
     batch_input_per_mtok: float | None = None  # provider batch APIs; None: half the above
     batch_output_per_mtok: float | None = None
     cached_input_per_mtok: float | None = None  # prompt tokens read from the provider's cache
+
+    def usd(self, input_tokens: int, output_tokens: int, cached: int = 0) -> float:
+        """What these tokens cost (full precision): `cached` of the input tokens at the
+        cached-input price when there is one."""
+        hits = min(cached, input_tokens) if self.cached_input_per_mtok is not None else 0
+        total = (
+            (input_tokens - hits) * self.input_per_mtok
+            + hits * (self.cached_input_per_mtok or 0.0)
+            + output_tokens * self.output_per_mtok
+        )
+        return float(total) / 1e6
 
 
 SECTIONS: dict[str, type] = {

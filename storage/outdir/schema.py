@@ -4,20 +4,36 @@ schema-drift test are both checked against `output_schema`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+import polars as pl
 import pyarrow as pa
 
 from ctxprec.storage.core.metric import rank_column_names
 from ctxprec.storage.core.settings import DEFAULT_KS
 
 __all__ = [
+    "OLD_TOKEN_COLUMNS",
     "SCHEMA_VERSION",
+    "TOKEN_COLUMNS",
     "output_schema",
     "rank_columns",
+    "token_columns",
 ]
 
-SCHEMA_VERSION = "1"
+# 2: the tokens in two pairs, what the run that wrote the row paid (`paid_*`) and what the
+# row's verdicts cost when first paid (`verdict_*`); version 1 had one pair, the verdicts'
+SCHEMA_VERSION = "2"
+TOKEN_COLUMNS = (
+    "paid_input_tokens",
+    "paid_output_tokens",
+    "verdict_input_tokens",
+    "verdict_output_tokens",
+)
+OLD_TOKEN_COLUMNS = {
+    "input_tokens": "verdict_input_tokens",
+    "output_tokens": "verdict_output_tokens",
+}
 _STRING = pa.string()
 
 
@@ -71,8 +87,22 @@ def output_schema(
         *rank_columns(ks),
         pa.field("judge_model", pa.string(), nullable=False),
         pa.field("prompt_version", pa.string(), nullable=False),
-        pa.field("input_tokens", pa.int64(), nullable=False),
-        pa.field("output_tokens", pa.int64(), nullable=False),
+        *(pa.field(name, pa.int64(), nullable=False) for name in TOKEN_COLUMNS),
         pa.field("scored_at", pa.timestamp("us", tz="UTC"), nullable=False),
     ]
     return pa.schema(fields, metadata={"ctxprec.schema_version": SCHEMA_VERSION})
+
+
+def token_columns(names: Collection[str]) -> list[pl.Expr]:
+    """The four token columns of a scan of part files of any schema version, named as version 2
+    names them: version 1's `input_tokens`/`output_tokens` are the verdicts' figures, and what
+    the run that wrote a row paid was not recorded then (null: unknown, never 0)."""
+    exprs = []
+    for name in TOKEN_COLUMNS:
+        if name in names:
+            exprs.append(pl.col(name).cast(pl.Int64))
+            continue
+        old = [o for o, new in OLD_TOKEN_COLUMNS.items() if new == name and o in names]
+        source = pl.col(old[0]) if old else pl.lit(None)
+        exprs.append(source.cast(pl.Int64).alias(name))
+    return exprs

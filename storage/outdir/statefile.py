@@ -253,6 +253,10 @@ RUN_INFO = Spec(
         "estimate": opt(ESTIMATE_FIELDS),
         "history": opt([_HISTORY]),
         "recheck": "?any",
+        "quality_gate": "?any",
+        "duplicate_ids": opt({"policy": "?str", "ids": "?num", "rows_dropped": "?num"}),
+        "tokens": opt({"*": "?num"}),
+        "cost_usd": opt({"*": "?num"}),
     },
     cap=RUN_INFO_CAP,
 )

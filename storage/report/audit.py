@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ctxprec.storage.core.figures import figure_text
+from ctxprec.storage.core.figures import figure_text, round_figure
 from ctxprec.storage.stats.agreement import agreement_figures, row_counts
 
 __all__ = ["audit_lines", "audit_summary"]
@@ -62,7 +62,9 @@ def _judge_cost(run: Mapping[str, Any]) -> dict[str, Any]:
     t_in, t_out = j.get("input_tokens"), j.get("output_tokens")
     cost = None
     if None not in (t_in, t_out, price.get("input_per_mtok"), price.get("output_per_mtok")):
-        cost = round((t_in * price["input_per_mtok"] + t_out * price["output_per_mtok"]) / 1e6, 6)
+        cost = round_figure(
+            (t_in * price["input_per_mtok"] + t_out * price["output_per_mtok"]) / 1e6
+        )
     return {
         "model": run.get("model", run.get("judge_model")),
         "calls": run.get("judge_calls"),

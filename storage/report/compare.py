@@ -321,22 +321,20 @@ def _agreement_md(g: Mapping[str, Any]) -> list[str]:
     rows = []
     for s in ("a", "b"):
         c = g["cost"][s]
-        rows.append([s.upper(), c["judge_model"] or "n/a", fmt(c["input_tokens"]),
-                     fmt(c["output_tokens"]), fmt(c["cost_usd"], 6),
-                     fmt(c["output_cost_usd"], 6)])  # fmt: skip
-    head = ["side", "judge", "tokens in", "tokens out", "cost USD (these rows)",
-            "cost USD (whole output, summary)"]  # fmt: skip
+        rows.append([s.upper(), c["judge_model"] or "n/a",
+                     f"{fmt(c['paid_input_tokens'])} / {fmt(c['paid_output_tokens'])}",
+                     fmt(c["paid_cost_usd"]),
+                     f"{fmt(c['verdict_input_tokens'])} / {fmt(c['verdict_output_tokens'])}",
+                     fmt(c["verdict_cost_usd"]), fmt(c["output_paid_cost_usd"])])  # fmt: skip
+    head = ["side", "judge", "tokens paid in / out (these rows)", "paid USD (these rows)",
+            "verdicts' tokens in / out", "verdicts' USD (when first paid)",
+            "paid USD (whole output, summary)"]  # fmt: skip
     return [*lines, "", "Cost of each judge:", "", *_table("cost", head, rows)[2:]]
 
 
 def _agreement_text(g: Mapping[str, Any]) -> list[str]:
     t, m = g["table"], g["mcnemar"]
-    cost = "; ".join(
-        f"{s.upper()} {g['cost'][s]['judge_model'] or 'n/a'} "
-        f"{fmt(g['cost'][s]['input_tokens'])}/{fmt(g['cost'][s]['output_tokens'])} tokens"
-        + (f" ${fmt(g['cost'][s]['cost_usd'], 6)}" if g["cost"][s]["cost_usd"] is not None else "")
-        for s in ("a", "b")
-    )
+    cost = "; ".join(_side_cost_text(s, g["cost"][s]) for s in ("a", "b"))
     return [
         f"  judge agreement: {fmt(g['items'])} items judged by both, agreement "
         f"{fmt(g['agreement'])}, kappa {fmt(g['cohen_kappa'])} 95% CI {_pair(g['kappa_ci95'])}",
@@ -420,3 +418,14 @@ def _delta_bars(ax: Any, items: list[tuple[str, Mapping[str, Any]]], title: str)
     ax.set_yticks(ys, [n for n, _ in items])
     ax.set_title(title)
     ax.set_xlabel("mean delta B − A")
+
+
+def _side_cost_text(side: str, c: Mapping[str, Any]) -> str:
+    """One side's cost for the terminal: what its rows' runs paid, and their verdicts' cost."""
+    paid = f"paid {fmt(c['paid_input_tokens'])}/{fmt(c['paid_output_tokens'])} tokens"
+    if c.get("paid_cost_usd") is not None:
+        paid += f" ${fmt(c['paid_cost_usd'])}"
+    verdicts = f"verdicts {fmt(c['verdict_input_tokens'])}/{fmt(c['verdict_output_tokens'])}"
+    if c.get("verdict_cost_usd") is not None:
+        verdicts += f" ${fmt(c['verdict_cost_usd'])}"
+    return f"{side.upper()} {c['judge_model'] or 'n/a'} {paid}, {verdicts} when first paid"

@@ -205,9 +205,11 @@ def _agreement(g: Mapping[str, Any] | None) -> str:
         [
             s.upper(),
             g["cost"][s]["judge_model"] or "n/a",
-            fmt(g["cost"][s]["input_tokens"]),
-            fmt(g["cost"][s]["output_tokens"]),
-            fmt(g["cost"][s]["cost_usd"], 6),
+            f"{fmt(g['cost'][s]['paid_input_tokens'])} / {fmt(g['cost'][s]['paid_output_tokens'])}",
+            fmt(g["cost"][s]["paid_cost_usd"]),
+            f"{fmt(g['cost'][s]['verdict_input_tokens'])} / "
+            f"{fmt(g['cost'][s]['verdict_output_tokens'])}",
+            fmt(g["cost"][s]["verdict_cost_usd"]),
         ]
         for s in ("a", "b")
     ]
@@ -215,7 +217,18 @@ def _agreement(g: Mapping[str, Any] | None) -> str:
         "Judge against judge",
         grid,
         "".join(f"<p>{e(x)}</p>" for x in lines),
-        table(["side", "judge", "tokens in", "tokens out", "cost USD"], cost, numeric=(2, 3, 4)),
+        table(
+            [
+                "side",
+                "judge",
+                "tokens paid in / out",
+                "paid USD",
+                "verdicts' tokens in / out",
+                "verdicts' USD (when first paid)",
+            ],
+            cost,
+            numeric=(2, 3, 4, 5),
+        ),
         anchor="judges",
     )
 

@@ -15,7 +15,7 @@ from ctxprec.storage.report.page import card, e, page, row_details, section, tab
 from ctxprec.storage.report.page import stats as stats_grid
 from ctxprec.storage.report.svg import distribution_chart, position_chart, trend_chart
 from ctxprec.storage.report.trend import trend_rows
-from ctxprec.storage.report.words import judge_rows, seconds
+from ctxprec.storage.report.words import failure_groups, judge_rows, seconds
 
 __all__ = ["render_html"]
 
@@ -96,41 +96,60 @@ def _headline(s: Mapping[str, Any]) -> str:
         card(
             "coverage", e(_share(scored, rows["total"], s["coverage"])), "rows scored", "coverage"
         ),
+        _calls_card(s),
         card(
-            "judge calls",
-            _f(s["judge"].get("calls")),
-            f"{_f(s['judge'].get('memo_hits'))} memo hits",
-            "calls",
-        ),
-        card(
-            "cost USD",
-            _f(cost.get("all_rows")) if cost else "—",
-            f"this run {_f(cost.get('this_run'))}" if cost else "no [prices] given",
+            "cost USD paid",
+            _f(cost.get("paid_all_runs")) if cost else "—",
+            (
+                f"this run paid {_f(cost.get('paid_this_run'))} · the rows' verdicts cost "
+                f"{_f(cost.get('verdicts_all_rows'))} when first paid"
+            )
+            if cost
+            else "no [prices] given",
             "cost",
         ),
-        card("wall time", e(seconds(s["wall_s"])), _this_run(s), "wall"),
+        _wall_card(s),
     ]
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
-def _this_run(s: Mapping[str, Any]) -> str:
-    rows = s["run"].get("rows_this_run")
+def _runs_total(s: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The history's totals when several runs wrote the output: the headline is the output's,
+    and what the last run did is said beneath (a re-run that found nothing new to score is not
+    the night)."""
     total = (s.get("history") or {}).get("total")
-    text = f"this run: {_f(rows)} rows"
-    if total and total["runs"] > 1:
-        text += f" · {_f(total['runs'])} runs: {e(seconds(total['wall_s']))}"
-    return text
+    return total if total and total["runs"] > 1 else None
+
+
+def _last_run(s: Mapping[str, Any]) -> str:
+    run = s["run"]
+    if not run.get("rows_this_run") and s["rows"]["total"]:
+        return f"the last run found nothing new to score ({e(seconds(s['wall_s']))})"
+    return f"this run: {_f(run.get('rows_this_run'))} rows in {e(seconds(s['wall_s']))}"
+
+
+def _calls_card(s: Mapping[str, Any]) -> str:
+    j, total = s["judge"], _runs_total(s)
+    if total is None:
+        return card("judge calls", _f(j.get("calls")), f"{_f(j.get('memo_hits'))} memo hits",
+                    "calls")  # fmt: skip
+    sub = (f"{_f(total['runs'])} runs, {_f(total['memo_hits'])} memo hits · this run "
+           f"{_f(j.get('calls'))} calls, {_f(j.get('memo_hits'))} memo hits")  # fmt: skip
+    return card("judge calls, all runs", _f(total["judge_calls"]), sub, "calls")
+
+
+def _wall_card(s: Mapping[str, Any]) -> str:
+    total = _runs_total(s)
+    if total is None:
+        return card("wall time", e(seconds(s["wall_s"])), _last_run(s), "wall")
+    sub = f"{_f(total['runs'])} runs · {_last_run(s)}"
+    return card("wall time, all runs", e(seconds(total["wall_s"])), sub, "wall")
 
 
 def _notes(s: Mapping[str, Any]) -> list[str]:
     out = [f'<p class="note">{e(n)}</p>' for n in s["run"].get("notices") or []]
-    failed = s["rows"]["failed"]
-    if failed:
-        causes = ", ".join(f"{c}: {n:,}" for c, n in s["failures"].items())
-        out.append(
-            f'<p class="note bad">{e(counted(failed, "row"))} failed ({e(causes)}) — '
-            "re-run the same command to retry them.</p>"
-        )
+    for rows_failed, causes, advice in failure_groups(s["failures"]):  # as the CLI says it
+        out.append(f'<p class="note bad">{e(rows_failed)} ({e(causes)}) — {e(advice)}.</p>')
     if sentence := estimate_sentence(s.get("estimate")):
         out.append(
             f"<p><b>Corrected estimate</b> (prediction-powered, reference: human labels): "
@@ -299,7 +318,8 @@ def _history(s: Mapping[str, Any]) -> str:
         "rows scored",
         "judge calls",
         "memo hits",
-        "cost USD",
+        "tokens paid in / out",
+        "paid USD",
         "wall time",
         "rows/s",
     ]
@@ -311,7 +331,8 @@ def _history(s: Mapping[str, Any]) -> str:
             r["rows_this_run"],
             r["judge_calls"],
             r["memo_hits"],
-            r["cost_usd"],
+            f"{_f(r['paid_input_tokens'])} / {_f(r['paid_output_tokens'])}",
+            r["paid_cost_usd"],
             seconds(r["wall_s"]),
             r.get("rows_per_s"),
         ]
@@ -323,7 +344,7 @@ def _history(s: Mapping[str, Any]) -> str:
     if len(rows) > 1:
         rows.append(line("all", history["total"], ""))
     return section(
-        "Runs of this output", table(head, rows, numeric=(2, 3, 4, 5, 6, 7)), anchor="runs"
+        "Runs of this output", table(head, rows, numeric=(2, 3, 4, 5, 6, 7, 8)), anchor="runs"
     )
 
 
@@ -339,14 +360,16 @@ def _trend(s: Mapping[str, Any]) -> str:
         "P@1",
         "coverage",
         "items judged",
-        "tokens in / out",
-        "cost USD",
+        "tokens paid in / out",
+        "paid USD",
+        "verdicts' tokens in / out",
+        "verdicts' USD",
         "moved",
     ]
     return section(
         f"Nights by {trend['column']}",
         trend_chart(trend["nights"], s["scale"]) or "",
-        table(head, trend_rows(trend), numeric=(1, 2, 4, 6, 8)),
+        table(head, trend_rows(trend), numeric=(1, 2, 4, 6, 8, 10)),
         f'<p class="muted">Moved: outside the previous night\'s 95% CI ({e(trend["ci"])}).</p>',
         anchor="trend",
     )

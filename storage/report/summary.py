@@ -13,8 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_EMPTY, STATUS_FAILED, STATUS_OK
-from ctxprec.storage.core.figures import counted, figure_text, percent_text, round_figure
+from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
+from ctxprec.storage.core.figures import figure_text, percent_text, round_figure, share_figure
 from ctxprec.storage.core.metric import map_stage, rank_column_names
 from ctxprec.storage.core.settings import DEFAULT_KS
 from ctxprec.storage.files import layout
@@ -23,7 +23,7 @@ from ctxprec.storage.files.layout import CHART_FILES, TREND_CHART
 from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
 from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files
-from ctxprec.storage.outdir.schema import SCHEMA_VERSION
+from ctxprec.storage.outdir.schema import SCHEMA_VERSION, TOKEN_COLUMNS, token_columns
 from ctxprec.storage.report.audit import audit_lines, audit_summary
 from ctxprec.storage.report.charts import (
     CHARTS_INSTALL,
@@ -36,7 +36,7 @@ from ctxprec.storage.report.html import render_html
 from ctxprec.storage.report.mdtext import md_code, md_text
 from ctxprec.storage.report.rows import KeptTexts, TextLookup, report_rows, text_columns
 from ctxprec.storage.report.trend import night_trend, trend_chart, trend_markdown
-from ctxprec.storage.report.words import judge_rows, rate, seconds
+from ctxprec.storage.report.words import failure_groups, judge_rows, rate, seconds
 from ctxprec.storage.stats.kappa import cohen_kappa
 
 __all__ = [
@@ -69,8 +69,7 @@ _EMPTY: dict[str, pl.DataType] = {
     "score": pl.Float64(),
     "error": pl.String(),
     "verdicts": pl.List(pl.Boolean()),
-    "input_tokens": pl.Int64(),
-    "output_tokens": pl.Int64(),
+    **{name: pl.Int64() for name in TOKEN_COLUMNS},
 }
 
 
@@ -100,7 +99,7 @@ def _build(
 ) -> dict[str, Any]:
     lf = _scan(parts)
     cols = set(lf.collect_schema().names())
-    figures = _figures(lf, scale)
+    figures = _figures(lf, scale, cols)
     tokens = figures.pop("tokens")
     summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -119,12 +118,14 @@ def _build(
         **_estimates(lf, cols, scale, group_by, run),
         "audit": audit_summary(lf, cols, run),  # --audit-model: agreement, each judge's cost
     }
-    summary |= _judge(run, tokens, _prompt_versions(lf, cols))
-    summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["history"] = _history(run)
+    summary |= _judge(run, tokens, _prompt_versions(lf, cols), summary["history"])
+    summary["estimate_vs_actual"] = _estimate_vs_actual(run, summary)
     summary["trend"] = night_trend(outdir, run, parts)  # None unless partitioned by a date
     summary["batch_api"] = (run.get("engine") or {}).get("batch_api")  # saved by --batch-api runs
     summary["self_agreement"] = run.get("recheck")  # --recheck: the judge against itself
+    # --duplicate-ids keep-first|keep-last: the input's rows that repeated an id, not scored
+    summary["duplicate_ids"] = run.get("duplicate_ids")
     return summary
 
 
@@ -165,9 +166,13 @@ def _band(scale: float) -> pl.Expr:
     )  # fmt: skip
 
 
-def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
+def _figures(lf: pl.LazyFrame, scale: float, cols: set[str]) -> dict[str, Any]:
     """Rows by status, coverage, score statistics, bands and token sums in one pass."""
     status, score, band = pl.col("status"), pl.col("score"), _band(scale)
+    tokens = [t.sum() for t in token_columns(cols)]
+    if "paid_input_tokens" not in cols:  # schema 1: what each row's run paid is unknown
+        tokens = [t if not t.meta.output_name().startswith("paid") else pl.lit(None, pl.Int64)
+                  .alias(t.meta.output_name()) for t in tokens]  # fmt: skip
     got = lf.select(
         pl.len().alias("total"),
         *[(status == s).sum().alias(s) for s in (STATUS_OK, STATUS_EMPTY, STATUS_FAILED)],
@@ -175,8 +180,7 @@ def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
         *[getattr(score, k)().alias(k) for k in ("mean", "min", "max", "std")],
         score.filter(status == STATUS_OK).mean().alias("mean_ok_only"),
         *[(band == b).sum().alias(b) for b, *_ in BANDS],
-        pl.col("input_tokens").sum().alias("input"),
-        pl.col("output_tokens").sum().alias("output"),
+        *tokens,
         score.count().alias("n_scores"),
     ).collect()
     got_row = got.row(0, named=True)
@@ -188,11 +192,11 @@ def _figures(lf: pl.LazyFrame, scale: float) -> dict[str, Any]:
     ]
     return {
         "rows": rows,
-        "coverage": _r(_ratio(scored, rows["total"])),
+        "coverage": _share_of(scored, rows["total"]),  # never 1.0 with a row failed
         "score": {k: _r(got_row[k]) for k in _STATS},
         "score_ci95": _mean_ci(got_row["mean"], got_row["std"], got_row["n_scores"]),
         "bands": bands,
-        "tokens": {k: int(got_row[k] or 0) for k in ("input", "output")},
+        "tokens": {k: None if got_row[k] is None else int(got_row[k]) for k in TOKEN_COLUMNS},
     }
 
 
@@ -350,10 +354,16 @@ def _prompt_versions(lf: pl.LazyFrame, cols: set[str]) -> dict[str, int]:
 
 
 def _judge(
-    run: Mapping[str, Any], tokens: Mapping[str, int], versions: Mapping[str, int]
+    run: Mapping[str, Any],
+    rows: Mapping[str, int | None],
+    versions: Mapping[str, int],
+    history: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """This run's judge counters, tokens (all rows and this run), estimated cost, throughput;
-    the prompt versions the rows were judged with (the run's own when there are no rows)."""
+    """This run's judge counters; tokens and estimated cost, each figure twice: what was paid
+    (by this run, as the judge reported its calls; by every run of the output together, its
+    history) and what the rows' verdicts cost when first paid (the rows' `verdict_*` columns:
+    memo hits included, each call once); throughput; the prompt versions the rows were judged
+    with (the run's own when there are no rows)."""
     j, wall = run.get("judge") or {}, run.get("wall_s")
     used = (
         " / ".join(versions)
@@ -371,72 +381,89 @@ def _judge(
         **{k: dict(j.get(k) or {}) for k in ("failures", "errors_by_cause")},
         "adapted": "; ".join(sorted(j.get("adaptations") or {})) or None,  # what was sent
     }
-    this_run = {"this_run_input": j.get("input_tokens"), "this_run_output": j.get("output_tokens")}
+    total = (history or {}).get("total") or {}
+    price = run.get("price")
+    this_cost = _usd(price, j.get("input_tokens"), j.get("output_tokens"),
+                     j.get("cached_input_tokens") or 0)  # fmt: skip
+    tokens = {
+        "paid_input_this_run": j.get("input_tokens"),
+        "paid_output_this_run": j.get("output_tokens"),
+        "paid_input_all_runs": total.get("paid_input_tokens", j.get("input_tokens")),
+        "paid_output_all_runs": total.get("paid_output_tokens", j.get("output_tokens")),
+        "verdict_input_all_rows": rows.get("verdict_input_tokens"),
+        "verdict_output_all_rows": rows.get("verdict_output_tokens"),
+    }
+    cost = None
+    if _priced(price):
+        cost = {
+            "paid_this_run": this_cost,
+            "paid_all_runs": total.get("paid_cost_usd", this_cost) if total else this_cost,
+            "verdicts_all_rows": _usd(
+                price, tokens["verdict_input_all_rows"], tokens["verdict_output_all_rows"]
+            ),
+        }
     calls = judge["calls"] if judge["calls"] is not None else judge["requests"]
     throughput = {
         "rows_per_s": _ratio(run.get("rows_this_run"), wall),
         "calls_per_s": _ratio(calls, wall),
     }
     return {
-        "tokens": {**tokens, **this_run},
-        "cost_usd": _cost(
-            run.get("price"), tokens, [*this_run.values()], j.get("cached_input_tokens") or 0
-        ),
+        "tokens": tokens,
+        "cost_usd": cost,
         "judge": judge,
         "wall_s": _r(wall),
         "throughput": {k: _r(v) for k, v in throughput.items()},
     }
 
 
-def _cost(
-    price: Any, tokens: Mapping[str, int], this_run: list[Any], cached: int = 0
-) -> dict[str, Any] | None:
-    """USD = input tokens x input price + output tokens x output price (per million tokens); this
-    run's cached prompt tokens at the cached-input price when [prices] gives one."""
-    p_in, p_out = (price or {}).get("input_per_mtok"), (price or {}).get("output_per_mtok")
-    if p_in is None or p_out is None:
+def _priced(price: Any) -> bool:
+    p = price or {}
+    return p.get("input_per_mtok") is not None and p.get("output_per_mtok") is not None
+
+
+def _usd(
+    price: Any, t_in: Any, t_out: Any, cached: int = 0, *, exact: bool = False
+) -> float | None:
+    """USD = input tokens x input price + output tokens x output price (per million tokens);
+    `cached` prompt tokens at the cached-input price when [prices] gives one; rounded as every
+    figure shown (`round_figure`: 4 decimals) unless `exact`. None without a price or tokens."""
+    if not _priced(price) or t_in is None or t_out is None:
         return None
-    p_cached = (price or {}).get("cached_input_per_mtok")
-
-    def usd(t_in: Any, t_out: Any, hits: int = 0) -> float | None:
-        if t_in is None or t_out is None:
-            return None
-        hits = min(hits, t_in) if p_cached is not None else 0
-        paid = (t_in - hits) * p_in + hits * (p_cached or 0.0) + t_out * p_out
-        return round(float(paid) / 1e6, 6)
-
-    return {
-        "this_run": usd(this_run[0], this_run[1], cached),
-        "all_rows": usd(tokens["input"], tokens["output"]),
-    }
+    p_in, p_out = price["input_per_mtok"], price["output_per_mtok"]
+    p_cached = price.get("cached_input_per_mtok")
+    hits = min(cached, t_in) if p_cached is not None else 0
+    paid = float((t_in - hits) * p_in + hits * (p_cached or 0.0) + t_out * p_out) / 1e6
+    return paid if exact else round_figure(paid)
 
 
 def _history(run: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every run that wrote the output (run.json "history", oldest first) with its cost, and
-    their totals: what the output cost and how fast it was scored, whatever the last run did."""
-    runs = []
+    """Every run that wrote the output (run.json "history", oldest first) with what it paid,
+    and their totals: what the output cost and how fast it was scored, whatever the last run
+    did (a run that found everything in the memo paid nothing)."""
+    runs, costs = [], []
     for h in run.get("history") or []:
         t_in, t_out = h.get("input_tokens"), h.get("output_tokens")
-        tokens = {"input": t_in or 0, "output": t_out or 0}
-        cost = _cost(h.get("price"), tokens, [t_in, t_out], h.get("cached_input_tokens") or 0)
-        wall = h.get("wall_s")
+        wall, cached = h.get("wall_s"), h.get("cached_input_tokens") or 0
+        cost = _usd(h.get("price"), t_in, t_out, cached, exact=True)
+        costs += [] if cost is None else [cost]
         runs.append(
             {
                 **{k: h.get(k) for k in ("finished_at", "rows_this_run", "judge_calls")},
-                **{k: h.get(k) for k in ("memo_hits", "input_tokens", "output_tokens")},
-                "cost_usd": (cost or {}).get("this_run"),
+                "memo_hits": h.get("memo_hits"),
+                "paid_input_tokens": t_in,
+                "paid_output_tokens": t_out,
+                "paid_cost_usd": None if cost is None else round_figure(cost),
                 "wall_s": _r(wall),
                 "rows_per_s": _r(_ratio(h.get("rows_this_run"), wall)),
             }
         )
     if not runs:
         return None
-    costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
-    keys = ("rows_this_run", "judge_calls", "memo_hits", "input_tokens", "output_tokens")
+    keys = ("rows_this_run", "judge_calls", "memo_hits", "paid_input_tokens", "paid_output_tokens")
     total = {k: sum(r[k] or 0 for r in runs) for k in keys}
     total |= {
         "runs": len(runs),
-        "cost_usd": round(sum(costs), 6) if costs else None,
+        "paid_cost_usd": round_figure(sum(costs)) if costs else None,
         "wall_s": _r(sum(r["wall_s"] or 0.0 for r in runs)),
     }
     return {"runs": runs, "total": total}
@@ -447,17 +474,21 @@ def _estimate_vs_actual(run: Mapping[str, Any], s: Mapping[str, Any]) -> dict[st
     est = run.get("estimate")
     if not est:
         return None
-    actual = {
+    actual = {  # what this run paid: the estimate prices the calls it will make
         "calls": s["judge"]["calls"],
-        "input_tokens": s["tokens"]["this_run_input"],
-        "output_tokens": s["tokens"]["this_run_output"],
-        "cost_usd": (s["cost_usd"] or {}).get("this_run"),
+        "input_tokens": s["tokens"]["paid_input_this_run"],
+        "output_tokens": s["tokens"]["paid_output_this_run"],
+        "cost_usd": (s["cost_usd"] or {}).get("paid_this_run"),
         "wall_s": run.get("wall_s"),
     }
     return {
         k: {"estimate": est.get(k), "actual": a, "ratio": _r(_ratio(a, est.get(k)))}
         for k, a in actual.items()
     }
+
+
+def _share_of(part: int, whole: int) -> float | None:
+    return share_figure(part / whole) if whole else None
 
 
 def _ratio(num: Any, den: Any) -> float | None:
@@ -559,14 +590,8 @@ def _md_intro(s: Mapping[str, Any]) -> list[str]:
     ]
     for notice in run.get("notices") or []:
         lines += [f"> **{md_text(notice)}**", ""]
-    bad = s["failures"].get(INPUT_CAUSE, 0)
-    if n := rows["failed"] - bad:
-        lines += [f"> **{counted(n, 'row')} failed — re-run the same command to retry only them.**"]
-        lines += [""]
-    if bad:
-        lines += [f"> **{counted(bad, 'row')} failed on their input ({INPUT_CAUSE}) — a re-run "]
-        lines[-1] += "cannot fix them: fix those input rows.**"
-        lines += [""]
+    for rows_failed, causes, advice in failure_groups(s["failures"]):
+        lines += [f"> **{rows_failed} ({causes}) — {advice}.**", ""]
     for estimate in s.get("estimates") or ([s["estimate"]] if s.get("estimate") else []):
         lines += _md_estimate(estimate)
     if said := audit_lines(s.get("audit")):
@@ -621,11 +646,11 @@ def _md_this_run(s: Mapping[str, Any]) -> str:
             f"{rate(tp['rows_per_s'])} rows/s)."
         )
     if total and total["runs"] > 1:
-        cost = total["cost_usd"]
+        cost = total["paid_cost_usd"]
         text += (
             f" {total['runs']} runs wrote it: {_fmt(total['rows_this_run'])} rows scored, "
             f"{_fmt(total['judge_calls'])} judge calls, {seconds(total['wall_s'])} in all"
-            + ("" if cost is None else f", {_fmt(cost)} USD")
+            + ("" if cost is None else f", {_fmt(cost)} USD paid")
             + " (see Runs)."
         )
     return text
@@ -637,12 +662,12 @@ def _md_history(s: Mapping[str, Any]) -> list[str]:
     if not history or len(history["runs"]) < 2:
         return []
     head = ["run", "finished (UTC)", "rows scored", "judge calls", "memo hits",
-            "tokens in / out", "cost USD", "wall time", "rows/s"]  # fmt: skip
+            "tokens paid in / out", "paid USD", "wall time", "rows/s"]  # fmt: skip
 
     def line(label: Any, r: Mapping[str, Any], when: str) -> list[Any]:
-        tokens = f"{_fmt(r['input_tokens'])} / {_fmt(r['output_tokens'])}"
+        tokens = f"{_fmt(r['paid_input_tokens'])} / {_fmt(r['paid_output_tokens'])}"
         return [label, when, r["rows_this_run"], r["judge_calls"], r["memo_hits"], tokens,
-                r["cost_usd"], seconds(r["wall_s"]), rate(r.get("rows_per_s"))]  # fmt: skip
+                r["paid_cost_usd"], seconds(r["wall_s"]), rate(r.get("rows_per_s"))]  # fmt: skip
 
     rows = [
         line(i, r, str(r["finished_at"] or "—")[:19].replace("T", " "))

@@ -1,6 +1,7 @@
 """Nights over time: for an output partitioned by a date-like column, one row per night (rows,
-mean score with its 95% CI, P@1, coverage, tokens, cost) and which nights moved beyond the CI
-of the night before. Part of the summary (JSON, Markdown, charts/trend.png, terminal).
+mean score with its 95% CI, P@1, coverage, tokens and cost paid and of the verdicts) and which
+nights moved beyond the CI of the night before. Part of the summary (JSON, Markdown,
+charts/trend.png, terminal).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import polars as pl
 
 from ctxprec.storage.core.constants import STATUS_EMPTY, STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import OutputError
-from ctxprec.storage.core.figures import figure_text, percent_text
+from ctxprec.storage.core.figures import figure_text, percent_text, round_figure
 from ctxprec.storage.files.layout import TREND_CHART
 from ctxprec.storage.files.objpath import OutPath, local_copies, out_path
 from ctxprec.storage.outdir.dataset import scan_parts
 from ctxprec.storage.outdir.ownership import part_files, read_manifest
+from ctxprec.storage.outdir.schema import token_columns
 from ctxprec.storage.report.charts import fit_title, png, short_label, thin_ticks
 from ctxprec.storage.report.mdtext import md_text
 
@@ -74,7 +76,12 @@ def night_trend(
     nights = _per_night(lf, column, cols)
     price = run.get("price") or {}
     for night in nights:
-        night["cost_usd"] = _cost(price, night["input_tokens"], night["output_tokens"])
+        night["paid_cost_usd"] = _cost(
+            price, night["paid_input_tokens"], night["paid_output_tokens"]
+        )
+        night["verdict_cost_usd"] = _cost(
+            price, night["verdict_input_tokens"], night["verdict_output_tokens"]
+        )
     _mark_moves(nights)
     return {
         "column": column,
@@ -98,14 +105,16 @@ def _per_night(lf: pl.LazyFrame, column: str, cols: set[str]) -> list[dict[str, 
             score.is_not_null().sum().alias("n"),
             p1.cast(pl.Float64).alias("p_at_1"),
             pl.col("context_count").filter(status != STATUS_EMPTY).sum().alias("items"),
-            pl.col("input_tokens").sum().alias("input_tokens"),
-            pl.col("output_tokens").sum().alias("output_tokens"),
+            *(t.sum() for t in token_columns(cols)),
         )
         .sort("night", nulls_last=True)
         .collect()
     )
     nights = []
+    known = "paid_input_tokens" in cols  # schema 1: what the rows' runs paid is unknown
     for r in got.iter_rows(named=True):
+        if not known:
+            r["paid_input_tokens"] = r["paid_output_tokens"] = None
         std, n, mean = r.pop("std"), r.pop("n"), r["mean_score"]
         half = _Z95 * std / math.sqrt(n) if std is not None and n > 1 else 0.0
         scored = r.pop("scored")
@@ -119,7 +128,7 @@ def _cost(price: Mapping[str, Any], t_in: Any, t_out: Any) -> float | None:
     p_in, p_out = price.get("input_per_mtok"), price.get("output_per_mtok")
     if p_in is None or p_out is None or t_in is None or t_out is None:
         return None
-    return round(float(t_in * p_in + t_out * p_out) / 1e6, 6)
+    return round_figure(float(t_in * p_in + t_out * p_out) / 1e6)
 
 
 def _mark_moves(nights: list[dict[str, Any]]) -> None:
@@ -147,13 +156,19 @@ def trend_rows(trend: Mapping[str, Any]) -> list[list[str]]:
             str(n["night"]), _f(n["rows"]), _f(n["mean_score"]),
             "n/a" if ci is None else f"[{_f(ci[0])}, {_f(ci[1])}]", _f(n["p_at_1"]),
             "n/a" if n["coverage"] is None else percent_text(n["coverage"]), _f(n["items"]),
-            f"{_f(n['input_tokens'])} / {_f(n['output_tokens'])}", _f(n["cost_usd"], 6), moved,
+            f"{_f(n['paid_input_tokens'])} / {_f(n['paid_output_tokens'])}",
+            _f(n["paid_cost_usd"]),
+            f"{_f(n['verdict_input_tokens'])} / {_f(n['verdict_output_tokens'])}",
+            _f(n["verdict_cost_usd"]), moved,
         ])  # fmt: skip
     return out
 
 
+# tokens and cost twice: what was paid for the night's rows (by the runs that wrote them), and
+# what their verdicts cost when first paid (a night judged from the memo paid nothing)
 _HEAD = ["night", "rows", "mean score", "95% CI", "P@1", "coverage", "items judged",
-         "tokens in / out", "cost USD", "moved"]  # fmt: skip
+         "tokens paid in / out", "paid USD", "verdicts' tokens in / out", "verdicts' USD",
+         "moved"]  # fmt: skip
 
 
 def trend_markdown(trend: Mapping[str, Any] | None, *, chart: bool = True) -> list[str]:

@@ -41,7 +41,8 @@ pytestmark = pytest.mark.slow  # a local Dask cluster of worker processes
 if TYPE_CHECKING:
     from distributed import Client
 
-COLUMNS = ["id", "score", "status", "verdicts", "verdict_reasons", "relevant_count", "input_tokens"]
+COLUMNS = ["id", "score", "status", "verdicts", "verdict_reasons", "relevant_count",
+           "paid_input_tokens", "verdict_input_tokens"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

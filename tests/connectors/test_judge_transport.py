@@ -24,7 +24,12 @@ from ctxprec.connectors.judges.transport import (
     HttpResponse,
     multipart_form,
 )
-from ctxprec.storage.core.errors import JudgeFatalError, JudgeRefusedRunError, JudgeRetryableError
+from ctxprec.storage.core.errors import (
+    JudgeFatalError,
+    JudgeRefusedRunError,
+    JudgeRetryableError,
+    JudgeUnreachableError,
+)
 from ctxprec.storage.core.seams import Seams
 from tests.fakes.clock import instant_retries
 from tests.fakes.inputs import KEY
@@ -144,15 +149,59 @@ async def test_an_outage_shorter_than_the_budget_costs_no_call() -> None:
     assert clock.waits[:4] == [0.5, 1.0, 2.0, 4.0]
 
 
-async def test_a_judge_down_past_the_budget_fails_then_later_calls_fail_at_once() -> None:
-    clock = RetryClock(instant=True, rand=lambda: 1.0)
+async def test_a_judge_never_reached_says_so_at_once_and_stops_the_run_at_the_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dead base URL: one line at the first connection error (before any retry wait) naming
+    the URL, that ctxprec keeps retrying until the budget ends and how to stop or change it;
+    when the budget ends with no call ever answered, the run stops (JudgeUnreachableError,
+    exit 4) instead of failing every row: the next call fails at once, without a request."""
+    said: list[str] = []
+
+    def on_sleep(seconds: float) -> None:
+        said.append(capsys.readouterr().err)
+
+    clock = RetryClock(instant=True, rand=lambda: 1.0, on_sleep=on_sleep)
     transport = judge_down_for(1e9, clock)
     judge, _, _ = openai_judge(transport, clock=clock, retry_budget_s=60)
+    with pytest.raises(JudgeUnreachableError) as caught:
+        await judge.judge_item(REQUEST)
+    first = len(transport.requests)
+    with pytest.raises(JudgeUnreachableError):
+        await judge.judge_item(REQUEST)  # the run is stopped: no further request
+    said.append(capsys.readouterr().err)
+    assert "cannot be reached" in said[0]  # printed with the first error, before any wait
+    lines = [x for x in "".join(said).splitlines() if "cannot be reached" in x]
+    assert len(lines) == 1  # once, not once per call or retry
+    line = lines[0]
+    assert "https://api.openai.com/v1/chat/completions" in line
+    assert "keeps retrying until the retry budget of 60 s ends, then stops (exit 4)" in line
+    assert "Ctrl-C stops the run now" in line
+    assert "--retry-budget" in line
+    assert "--base-url" in line
+    assert sum(clock.waits) <= 60.0
+    assert len(transport.requests) == first
+    message = str(caught.value)
+    assert "no call reached the judge at https://api.openai.com/v1/chat/completions" in message
+    assert "Fix: check the base URL" in message
+    assert caught.value.exit_code == 4
+
+
+async def test_a_judge_that_answered_before_fails_its_calls_after_the_budget(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An outage after the judge answered is waited out call by call (a restart is down for
+    seconds); past the budget the calls fail as rows, and later calls fail at once."""
+    clock = RetryClock(instant=True, rand=lambda: 1.0)
+    judge, _, _ = openai_judge(judge_down_for(0.0, clock), clock=clock, retry_budget_s=60)
+    assert (await judge.judge_item(REQUEST)).verdict.relevant is True
+    transport = judge_down_for(1e9, clock)
+    judge.transport = transport
     with pytest.raises(JudgeRetryableError) as caught:
         await judge.judge_item(REQUEST)
     assert caught.value.cause == "connection"
     assert "connection errors are retried for the budget" in str(caught.value)
-    assert sum(clock.waits) <= 60.0
+    assert "stopped answering" in capsys.readouterr().err
     first = len(transport.requests)
     with pytest.raises(JudgeRetryableError):
         await judge.judge_item(REQUEST)  # the judge has been gone the whole budget already
@@ -168,12 +217,17 @@ async def test_a_reply_resets_the_outage_clock() -> None:
 
 
 async def test_a_retry_budget_of_zero_retries_nothing(retry_clock: RetryClock) -> None:
-    script = replies(ConnectionResetError("peer reset"), openai_completion(verdict_json(False)))
+    script = replies(
+        openai_completion(verdict_json(True)),
+        ConnectionResetError("peer reset"),
+        openai_completion(verdict_json(False)),
+    )
     transport = MockTransport(script)
     judge, _, _ = openai_judge(transport, clock=retry_clock, retry_budget_s=0)
+    await judge.judge_item(REQUEST)  # it answered once: a later outage fails the call
     with pytest.raises(JudgeRetryableError):
         await judge.judge_item(REQUEST)
-    assert len(transport.requests) == 1
+    assert len(transport.requests) == 2
 
 
 async def test_a_dropped_connection_is_retried(retry_clock: RetryClock) -> None:

@@ -356,20 +356,20 @@ def test_wrong_labels_type(tmp_path: Path) -> None:
 
 def test_null_id(tmp_path: Path) -> None:
     f = write(tmp_path / "x.parquet", id=["a", None, "c"])
-    fails(f"column `id` (id) is null in {f} row 1 (1 null ids in total)", f)
+    fails(f"column `id` (id) is null in {f} row 2 (1 null ids in total)", f)  # from 1
 
 
 def test_duplicate_ids_across_files(tmp_path: Path) -> None:
     a = write(tmp_path / "a.parquet", id=["x", "y", "z"])
     b = write(tmp_path / "b.parquet", id=["w", "y", "v"])
     fails(
-        f"duplicate id 'y' in column `id`: {a} row 1; {b} row 1 (1 duplicated id in total", tmp_path
+        f"duplicate id 'y' in column `id`: {a} row 2; {b} row 2 (1 duplicated id in total", tmp_path
     )
 
 
 def test_duplicate_integer_ids_within_a_file(tmp_path: Path) -> None:
     f = write(tmp_path / "a.parquet", id=[7, 8, 7])
-    fails(f"duplicate id 7 in column `id`: {f} row 0; {f} row 2", f)
+    fails(f"duplicate id 7 in column `id`: {f} row 1; {f} row 3", f)
 
 
 def test_explicit_expected_column_missing(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from ctxprec.connectors.judges.catalog import (
 from ctxprec.connectors.judges.conversation import HttpJudgeBase
 from ctxprec.run.estimate import estimate, render_estimate
 from ctxprec.storage.core.errors import ConfigError
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.core.seams import Seams
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeThread
 from tests.fakes.inputs import KEY, documentation
@@ -321,7 +322,7 @@ def test_estimate_prices_registry_models_and_says_when_none_is_known(
     price = known_price("groq/llama-3.3-70b-versatile")
     assert price is not None
     want = est["input_tokens"] * price.input_per_mtok + est["output_tokens"] * price.output_per_mtok
-    assert est["cost_usd"] == round(want / 1e6, 6)
+    assert est["cost_usd"] == round_figure(want / 1e6)  # the one rounding rule: 4 decimals
     assert "provider registry, prices of 2026-" in render_estimate(est)
     cfg = load_config(None, {"judge.model": "groq/no-such-model"}, env={})
     text = render_estimate(estimate(str(src), cfg))

@@ -163,7 +163,7 @@ def test_an_id_in_two_formats_is_a_duplicate(hotpot: Path, tmp_path: Path) -> No
     src.mkdir()
     rows(hotpot, 10).write_parquet(src / "a.parquet")
     write_jsonl(rows(hotpot, 10).slice(9), src / "b.jsonl")
-    with pytest.raises(InputError, match=r"duplicate id .*b.jsonl row 0"):
+    with pytest.raises(InputError, match=r"duplicate id .*b.jsonl line 1\b"):
         inspect_source(str(src), HOTPOT_COLUMNS, use_extractor=False)
 
 
@@ -174,7 +174,7 @@ def test_csv_context_that_is_not_a_json_array_says_what_to_do(tmp_path: Path) ->
         inspect_source(str(path), ColumnMap(), use_extractor=False)
     text = str(err.value)
     assert "column `contexts` in" in text
-    assert "row 0 is text, not a JSON array" in text
+    assert "row 1 is text, not a JSON array" in text  # the first data row, counted from 1
     assert "CSV has no list type" in text
     assert "--extractor" in text
 
@@ -194,7 +194,7 @@ def test_bad_json_lines_name_the_file_and_rows(tmp_path: Path) -> None:
         inspect_source(str(array), ColumnMap(), use_extractor=False)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"id": "a", "query": "q", "contexts": ["x"]}\n{"id": "b", "query": \n')
-    with pytest.raises(InputError, match=r"broken.jsonl rows 0-1 are not valid JSON Lines"):
+    with pytest.raises(InputError, match=r"broken.jsonl rows 1-2 are not valid JSON Lines"):
         inspect_source(str(broken), ColumnMap(), use_extractor=False)
     typed = tmp_path / "typed.jsonl"
     lines = [json.dumps({"id": i, "query": "q", "contexts": ["x"]}) for i in range(2_000)]

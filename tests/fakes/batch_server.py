@@ -59,7 +59,12 @@ OPENAI_ENDPOINTS = frozenset(
     }
 )  # fmt: skip
 CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_REASONS = {True: "It states what the expected output needs.", False: "It does not help."}
+_REASONS = {  # one sentence each, as long as a real judge's (~105 characters, ~26 tokens)
+    True: "It states the specific fact the expected output relies on, so it directly helps answer "
+    "the question asked.",
+    False: "It is about a related topic but gives none of the facts the expected output needs, so "
+    "it does not help.",
+}
 
 
 @dataclass

@@ -44,7 +44,12 @@ __all__ = [
 ITEM_OPEN, ITEM_CLOSE = "<context_item>\n", "\n</context_item>"
 ROW_ITEM = re.compile(r'<context_item index="\d+">\n(.*?)\n</context_item>', re.DOTALL)
 _RANDOM_FAULTS = ("500", "503", "garbage_body", "garbage_content", "drop", "hang", "429")
-_REASONS = {True: "It states what the expected output needs.", False: "It does not help."}
+_REASONS = {  # one sentence each, as long as a real judge's (~105 characters, ~26 tokens)
+    True: "It states the specific fact the expected output relies on, so it directly helps answer "
+    "the question asked.",
+    False: "It is about a related topic but gives none of the facts the expected output needs, so "
+    "it does not help.",
+}
 _FIXED_ERRORS = {
     "quota": (429, "You exceeded your current quota, please check your plan and billing."),
     "400_response_format": (400, "Invalid parameter: 'response_format' is not supported."),

@@ -167,7 +167,7 @@ def _float_ids(tmp: Path) -> Built:
 
 def _null_id(tmp: Path) -> Built:
     path = write(tmp / "in.parquet", id=["r0", None, "r2"])
-    return path, [], ["column `id` (id) is null in {in} row 1", "every row needs an id"]
+    return path, [], ["column `id` (id) is null in {in} row 2", "every row needs an id"]
 
 
 def _duplicate_ids(tmp: Path) -> Built:
@@ -175,14 +175,14 @@ def _duplicate_ids(tmp: Path) -> Built:
     return (
         path,
         [],
-        ["duplicate id 'r0' in column `id`", "{in} row 0", "{in} row 2", "deduplicate the data"],
+        ["duplicate id 'r0' in column `id`", "{in} row 1;", "{in} row 3", "deduplicate the data"],
     )
 
 
 def _duplicate_across_files(tmp: Path) -> Built:
     write(tmp / "in" / "a.parquet")
     write(tmp / "in" / "b.parquet", id=["r9", "r2", "r8"])
-    return tmp / "in", [], ["duplicate id 'r2'", "a.parquet row 2", "b.parquet row 1"]
+    return tmp / "in", [], ["duplicate id 'r2'", "a.parquet row 3", "b.parquet row 2"]
 
 
 def _non_utf8_id(tmp: Path) -> Built:
@@ -749,8 +749,9 @@ def row_level(
     rows = statuses(out)
     assert summary["rows"]["total"] == len(rows)
     if code == 1:  # input failures are not offered a retry; judge failures are
-        bad_input = any((e or "").startswith("invalid_input") for _, e in rows.values())
-        judge = any(s == "failed" and not (e or "").startswith("invalid_input")
+        input_causes = ("invalid_input", "extractor_error")  # the extractor is the user's too
+        bad_input = any((e or "").startswith(input_causes) for _, e in rows.values())
+        judge = any(s == "failed" and not (e or "").startswith(input_causes)
                     for s, e in rows.values())  # fmt: skip
         assert bad_input == ("a re-run cannot fix them: fix the input rows" in captured.out)
         assert judge == ("re-run the same command to retry only them" in captured.out)
@@ -933,23 +934,28 @@ def free_port() -> int:
     return port
 
 
-def test_unreachable_base_url_fails_rows_not_the_run(
+def test_an_unreachable_base_url_says_so_and_stops_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A dead base URL: one line naming it at the first connection error, then, once the retry
+    budget ends with no call ever answered, exit 4 with the way out; no row fails for it."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # loopback: no key needed
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
     source, out = write(tmp_path / "in.parquet"), tmp_path / "out"
     code = score(source, "-o", out, *HTTP, "--retry-budget", "0", "--timeout", "2")  # no waits
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == 4
     no_traceback(captured.err)
-    assert "3 rows failed (connection x3)" in captured.out
-    assert "re-run the same command to retry only them" in captured.out
-    for status, error in statuses(out).values():
-        assert status == "failed"
-        assert error is not None
-        assert error.startswith("connection: ")
-        assert "127.0.0.1" in error
+    said = [line for line in captured.err.splitlines() if "cannot be reached (" in line]
+    assert len(said) == 1  # one line, not one per row or retry
+    assert f"the judge at {url}/chat/completions cannot be reached" in said[0]
+    assert "keeps retrying until the retry budget of 0 s ends, then stops (exit 4)" in said[0]
+    assert "Ctrl-C" in said[0]
+    assert "ctxprec: the judge cannot be reached:" in captured.err
+    assert "Fix: check the base URL" in captured.err
+    assert "rows failed" not in captured.out + captured.err
+    assert not list(out.glob("*.parquet"))  # nothing committed as failed
 
 
 def zero_rows(tmp_path: Path) -> Path:
@@ -1156,7 +1162,7 @@ def test_input_line_nested_deeper_than_any_log_is_an_input_error(
     )
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     no_traceback(done.stderr)
-    assert f"{source} row 4 nests arrays or objects more than 64 levels deep" in done.stderr
+    assert f"{source} row 5 nests arrays or objects more than 64 levels deep" in done.stderr
     assert fake.stats.total == 0
     source.write_text("\n".join(json.dumps(r) for r in rows) + "\n")  # brackets in text are fine
     assert subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO).returncode == 0

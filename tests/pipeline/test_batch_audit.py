@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from ctxprec.cli.main import main
+from ctxprec.storage.core.figures import round_figure
 from ctxprec.storage.outdir.batches import BatchStore
 from tests.fakes.batch_server import BatchFakeConfig, BatchFakeServer, BatchFakeThread
 from tests.pipeline.test_audit import sampled_items
@@ -234,7 +235,7 @@ def test_estimate_prices_the_audit_calls_at_batch_prices(
     assert a["calls"] == b["calls"] == items
     assert b["online_cost_usd"] == a["cost_usd"]
     # the audit model's own batch prices: a fifth of its online price here, not a half
-    want = round((a["input_tokens"] * 2.0 + a["output_tokens"] * 8.0) / 1e6, 6)
+    want = round_figure((a["input_tokens"] * 2.0 + a["output_tokens"] * 8.0) / 1e6)
     assert b["cost_usd"] == want
     assert b["cost_usd"] < a["cost_usd"]
     assert batch["cost_usd"] == pytest.approx(online["cost_usd"] / 2, abs=1e-6)

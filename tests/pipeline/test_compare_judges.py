@@ -99,7 +99,8 @@ def test_compare_reports_the_agreement_of_the_two_judges(
     assert g["judges_differ"] is True
     assert g["score_delta"]["mean_delta"] == report["mean_delta"]
     assert g["cost"]["a"]["judge_model"] == "openai/precise"
-    assert g["cost"]["b"]["input_tokens"] == judges[1].stats.input_tokens
+    assert g["cost"]["b"]["paid_input_tokens"] == judges[1].stats.input_tokens
+    assert g["cost"]["b"]["verdict_input_tokens"] == judges[1].stats.input_tokens  # first run
     md = (tmp_path / "r" / "compare.md").read_text()
     assert md.index("## Judge against judge") < md.index("## Paired deltas")
     assert "None" not in md

@@ -65,7 +65,7 @@ def test_full_dataset_scores_equal_map_of_server_verdicts(
     assert summary["rows"]["total"] == df.height == 500
     assert summary["score"]["mean"] == pytest.approx(df.get_column("score").mean(), abs=1e-4)
     assert summary["judge"]["calls"] == fake.stats.total
-    assert df.get_column("input_tokens").sum() > 0
+    assert df.get_column("paid_input_tokens").sum() > 0
 
 
 def test_without_expected_column_judges_against_the_query(
@@ -110,8 +110,9 @@ def test_second_run_makes_zero_calls(subset: Path, tmp_path: Path, fake: FakeJud
     run = json.loads((tmp_path / "b" / "_ctxprec" / "run.json").read_text())
     assert run["judge_calls"] == 0
     assert run["memo_hits"] == run["items_this_run"] > 0
-    cols = ["id", "score", "status", "verdicts", "verdict_reasons", "input_tokens"]
+    cols = ["id", "score", "status", "verdicts", "verdict_reasons", "verdict_input_tokens"]
     assert read(tmp_path / "a").select(cols).equals(read(tmp_path / "b").select(cols))
+    assert read(tmp_path / "b").get_column("paid_input_tokens").sum() == 0  # all from the memo
 
 
 def test_anthropic_provider_end_to_end(subset: Path, tmp_path: Path, fake: FakeJudgeServer) -> None:

@@ -14,7 +14,7 @@ from ctxprec import RunOptions, load_config, score
 from ctxprec.cli.main import main
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.core.metric import map_score
-from ctxprec.storage.outdir.schema import output_schema
+from ctxprec.storage.outdir.schema import SCHEMA_VERSION, output_schema
 from tests.fakes.inputs import SAMPLE
 
 
@@ -54,7 +54,7 @@ def test_written_schema_is_the_documented_one(tmp_path: Path) -> None:
     assert written.names == expected.names
     for field in expected:
         assert written.field(field.name).type == field.type, field.name
-    assert written.metadata[b"ctxprec.schema_version"] == b"1"
+    assert written.metadata[b"ctxprec.schema_version"] == SCHEMA_VERSION.encode() == b"2"
 
 
 def test_second_run_makes_no_judge_calls_and_same_output(tmp_path: Path) -> None:

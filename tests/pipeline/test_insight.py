@@ -51,7 +51,8 @@ def test_estimate_vs_actual_calls_exact_tokens_close(
     )
     summary = json.loads((out / "summary.json").read_text())
     assert est["calls"] == fake.stats.total == summary["judge"]["calls"]
-    actual_tokens = summary["tokens"]["this_run_input"] + summary["tokens"]["this_run_output"]
+    t = summary["tokens"]
+    actual_tokens = t["paid_input_this_run"] + t["paid_output_this_run"]
     assert abs(est["input_tokens"] + est["output_tokens"] - actual_tokens) <= 0.2 * actual_tokens
     assert summary["estimate_vs_actual"]["calls"]["ratio"] == 1.0
     # a second estimate knows the memo: nothing left to pay for

@@ -237,7 +237,8 @@ def test_one_rounding_rule_for_every_figure_shown(
     assert code == 5
     shown = capsys.readouterr()
     assert json.loads(shown.out)["score_mean"] == 0.4018
-    assert "the mean score of this run's 40 scored rows is 0.4018, 0.0982 below" in shown.err
+    said = "the input's 40 scored rows (all scored by this run) is 0.4018, 0.0982 below"
+    assert said in shown.err
     assert json.loads((out / "summary.json").read_text())["score"]["mean"] == 0.4018
     assert "| 0.4018 |" in (out / "summary.md").read_text()
     assert main(["summary", str(out)]) == 0

@@ -48,8 +48,8 @@ def test_a_consistent_judge_agrees_with_itself_and_the_memo_keeps_the_first_verd
         assert summary["self_agreement"] == r
         assert "Judge against itself (--recheck)" in (out / "summary.md").read_text()
         # this run's tokens include the re-asks; the rows carry only the first calls'
-        assert summary["tokens"]["this_run_input"] == server.stats.input_tokens
-        assert summary["tokens"]["input"] < server.stats.input_tokens
+        assert summary["tokens"]["paid_input_this_run"] == server.stats.input_tokens
+        assert summary["tokens"]["verdict_input_all_rows"] < server.stats.input_tokens
 
 
 def test_flip_rate_of_a_judge_that_disagrees_with_itself(

@@ -53,7 +53,7 @@ async def test_run_equals_map_of_server_verdicts_on_real_rows(
         verdicts = [expected_verdict(c, fake.config) for c in row["contexts"]]
         assert [v.relevant for v in result.verdicts] == verdicts
         assert result.score == map_score(verdicts)
-        assert result.input_tokens > 0
+        assert result.paid_input_tokens == result.verdict_input_tokens > 0  # no memo
         await scorer.aclose()
 
 

@@ -119,14 +119,12 @@ def test_out_of_quota_stops_the_run_with_exit_4_and_the_same_command_resumes(
 
 
 def test_cached_prompt_tokens_are_priced_at_the_cached_price() -> None:
-    from ctxprec.storage.report.summary import _cost
+    from ctxprec.storage.core.settings import Price
+    from ctxprec.storage.report.summary import _usd
 
     price = {"input_per_mtok": 1.0, "output_per_mtok": 2.0, "cached_input_per_mtok": 0.5}
-    tokens = {"input": 3_000_000, "output": 1_000_000}
-    cost = _cost(price, tokens, [2_000_000, 1_000_000], 1_000_000)
-    assert cost == {"this_run": 3.5, "all_rows": 5.0}  # 1M at 1.0 + 1M cached at 0.5 + 1M x 2
+    # 1M at 1.0 + 1M cached at 0.5 + 1M x 2
+    assert _usd(price, 2_000_000, 1_000_000, 1_000_000) == 3.5
+    assert Price(**price).usd(2_000_000, 1_000_000, 1_000_000) == 3.5  # run.json's, the same
     plain = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
-    assert _cost(plain, tokens, [2_000_000, 1_000_000], 1_000_000) == {
-        "this_run": 4.0,
-        "all_rows": 5.0,
-    }
+    assert _usd(plain, 2_000_000, 1_000_000, 1_000_000) == 4.0

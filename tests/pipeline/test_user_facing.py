@@ -37,14 +37,17 @@ def test_tokens_are_counted_once_per_call(tmp_path: Path, fake: FakeJudgeServer)
     spent_in, spent_out = fake.stats.input_tokens, fake.stats.output_tokens
     assert spent_in > 0
     rows = pl.read_parquet(out / "*.parquet")
-    assert rows["input_tokens"].sum() == spent_in
-    assert rows["output_tokens"].sum() == spent_out
+    for kind in ("paid", "verdict"):  # a first run with an empty memo paid every verdict
+        assert rows[f"{kind}_input_tokens"].sum() == spent_in
+        assert rows[f"{kind}_output_tokens"].sum() == spent_out
     tokens = json.loads((out / "summary.json").read_text())["tokens"]
     assert tokens == {
-        "input": spent_in,
-        "output": spent_out,
-        "this_run_input": spent_in,
-        "this_run_output": spent_out,
+        "paid_input_this_run": spent_in,
+        "paid_output_this_run": spent_out,
+        "paid_input_all_runs": spent_in,
+        "paid_output_all_runs": spent_out,
+        "verdict_input_all_rows": spent_in,
+        "verdict_output_all_rows": spent_out,
     }
 
 
@@ -259,8 +262,9 @@ def test_row_mode_tokens_match_the_server(tmp_path: Path, fake: FakeJudgeServer)
     out = tmp_path / "out"
     assert score(src, "-o", out, "--model", "openai/j", "--mode", "row", "--batch-rows", 5) == 0
     rows = pl.read_parquet(out / "*.parquet")
-    assert rows["input_tokens"].sum() == fake.stats.input_tokens > 0
-    assert rows["output_tokens"].sum() == fake.stats.output_tokens
+    assert rows["paid_input_tokens"].sum() == fake.stats.input_tokens > 0
+    assert rows["paid_output_tokens"].sum() == fake.stats.output_tokens
+    assert rows["verdict_input_tokens"].sum() == fake.stats.input_tokens  # a first run
 
 
 def ten_item_log(path: Path, rows: int = 12) -> Path:
@@ -310,5 +314,5 @@ def test_every_modes_estimate_is_what_the_run_spends(
     calls = 12 if "row" in flags else 120
     assert est["calls"] == calls
     for figure in ("input_tokens", "output_tokens"):
-        actual = rows[figure].sum()
+        actual = rows[f"paid_{figure}"].sum()  # batch runs too: their rows carry what was paid
         assert abs(est[figure] / actual - 1) <= ESTIMATE_TOLERANCE, (figure, est[figure], actual)

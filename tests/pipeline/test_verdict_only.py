@@ -203,7 +203,10 @@ def test_estimate_knows_the_verdict_only_token_counts(
     # and the human-readable estimate says what 1k rows cost
     args = ["estimate", str(rows), "--model", "openai/gpt-4o-mini", *HOTPOT_MAP, "--no-memo"]
     assert main([*args, "--verdict-only"]) == 0
-    assert "per 1k rows (verdict-only" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "per 1k rows that need the judge (verdict-only)" in shown
+    assert "per 1k input rows" in shown
+    assert "output tokens: the reply schema's JSON with a verdict and no reason" in shown
 
 
 async def test_python_api_option(fake: FakeJudgeServer) -> None:

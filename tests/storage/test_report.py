@@ -73,9 +73,24 @@ def _rank(verdicts: list[bool | None] | None, status: str) -> dict[str, Any]:
     }
 
 
-def write_part(path: Path, rows: list[tuple[Any, ...]], *, labels: list[Any] | None = None) -> None:
-    """One scored part file with the real output schema (+ a `source` passthrough column)."""
+def write_part(
+    path: Path,
+    rows: list[tuple[Any, ...]],
+    *,
+    labels: list[Any] | None = None,
+    schema_one: bool = False,
+) -> None:
+    """One scored part file with the real output schema (+ a `source` passthrough column);
+    `schema_one`: as output schema 1 wrote it (one token pair, the verdicts')."""
     schema = output_schema(passthrough=[pa.field("source", pa.string())])
+    if schema_one:
+        fields = [f for f in schema if not f.name.startswith(("paid_", "verdict_"))]
+        at = fields.index(schema.field("scored_at"))
+        fields[at:at] = [
+            pa.field("input_tokens", pa.int64(), nullable=False),
+            pa.field("output_tokens", pa.int64(), nullable=False),
+        ]
+        schema = pa.schema(fields, metadata={"ctxprec.schema_version": "1"})
     if labels is not None:
         schema = schema.append(pa.field("label_verdicts", pa.list_(pa.bool_())))
     records = []
@@ -93,12 +108,16 @@ def write_part(path: Path, rows: list[tuple[Any, ...]], *, labels: list[Any] | N
             "prompt_version": "v1",
             "input_tokens": 10 * n,
             "output_tokens": 2 * n,
+            "paid_input_tokens": 5 * n,  # half its items from the memo
+            "paid_output_tokens": n,
+            "verdict_input_tokens": 10 * n,
+            "verdict_output_tokens": 2 * n,
             "scored_at": datetime(2026, 1, 2, tzinfo=UTC),
             **_rank(verdicts, status),
         }
         if labels is not None:
             record["label_verdicts"] = labels[i]
-        records.append(record)
+        records.append({k: v for k, v in record.items() if k in schema.names})
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(records, schema=schema), path)
 
@@ -191,12 +210,19 @@ def test_rank_metrics_failures_tokens_cost_and_throughput(outdir: Path) -> None:
     assert s["rank_metrics"]["ndcg_at_1"] is None  # column present, never filled
     assert s["failures"] == {"http_500": 1, "rate_limited": 1}
     assert s["tokens"] == {
-        "input": 170,
-        "output": 34,
-        "this_run_input": 100_000,
-        "this_run_output": 20_000,
+        "paid_input_this_run": 100_000,  # what the judge reported for this run's calls
+        "paid_output_this_run": 20_000,
+        "paid_input_all_runs": 100_000,  # no history: this run is every run
+        "paid_output_all_runs": 20_000,
+        "verdict_input_all_rows": 170,  # the rows' verdict_* columns
+        "verdict_output_all_rows": 34,
     }
-    assert s["cost_usd"] == {"this_run": 0.4, "all_rows": 0.00068}  # 0.2 + 0.2; 340e-6 + 340e-6
+    # 0.2 + 0.2; 340e-6 + 340e-6, rounded as every figure shown (4 decimals)
+    assert s["cost_usd"] == {
+        "paid_this_run": 0.4,
+        "paid_all_runs": 0.4,
+        "verdicts_all_rows": 0.0007,
+    }
     assert s["judge"]["calls"] == 15
     assert s["judge"]["rate_limited"] == 2
     assert s["throughput"] == {"rows_per_s": 4.0, "calls_per_s": 7.5}
@@ -205,6 +231,22 @@ def test_rank_metrics_failures_tokens_cost_and_throughput(outdir: Path) -> None:
     assert s["estimate_vs_actual"]["wall_s"]["ratio"] == 2.0
     assert s["run"]["started_at"] == "2026-01-02 03:04:05+00:00"
     assert json.loads(json.dumps(s)) == s
+
+
+def test_an_output_of_schema_one_still_reads(tmp_path: Path) -> None:
+    """Parts written before the token columns were split (one pair, the verdicts'): their
+    figures read as the verdicts' cost; what the rows' runs paid is unknown, never 0."""
+    write_part(tmp_path / "part-00000.parquet", ROWS[:5], schema_one=True)
+    commit(tmp_path, tmp_path / "part-00000.parquet")
+    s = build_summary(tmp_path, RUN)
+    assert s["tokens"]["verdict_input_all_rows"] == 110  # 10 per item: 4 + 2 + 3 + 2 + 0
+    assert s["tokens"]["verdict_output_all_rows"] == 22
+    assert s["tokens"]["paid_input_this_run"] == 100_000  # run.json's, as ever
+    write_summary(tmp_path, s)
+    assert (
+        "| the rows' verdicts when first paid: tokens in / out | 110 / 22 |"
+        in (tmp_path / "summary.md").read_text()
+    )
 
 
 def test_no_price_no_cost_no_estimate(outdir: Path) -> None:
@@ -256,13 +298,15 @@ def test_markdown_has_the_key_lines(outdir: Path) -> None:
     assert md.startswith("# ctxprec run summary\n")
     assert "**8** rows scored from `data/logs.parquet`" in md
     assert "**2** failed (http_500: 1, rate_limited: 1)" in md
-    assert "> **2 rows failed — re-run the same command to retry only them.**" in md
+    retry = "> **2 rows failed (http_500: 1, rate_limited: 1) — re-run the same command to retry"
+    assert retry + " only them.**" in md
     assert "Coverage: 75.0%" in md
     assert "| excellent | 0.9 – 1.0 | relevant context comes first | 1 | 16.7% |" in md
     assert "| none | 0 | no relevant context found | 2 | 33.3% |" in md
     assert "| #2 | 5 | 40.0% |" in md
     assert "| 429 responses | 2 |" in md
-    assert "| estimated cost USD, this run | 0.4 |" in md
+    assert "| paid by this run: cost USD | 0.4 |" in md
+    assert "| the rows' verdicts when first paid: tokens in / out | 170 / 34 |" in md
     assert "![score distribution](charts/score_distribution.png)" in md
     assert "![relevance by position](charts/relevance_by_position.png)" in md
 
