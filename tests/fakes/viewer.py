@@ -7,10 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from tests.fakes.inputs import REPO, SAMPLE
 
 __all__ = [
     "HOSTILE",
+    "Started",
     "Viewer",
     "get",
     "make_outputs",
@@ -145,3 +148,41 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str,
     if head.get("Content-Type", "").startswith("application/json"):
         return status, head, json.loads(text)
     return status, head, text
+
+
+class Started:
+    """`ctxprec view OUT --port 0` as a process: its URL, or its exit code and stderr when it
+    refused to start."""
+
+    def __init__(self, out: Path) -> None:
+        script = Path(sys.executable).parent / "ctxprec"
+        cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "ctxprec"]
+        self.process = subprocess.Popen(
+            [*cmd, "view", str(out), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        assert self.process.stdout is not None
+        stdout = self.process.stdout
+        threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=60)
+        except queue.Empty:
+            self.process.kill()
+            raise AssertionError("ctxprec view printed nothing in 60 s (blocked)") from None
+        self.url = line.split(" at ", 1)[1].split()[0] if " at http" in line else None
+
+    def stop(self, sig: int = signal.SIGINT) -> tuple[int, str]:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            _, err = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.communicate()
+            raise AssertionError(f"ctxprec view did not stop on signal {sig}") from None
+        return self.process.returncode, err

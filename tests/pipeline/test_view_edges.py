@@ -12,9 +12,6 @@ import os
 import queue
 import signal
 import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,9 +23,9 @@ import pytest
 from ctxprec.storage.core.seams import DEFAULT, Seams
 from ctxprec.storage.report.table import RowTable
 from ctxprec.view import serve
-from tests.fakes.inputs import REPO, write_input
+from tests.fakes.inputs import write_input
 from tests.fakes.runs import score
-from tests.fakes.viewer import get
+from tests.fakes.viewer import Started, get
 
 SECRET = "not for the network\n"
 
@@ -53,44 +50,6 @@ def _copy(output: Path, tmp_path: Path) -> Path:
 
 
 # -- the real command: what it serves ----------------------------------------------------------
-class Started:
-    """`ctxprec view OUT --port 0` as a process: its URL, or its exit code and stderr when it
-    refused to start."""
-
-    def __init__(self, out: Path) -> None:
-        script = Path(sys.executable).parent / "ctxprec"
-        cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "ctxprec"]
-        self.process = subprocess.Popen(
-            [*cmd, "view", str(out), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        lines: queue.Queue[str] = queue.Queue()
-        assert self.process.stdout is not None
-        stdout = self.process.stdout
-        threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
-        try:
-            line = lines.get(timeout=60)
-        except queue.Empty:
-            self.process.kill()
-            raise AssertionError("ctxprec view printed nothing in 60 s (blocked)") from None
-        self.url = line.split(" at ", 1)[1].split()[0] if " at http" in line else None
-
-    def stop(self, sig: int = signal.SIGINT) -> tuple[int, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            _, err = self.process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.communicate()
-            raise AssertionError(f"ctxprec view did not stop on signal {sig}") from None
-        return self.process.returncode, err
-
-
 def _link_out(path: Path) -> None:
     path.symlink_to(path.parent.parent / "secret.txt")
 

@@ -245,29 +245,20 @@ def _run(command: str, source: Path, out: Path, memo: Path) -> int:
 
 
 def _view(out: Path) -> int:
-    """`ctxprec view OUT`: refused (its exit code and line, printed here) or serving (its
-    /api/info answered, then stopped with SIGINT: 0 here)."""
-    from tests.fakes.viewer import get
+    """`ctxprec view OUT`: refused (its exit code, its lines printed here) or serving (its
+    /api/info answered, then stopped with SIGINT: 0 here). A viewer that blocks fails the test
+    (`Started` waits 60 s for its first line)."""
+    from tests.fakes.viewer import Started, get
 
-    script = Path(sys.executable).parent / "ctxprec"
-    cmd = [str(script)] if script.is_file() else [sys.executable, "-m", "ctxprec"]
-    proc = subprocess.Popen(
-        [*cmd, "view", str(out), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if " at http" in line:
-        url = line.split(" at ", 1)[1].split()[0]
-        status = get(url + "api/info")[0]
-        proc.send_signal(2)
-        _, err = proc.communicate(timeout=60)
-        print(err, file=sys.stderr, end="")
-        assert status == 200, err
-        return 0
-    _, err = proc.communicate(timeout=60)
+    started = Started(out)
+    status = get(started.url + "api/info")[0] if started.url else None
+    code, err = started.stop()
     print(err, file=sys.stderr, end="")
-    return proc.returncode
+    if started.url is None:
+        return code
+    assert status == 200, err
+    assert code == 130, err
+    return 0
 
 
 def _tree_hash(folder: Path) -> str:
