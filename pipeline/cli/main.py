@@ -158,6 +158,15 @@ def _add_lock_flag(p: Any) -> None:
     )
 
 
+def _add_tracking_flags(p: argparse.ArgumentParser, *, otel: bool) -> None:
+    """--mlflow [EXPERIMENT] (and --otel for score): where the results are also tracked."""
+    g = p.add_argument_group("tracking (docs/tracking.md)")
+    _add_setting(g, "mlflow.enabled", action="store", nargs="?", const=True,
+                 metavar="EXPERIMENT")  # fmt: skip
+    if otel:
+        _add_setting(g, "otel.enabled")
+
+
 def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     g = p.add_argument_group("provider batch API")
     _add_setting(g, "judge.batch_api")
@@ -225,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--scheduler", metavar="ADDRESS", help="dask: an existing cluster's scheduler")
     en.add_argument("--workers", type=int, help="dask: local cluster size (default: one per core)")
     _add_batch_flags(sc, score=True)
+    _add_tracking_flags(sc, otel=True)
     es = sub.add_parser("estimate", help="what a score run would cost, without judge calls")
     _add_data_flags(es)
     _add_judge_flags(es)
@@ -351,13 +361,14 @@ def _add_compare_parser(sub: Any) -> None:
                     "by more than X; with --fail-drop, exit 5 unless shown")  # fmt: skip
     cp.add_argument("-o", "--output", type=Path, help="write compare.json/.md/.png into DIR")
     cp.add_argument("--json", action="store_true", help="print compare.json to stdout")
+    _add_tracking_flags(cp, otel=False)
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """{dotted key: value} of every setting given on the command line (argparse dests are the
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
-    for item in (pair for given in args.map for pair in _map_pairs(given)):
+    for item in (pair for given in getattr(args, "map", []) for pair in _map_pairs(given)):
         field, sep, column = item.partition("=")
         field = field.strip()
         if not sep or field not in MAP_FIELDS or not column.strip():
@@ -366,6 +377,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
                 f"{', '.join(sorted(MAP_FIELDS))}"
             )
         flags[f"columns.{field}"] = column.strip()
+    if isinstance(experiment := flags.get("mlflow.enabled"), str):  # --mlflow EXPERIMENT
+        flags |= {"mlflow.enabled": True, "mlflow.experiment": experiment}
     return flags
 
 
