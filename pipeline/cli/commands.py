@@ -10,6 +10,7 @@ import functools
 import gc
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
+from ctxprec.run.tracking import log_comparison
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
@@ -343,8 +345,22 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
-
+    if getattr(args, "mlflow.enabled", None):  # --mlflow: the difference and the gate's verdict
+        _log_comparison(args, report)
     return gate_exit(0, message)
+
+
+def _log_comparison(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """compare.json/.md/.html of `-o DIR` as the MLflow run's files, else compare.json alone."""
+    cfg = _config(args)
+    if args.output is not None:
+        found = [layout.compare_file(args.output, name) for name in layout.COMPARE_FILES]
+        log_comparison(report, cfg, [p for p in found if p.is_file()])
+        return
+    with tempfile.TemporaryDirectory(prefix="ctxprec-compare-") as folder:
+        path = layout.compare_file(Path(folder), layout.COMPARE_JSON)
+        path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+        log_comparison(report, cfg, [path])
 
 
 def _cmd_batches(args: argparse.Namespace, seams: Seams) -> int:

@@ -400,7 +400,7 @@ def _check_conflicts(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     _check_conflicts(args)
-    cfg = load_config(args.config, _flags(args))
+    cfg = load_config(getattr(args, "config", None), _flags(args))
     _setup_logging(cfg.run.log_level)  # a config file's [run] log_level and debug count too
     args.debug = cfg.run.debug
     return cfg

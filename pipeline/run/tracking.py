@@ -8,7 +8,9 @@ run. The MLflow run is made from the run's finished figures (summary.json) in on
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import secrets
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +54,8 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "band_of",
     "check_tracking",
+    "compare_record",
+    "log_comparison",
     "mlflow_record",
     "paid_figures",
     "start_tracking",
@@ -133,7 +137,7 @@ def mlflow_record(
         "verdict_only": str(cfg.judge.verdict_only).lower(),
         **({"audit_model": cfg.judge.audit_model} if cfg.judge.audit_model else {}),
     }
-    where = without_url_secrets(str(outdir))
+    where = without_url_secrets(str(outdir.absolute() if isinstance(outdir, Path) else outdir))
     mean, ci = (summary.get("score") or {}).get("mean"), summary.get("score_ci95") or {}
     note = f"ctxprec score of `{params['input']}` into `{where}`: mean {mean}" + (
         f" (95 % CI {ci['low']}–{ci['high']})" if ci else ""
@@ -164,6 +168,71 @@ def band_of(score: float, scale: float) -> str:
     if n < _EPS:
         return "none"
     return next(name for name, lower, *_ in BANDS if name != "none" and n >= lower - _EPS)
+
+
+def compare_record(report: Mapping[str, Any], night: str) -> RunRecord:
+    """The MLflow run of `ctxprec compare`: the two sides and the options as params, the paired
+    difference (and the corrected one) and the gate's verdict as metrics and tags."""
+    sides = {k: report.get(k) or {} for k in ("a", "b")}
+    params = {
+        **{k: _side_text(side) for k, side in sides.items()},
+        **{
+            f"model_{k}": str((side.get("judge") or {}).get("judge_model"))
+            for k, side in sides.items()
+        },
+        "on": str(report.get("on")),
+        "test": str(report.get("test")),
+    }
+    ci = report.get("ci95") or [None, None]
+    corrected = report.get("corrected") or {}
+    corrected_ci = corrected.get("ci95") or [None, None]
+    gate = report.get("gate")
+    found: dict[str, Any] = {
+        **{k: report.get(k) for k in ("n_pairs", "mean_a", "mean_b", "mean_delta", "p_value")},
+        **{k: report.get(k) for k in ("wins", "losses", "ties", "cohens_dz")},
+        "ci95_low": ci[0],
+        "ci95_high": ci[1],
+        "corrected_delta": corrected.get("mean_delta"),
+        "corrected_ci95_low": corrected_ci[0],
+        "corrected_ci95_high": corrected_ci[1],
+        "gate_failed": None if gate is None else float(bool(gate.get("failed"))),
+    }
+    metrics = {k: float(v) for k, v in found.items() if isinstance(v, int | float)}
+    verdict = "none" if gate is None else ("failed" if gate.get("failed") else "passed")
+    tags = {
+        OUTDIR_TAG: params["a"],
+        "ctxprec.kind": "compare",
+        "ctxprec.gate": verdict,
+        "ctxprec.version": __version__,
+        "mlflow.source.name": "ctxprec compare",
+        "mlflow.note.content": str((gate or {}).get("message") or f"gate: {verdict}"),
+    }
+    name = f"compare {Path(params['a']).name} vs {Path(params['b']).name}"
+    return RunRecord(night, name, params, metrics, tags, int(datetime.now().timestamp() * 1000))
+
+
+def _side_text(side: Mapping[str, Any]) -> str:
+    where = ", ".join(f"{k}={v}" for k, v in (side.get("filters") or {}).items())
+    return without_url_secrets(str(side.get("source")) + (f" ({where})" if where else ""))
+
+
+def log_comparison(report: Mapping[str, Any], cfg: Config, files: list[Path]) -> dict[str, Any]:
+    """Log a comparison to MLflow (`compare --mlflow`) with `files` as its artifacts, in a worker
+    thread bounded by [mlflow] timeout_s; a failure is said once, never raised."""
+    check_tracking(cfg)
+    target = MlflowTarget(cfg.mlflow.experiment or DEFAULT_EXPERIMENT, cfg.mlflow.tracking_uri)
+    record = compare_record(report, secrets.token_hex(12))
+    record = dataclasses.replace(record, artifacts=tuple(files))
+    job = _Job("mlflow", lambda: log_record(target, record))
+    job.start()
+    assert job.thread is not None
+    job.thread.join(cfg.mlflow.timeout_s)
+    if job.thread.is_alive() or job.error is not None:
+        why = job.error or f"not done after {cfg.mlflow.timeout_s:g} s"
+        _note(f"MLflow: could not log the comparison to experiment {target.experiment!r}: {why}")
+        return {"done": False, "error": str(why)}
+    got: Logged = job.result
+    return {"done": True, "run_id": got.run_id, "experiment_id": got.experiment_id, "url": got.url}
 
 
 # -- the run's end ------------------------------------------------------------------------
@@ -234,10 +303,11 @@ def _mlflow_job(
     outdir: OutPath, cfg: Config, night: str, summary: Mapping[str, Any], done: dict[str, Any]
 ) -> tuple[_Job, Callable[[_Job], None]]:
     """This night written ahead into OUTDIR (record and summary files), then every night not
-    logged yet logged in order, this one last, until one fails."""
+    logged yet logged in order, this one last, until one fails: to the experiment and tracking
+    server asked for now (a night kept while the server was down goes where the series is)."""
     target = MlflowTarget(cfg.mlflow.experiment or DEFAULT_EXPERIMENT, cfg.mlflow.tracking_uri)
     record = mlflow_record(summary, cfg, outdir, night)
-    known = _guarded("mlflow", done, lambda: _write_ahead(outdir, target, record))
+    known = _guarded("mlflow", done, lambda: _write_ahead(outdir, record))
 
     def work() -> list[tuple[str, Logged]]:
         logged: list[tuple[str, Logged]] = []
@@ -249,9 +319,8 @@ def _mlflow_job(
             files = state.pending_files(outdir, each, entry["artifacts"])
             with local_copies(files, outdir) as local:
                 one = _record_of(each, entry, local)
-                aimed = MlflowTarget(entry["experiment"], entry.get("tracking_uri"))
                 run_id = (known.runs.get(each) or {}).get("run_id")
-                logged.append((each, log_record(aimed, one, run_id)))
+                logged.append((each, log_record(target, one, run_id)))
         return logged
 
     def settle(job: _Job) -> None:
@@ -278,15 +347,13 @@ def _mlflow_job(
     return _Job("mlflow", work), settle
 
 
-def _write_ahead(outdir: OutPath, target: MlflowTarget, record: RunRecord) -> state.MlflowState:
+def _write_ahead(outdir: OutPath, record: RunRecord) -> state.MlflowState:
     known = state.read_mlflow(outdir)
     files = layout.summary_files(outdir)
     kept = state.keep_pending(outdir, record.night, files)
     order = max((p["order"] for p in known.pending.values()), default=0) + 1
     known.pending[record.night] = {
         "run_name": record.run_name,
-        "experiment": target.experiment,
-        "tracking_uri": target.tracking_uri,
         "timestamp_ms": record.timestamp_ms,
         "params": record.params,
         "metrics": record.metrics,

@@ -39,8 +39,6 @@ _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # MLflow's run and experiment ids
 _FIX = "remove it: the next run with --mlflow or --otel starts it again"
 _RECORD = {
     "run_name": "str",
-    "experiment": "str",
-    "tracking_uri": "?str",
     "timestamp_ms": "int",
     "params": {"*": "str"},
     "metrics": {"*": "num"},

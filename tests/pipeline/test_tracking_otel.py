@@ -39,8 +39,9 @@ def _input(path: Path) -> Path:
             "id": [f"r{i}" for i in ids],
             "query": [None if i == 7 else f"who wrote book {i}?" for i in ids],
             "expected_output": [f"author {i} wrote book {i}" for i in ids],
-            "contexts": [[] if i == 4 else [f"book {i} was written by author {i}", "rain"]
-                         for i in ids],  # fmt: skip
+            "contexts": [
+                [] if i == 4 else [f"book {i} was written by author {i}", "rain"] for i in ids
+            ],
             "trace": [_trace(i) for i in ids],
             "span": [None if i % 3 == 0 else f"{i + 7:016x}" for i in ids],
         }
