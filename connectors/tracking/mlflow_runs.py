@@ -58,8 +58,9 @@ class RunRecord:
     params: dict[str, str]
     metrics: dict[str, float]
     tags: dict[str, str]
-    timestamp_ms: int
+    timestamp_ms: int  # when the run finished: the metrics' time and the MLflow run's end
     artifacts: tuple[Path, ...] = ()
+    start_ms: int | None = None  # when the run started (None: as it finished)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,10 @@ def log_record(
     if run is None:
         tags = {**record.tags, NIGHT_TAG: record.night}
         run = client.create_run(
-            experiment_id, start_time=record.timestamp_ms, tags=tags, run_name=record.run_name
+            experiment_id,
+            start_time=record.start_ms or record.timestamp_ms,
+            tags=tags,
+            run_name=record.run_name,
         )
     run_id = str(run.info.run_id)
     if on_run is not None:

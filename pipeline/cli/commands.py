@@ -28,7 +28,7 @@ from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
-from ctxprec.run.tracking import log_comparison
+from ctxprec.run.tracking import check_tracking, log_comparison
 from ctxprec.storage.core.constants import INPUT_CAUSE, STATUS_FAILED
 from ctxprec.storage.core.errors import UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
@@ -132,6 +132,8 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
         line = _quiet_line(result.summary, args.output)
         if batch:
             line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
+        if result.tracking:  # --mlflow, --otel: what was logged and sent
+            line["tracking"] = result.tracking
         print(json.dumps(line))
     else:
         print(_human_line(result.summary, args.output))
@@ -335,6 +337,8 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
+    if getattr(args, "mlflow.enabled", None):
+        check_tracking(_config(args))  # --mlflow without its extra: said before the work
     report = compare(a, b, opts)
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:

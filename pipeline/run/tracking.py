@@ -152,7 +152,8 @@ def mlflow_record(
         "mlflow.note.content": note,
     }
     name = Path(params["input"].rstrip("/")).name or params["input"] or "ctxprec"
-    return RunRecord(night, name, params, _metrics(summary), tags, _ms(run.get("finished_at")))
+    finished, started = _ms(run.get("finished_at")), _ms(run.get("started_at"))
+    return RunRecord(night, name, params, _metrics(summary), tags, finished, (), started)
 
 
 def _ms(iso: Any) -> int:
@@ -355,6 +356,7 @@ def _write_ahead(outdir: OutPath, record: RunRecord) -> state.MlflowState:
     known.pending[record.night] = {
         "run_name": record.run_name,
         "timestamp_ms": record.timestamp_ms,
+        "start_ms": record.start_ms or record.timestamp_ms,
         "params": record.params,
         "metrics": record.metrics,
         "tags": record.tags,
@@ -368,7 +370,7 @@ def _write_ahead(outdir: OutPath, record: RunRecord) -> state.MlflowState:
 def _record_of(night: str, entry: Mapping[str, Any], files: list[Path]) -> RunRecord:
     return RunRecord(
         night, entry["run_name"], dict(entry["params"]), dict(entry["metrics"]),
-        dict(entry["tags"]), int(entry["timestamp_ms"]), tuple(files),
+        dict(entry["tags"]), int(entry["timestamp_ms"]), tuple(files), entry.get("start_ms"),
     )  # fmt: skip
 
 

@@ -514,7 +514,8 @@ class MlflowSettings:
 
     enabled: bool = setting(
         False,
-        "log the run to an MLflow experiment: params, metrics, summary files (docs/tracking.md)",
+        "log the run to an MLflow experiment, one MLflow run per night (EXPERIMENT, else [mlflow] "
+        "experiment, MLFLOW_EXPERIMENT_NAME or ctxprec; the server: MLFLOW_TRACKING_URI)",
         flag="--mlflow",
     )
     experiment: str | None = setting(

@@ -40,6 +40,7 @@ _FIX = "remove it: the next run with --mlflow or --otel starts it again"
 _RECORD = {
     "run_name": "str",
     "timestamp_ms": "int",
+    "start_ms": "int",
     "params": {"*": "str"},
     "metrics": {"*": "num"},
     "tags": {"*": "str"},

@@ -7,6 +7,7 @@ left; a run without the flags imports neither OpenTelemetry nor MLflow."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,20 @@ def test_a_score_run_without_the_flags_imports_neither_otel_nor_mlflow(tmp_path:
         [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_python_api_and_the_quiet_line_say_what_was_sent(
+    tmp_path: Path, receiver: OtlpReceiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ctxprec
+    from ctxprec.storage.core.settings import OtelSettings
+
+    data = _input(tmp_path / "in.parquet")
+    cfg = ctxprec.Config(otel=OtelSettings(enabled=True, endpoint=receiver.endpoint))
+    result = ctxprec.score(data, tmp_path / "api", cfg, progress="off")
+    assert result.tracking["otel"] == {"done": True, "events": ROWS, "parts": 1, "parts_left": 0}
+    assert len(_events(receiver)) == ROWS
+    capsys.readouterr()
+    assert score(data, "-o", tmp_path / "cli", "--otel", "--quiet") == 1
+    line = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert line["tracking"]["otel"]["events"] == ROWS

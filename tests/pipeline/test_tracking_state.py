@@ -74,3 +74,18 @@ def test_a_damaged_state_file_is_said_and_the_run_finishes(
 )  # fmt: skip
 def test_the_event_label_is_the_summary_band(score_: float, scale: float, band: str) -> None:
     assert band_of(score_, scale) == band
+
+
+def test_the_python_api_says_what_was_not_logged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ctxprec
+    from ctxprec.storage.core.settings import MlflowSettings
+
+    data = write_input(tmp_path / "n1.parquet", range(3))
+    mlflow = MlflowSettings(enabled=True, experiment="api", tracking_uri=_dead_uri())
+    result = ctxprec.score(data, tmp_path / "out", ctxprec.Config(mlflow=mlflow), progress="off")
+    assert result.exit_code == 0
+    assert result.tracking["mlflow"]["done"] is False
+    assert result.tracking["mlflow"]["pending"] == 1
+    assert "does not answer" in result.tracking["mlflow"]["error"]
