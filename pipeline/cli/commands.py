@@ -23,7 +23,7 @@ from ctxprec.batchapi.figures import batch_estimate, batch_line, render_batch_es
 from ctxprec.batchapi.run import check_batch_provider
 from ctxprec.cli.batches import list_batches, render_batches
 from ctxprec.cli.main import _NOT_FOR_ESTIMATE, _config
-from ctxprec.config import load_config, parse_duration
+from ctxprec.config import Config, load_config, parse_duration
 from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
@@ -337,8 +337,9 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
-    if getattr(args, "mlflow.enabled", None):
-        check_tracking(_config(args))  # --mlflow without its extra: said before the work
+    tracked = _config(args) if getattr(args, "mlflow.enabled", None) else None
+    if tracked is not None:
+        check_tracking(tracked)  # --mlflow without its extra: said before the work
     report = compare(a, b, opts)
     message = None if args.fail_drop is None else drop_gate(report, args.fail_drop, args.margin)
     if args.fail_drop is not None:
@@ -349,14 +350,13 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     if args.output is not None:
         write_compare(args.output, report)
     print(json.dumps(report, indent=2, default=str) if args.json else render_text(report))
-    if getattr(args, "mlflow.enabled", None):  # --mlflow: the difference and the gate's verdict
-        _log_comparison(args, report)
+    if tracked is not None:  # --mlflow: the difference and the gate's verdict
+        _log_comparison(args, report, tracked)
     return gate_exit(0, message)
 
 
-def _log_comparison(args: argparse.Namespace, report: dict[str, Any]) -> None:
+def _log_comparison(args: argparse.Namespace, report: dict[str, Any], cfg: Config) -> None:
     """compare.json/.md/.html of `-o DIR` as the MLflow run's files, else compare.json alone."""
-    cfg = _config(args)
     if args.output is not None:
         found = [layout.compare_file(args.output, name) for name in layout.COMPARE_FILES]
         log_comparison(report, cfg, [p for p in found if p.is_file()])

@@ -310,18 +310,22 @@ def _mlflow_job(
     record = mlflow_record(summary, cfg, outdir, night)
     known = _guarded("mlflow", done, lambda: _write_ahead(outdir, record))
 
+    refused: list[str] = []
+
     def work() -> list[tuple[str, Logged]]:
+        """A server that does not answer stops the nights; a night MLflow refuses (or a damaged
+        kept record) is said and stays kept, and the nights after it are still logged."""
         logged: list[tuple[str, Logged]] = []
         if known is None:
             return logged
         nights = sorted(known.pending, key=lambda n: known.pending[n]["order"])
         for each in nights:
-            entry = known.pending[each]
-            files = state.pending_files(outdir, each, entry["artifacts"])
-            with local_copies(files, outdir) as local:
-                one = _record_of(each, entry, local)
-                run_id = (known.runs.get(each) or {}).get("run_id")
-                logged.append((each, log_record(target, one, run_id)))
+            try:
+                logged.append((each, _log_kept(outdir, target, known, each)))
+            except TrackingDown:
+                raise
+            except Exception as exc:
+                refused.append(f"{known.pending[each].get('run_name', each)}: {exc!r}")
         return logged
 
     def settle(job: _Job) -> None:
@@ -338,6 +342,10 @@ def _mlflow_job(
         if ours is not None:
             done["mlflow"] |= {"run_id": ours.run_id, "experiment_id": ours.experiment_id,
                                "url": ours.url}  # fmt: skip
+        for said in refused:
+            _note(f"MLflow: experiment {target.experiment!r} did not take {said}; kept in OUTDIR")
+        if refused:
+            done["mlflow"]["error"] = "; ".join(refused)
         if job.error is not None:
             why = job.error if isinstance(job.error, TrackingDown) else repr(job.error)
             _note(f"MLflow: could not log to experiment {target.experiment!r}: {why}; "
@@ -346,6 +354,17 @@ def _mlflow_job(
             done["mlflow"]["error"] = str(job.error)
 
     return _Job("mlflow", work), settle
+
+
+def _log_kept(
+    outdir: OutPath, target: MlflowTarget, known: state.MlflowState, night: str
+) -> Logged:
+    """One kept night, with its summary files, as its MLflow run (the one OUTDIR knows, if)."""
+    entry = known.pending[night]
+    files = state.pending_files(outdir, night, entry["artifacts"])
+    with local_copies(files, outdir) as local:
+        run_id = (known.runs.get(night) or {}).get("run_id")
+        return log_record(target, _record_of(night, entry, local), run_id)
 
 
 def _write_ahead(outdir: OutPath, record: RunRecord) -> state.MlflowState:

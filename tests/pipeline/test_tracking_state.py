@@ -89,3 +89,30 @@ def test_the_python_api_says_what_was_not_logged(
     assert result.tracking["mlflow"]["done"] is False
     assert result.tracking["mlflow"]["pending"] == 1
     assert "does not answer" in result.tracking["mlflow"]["error"]
+
+
+def test_a_night_mlflow_refuses_stays_kept_and_the_others_are_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MLflow's own store (SQLite, no server): a kept night whose metric name MLflow refuses is
+    said and stays kept; tonight's run is logged all the same."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    data, out = write_input(tmp_path / "n1.parquet", range(4)), tmp_path / "out"
+    assert score(data, "-o", out) == 0
+    poison = {"run_name": "old night", "timestamp_ms": 1, "start_ms": 1, "params": {},
+              "metrics": {"bad/../name": 1.0}, "tags": {}, "artifacts": [], "order": 0}  # fmt: skip
+    state = {"runs": {}, "pending": {"0" * 24: poison}}
+    (out / "_ctxprec" / "mlflow.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    assert score(data, "-o", out, "--mlflow", "local") == 0
+    err = capsys.readouterr().err
+    assert "did not take old night" in err, err
+    after = json.loads((out / "_ctxprec" / "mlflow.json").read_text())
+    assert list(after["pending"]) == ["0" * 24]
+    ((night, run),) = after["runs"].items()
+    logged = MlflowClient(uri).get_run(run["run_id"])
+    assert logged.data.tags["ctxprec.night"] == night
+    assert logged.data.metrics["rows_total"] == 4
