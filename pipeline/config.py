@@ -27,6 +27,8 @@ from ctxprec.storage.core.settings import (
     GateSettings,
     JudgeSettings,
     LimitsSettings,
+    MlflowSettings,
+    OtelSettings,
     OutputSettings,
     Price,
     RunSettings,
@@ -73,6 +75,8 @@ class Config:
     output: OutputSettings = field(default_factory=OutputSettings)
     gate: GateSettings = field(default_factory=GateSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)  # no secrets: storage/fs
+    mlflow: MlflowSettings = field(default_factory=MlflowSettings)  # no secrets: MLflow's own
+    otel: OtelSettings = field(default_factory=OtelSettings)  # no secrets: OTEL_EXPORTER_OTLP_*
     prices: Mapping[str, Price] = field(default_factory=dict)
     source_file: Path | None = None
 

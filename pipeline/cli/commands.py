@@ -10,6 +10,7 @@ import functools
 import gc
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,12 @@ from ctxprec.batchapi.figures import batch_estimate, batch_line, render_batch_es
 from ctxprec.batchapi.run import check_batch_provider
 from ctxprec.cli.batches import list_batches, render_batches
 from ctxprec.cli.main import _NOT_FOR_ESTIMATE, _config
-from ctxprec.config import load_config, parse_duration
+from ctxprec.config import Config, load_config, parse_duration
 from ctxprec.connectors.sources import input_texts
 from ctxprec.engines.choice import Engine, choose
 from ctxprec.run.driver import RunOptions
 from ctxprec.run.estimate import estimate, render_estimate
+from ctxprec.run.tracking import check_tracking, log_comparison
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import NothingToCompareError, UserError
 from ctxprec.storage.core.figures import counted, figure_text, round_figure
@@ -143,6 +145,8 @@ def _cmd_score(args: argparse.Namespace, seams: Seams) -> int:
             line["batch_api"] = {k: batch.get(k) for k in ("batch_ids", "lines_sent", "cost_usd")}
         if result.gate is not None:
             line["quality_gate"] = result.gate.as_dict()
+        if result.tracking:  # --mlflow, --otel: what was logged and sent
+            line["tracking"] = result.tracking
         print(json.dumps(line | {"exit_code": code}))
     else:
         print(_human_line(result.summary, args.output))
@@ -379,6 +383,9 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     opts = CompareOptions(**{name: getattr(args, name) for name in fields})
     if args.output is not None:
         check_compare_target(args.output)  # before the work: nothing of anyone else's replaced
+    tracked = _config(args) if getattr(args, "mlflow.enabled", None) else None
+    if tracked is not None:
+        check_tracking(tracked)  # --mlflow without its extra: said before the work
     try:
         report = compare(a, b, opts)
     except NothingToCompareError as exc:
@@ -397,7 +404,8 @@ def _cmd_compare(args: argparse.Namespace, seams: Seams) -> int:
     print(
         json.dumps(report, indent=2, default=str) if args.json else render_text(report, args.output)
     )
-
+    if tracked is not None:  # --mlflow: the difference and the gate's verdict
+        _log_comparison(args, report, tracked)
     return 0 if message is None else gate_failed(0, message)
 
 
@@ -414,6 +422,18 @@ def _empty_drop_gate(args: argparse.Namespace, why: str) -> int:
         print(f"ctxprec: note: {message}", file=sys.stderr)
         return 0
     return gate_failed(0, message, EMPTY_GATE_EXIT)
+
+
+def _log_comparison(args: argparse.Namespace, report: dict[str, Any], cfg: Config) -> None:
+    """compare.json/.md/.html of `-o DIR` as the MLflow run's files, else compare.json alone."""
+    if args.output is not None:
+        found = [layout.compare_file(args.output, name) for name in layout.COMPARE_FILES]
+        log_comparison(report, cfg, [p for p in found if p.is_file()])
+        return
+    with tempfile.TemporaryDirectory(prefix="ctxprec-compare-") as folder:
+        path = layout.compare_file(Path(folder), layout.COMPARE_JSON)
+        path.write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+        log_comparison(report, cfg, [path])
 
 
 def _cmd_batches(args: argparse.Namespace, seams: Seams) -> int:

@@ -160,6 +160,15 @@ def _add_lock_flag(p: Any) -> None:
     )
 
 
+def _add_tracking_flags(p: argparse.ArgumentParser, *, otel: bool) -> None:
+    """--mlflow [EXPERIMENT] (and --otel for score): where the results are also tracked."""
+    g = p.add_argument_group("tracking (docs/tracking.md)")
+    _add_setting(g, "mlflow.enabled", action="store", nargs="?", const=True,
+                 metavar="EXPERIMENT")  # fmt: skip
+    if otel:
+        _add_setting(g, "otel.enabled")
+
+
 def _add_batch_flags(p: argparse.ArgumentParser, *, score: bool) -> None:
     g = p.add_argument_group("provider batch API")
     _add_setting(g, "judge.batch_api")
@@ -229,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--scheduler", metavar="ADDRESS", help="dask: an existing cluster's scheduler")
     en.add_argument("--workers", type=int, help="dask: local cluster size (default: one per core)")
     _add_batch_flags(sc, score=True)
+    _add_tracking_flags(sc, otel=True)
     es = sub.add_parser("estimate", help="what a score run would cost, without judge calls")
     _add_data_flags(es)
     _add_judge_flags(es)
@@ -359,6 +369,7 @@ def _add_compare_parser(sub: Any) -> None:
                     "by more than X; with --fail-drop, exit 5 unless shown")  # fmt: skip
     cp.add_argument("-o", "--output", type=Path, help="write compare.json/.md/.png into DIR")
     cp.add_argument("--json", action="store_true", help="print compare.json to stdout")
+    _add_tracking_flags(cp, otel=False)
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -366,9 +377,11 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     keys); `--map FIELD=COLUMN` sets [columns] FIELD."""
     flags = {k: v for k, v in vars(args).items() if k in SETTINGS and v not in (None, [])}
     try:
-        flags.update(column_map_flags(list(args.map), "command line"))
+        flags.update(column_map_flags(list(getattr(args, "map", None) or []), "command line"))
     except ConfigError as exc:  # the CLI's usage error, as before the loader took maps
         raise UserError(str(exc)) from None
+    if isinstance(experiment := flags.get("mlflow.enabled"), str):  # --mlflow EXPERIMENT
+        flags |= {"mlflow.enabled": True, "mlflow.experiment": experiment}
     return flags
 
 
@@ -383,7 +396,7 @@ def _check_conflicts(args: argparse.Namespace) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     _check_conflicts(args)
-    cfg = load_config(args.config, _flags(args))
+    cfg = load_config(getattr(args, "config", None), _flags(args))
     _setup_logging(cfg.run.log_level)  # a config file's [run] log_level and debug count too
     args.debug = cfg.run.debug
     return cfg

@@ -36,6 +36,7 @@ from ctxprec.run.estimate import estimate
 from ctxprec.run.interrupt import stoppable
 from ctxprec.run.notices import memo_notices, run_notices, skipped_formats_line
 from ctxprec.run.publish import check_sinks, publish
+from ctxprec.run.tracking import check_tracking, start_tracking, track_run
 from ctxprec.storage.core.constants import STATUS_FAILED
 from ctxprec.storage.core.errors import ConfigError, InputError, UserError, first_meaningful
 from ctxprec.storage.core.seams import DEFAULT, Seams
@@ -92,6 +93,7 @@ class RunResult:
     stats: JudgeStats
     sink_errors: tuple[str, ...] = ()
     gate: GateVerdict | None = None  # [gate] fail_under: the input's rows judged
+    tracking: dict[str, Any] = field(default_factory=dict)  # --mlflow, --otel: what was done
 
     @property
     def exit_code(self) -> int:
@@ -221,6 +223,7 @@ async def prepare_run(
     spec = _table_spec(info, cfg, judge.model)
     _check_output_columns(cfg, spec)
     await anyio.to_thread.run_sync(check_sinks, cfg.output.sinks, spec.schema)
+    check_tracking(cfg)  # --mlflow, --otel: their extra is installed
     if cfg.output.charts and not charts_available():
         raise ConfigError(
             "--charts draws PNG charts with matplotlib, which is not installed here: "
@@ -264,6 +267,7 @@ async def _open(run: RunPlan, *, overwrite: bool, incremental: bool) -> None:
     await anyio.to_thread.run_sync(
         lambda: runlog.open(overwrite=overwrite, incremental=incremental)
     )
+    await anyio.to_thread.run_sync(start_tracking, cfg, outdir)
     warning = await anyio.to_thread.run_sync(warn_foreign, outdir)
     if warning:
         print(warning, file=sys.stderr)
@@ -431,13 +435,15 @@ def _incremental_skip(outdir: OutPath, info: SourceInfo, cfg: Config) -> pl.Seri
 def finish_run(
     plan: RunPlan, result: StageResult, started_at: datetime, wall: float, engine: dict[str, Any]
 ) -> RunResult:
-    """Sinks, summary, run.json and `_SUCCESS` once every stage is done (blocking I/O)."""
+    """Sinks, summary, run.json and `_SUCCESS` once every stage is done, then MLflow and
+    OpenTelemetry when asked (blocking I/O)."""
     run_info = _run_info(plan, result, started_at, wall, engine)
-    plan.seams.at("finish", plan.runlog.outdir)
+    outdir = plan.runlog.outdir
+    plan.seams.at("finish", outdir)
     summary, sink_errors, gate = _finish(plan, run_info, result.texts, started_at)
     rows = summary.get("rows", {})
     return RunResult(
-        plan.runlog.outdir,
+        outdir,
         int(rows.get("total", 0)),
         int(rows.get("failed", 0)),
         summary,
@@ -445,6 +451,7 @@ def finish_run(
         result.stats,
         tuple(sink_errors),
         gate,
+        track_run(outdir, plan.cfg, plan.runlog.fingerprint, summary),
     )
 
 

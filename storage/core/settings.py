@@ -1,9 +1,10 @@
 """Every setting of ctxprec and its default, in one place: one frozen dataclass per TOML section
-([judge] [limits] [columns] [scoring] [run] [output] [gate] [storage], and [prices] as a table of
-`Price`). A field's default here is THE default, for the CLI, the TOML file and the Python API
-alike; its metadata names the environment variable and the CLI flag that set it (if any), the
-values it allows and a one-line help. `pipeline/config.py` loads them (defaults < TOML <
-environment < flags); `pipeline/cli/main.py` builds its flags and `--help` defaults from them.
+([judge] [limits] [columns] [scoring] [run] [output] [gate] [storage] [mlflow] [otel], and
+[prices] as a table of `Price`). A field's default here is THE default, for the CLI, the TOML
+file and the Python API alike; its metadata names the environment variable and the CLI flag that
+set it (if any), the values it allows and a one-line help. `pipeline/config.py` loads them
+(defaults < TOML < environment < flags); `pipeline/cli/main.py` builds its flags and `--help`
+defaults from them.
 
 A leaf module: layers above import the section they need (judges [judge], sources [columns],
 ctxprec.storage.files.fs [storage]) and nothing here imports them back.
@@ -29,6 +30,8 @@ __all__ = [
     "GateSettings",
     "JudgeSettings",
     "LimitsSettings",
+    "MlflowSettings",
+    "OtelSettings",
     "OutputSettings",
     "Price",
     "RunSettings",
@@ -313,6 +316,20 @@ class ColumnsSettings:
         unset="none",
         metavar="COL[=NEW][,COL]",
     )
+    # the trace context of the request a row logs (--otel events are parented to it): copied to
+    # the output like a passthrough column
+    trace_id: str | None = setting(
+        None,
+        "the column holding each row's OpenTelemetry trace id (32 hex digits)",
+        flag="--map trace_id=",
+        unset="none: events belong to the run's span",
+    )
+    span_id: str | None = setting(
+        None,
+        "the column holding each row's OpenTelemetry span id (16 hex digits)",
+        flag="--map span_id=",
+        unset="none",
+    )
 
     @property
     def expected_explicit(self) -> bool:
@@ -324,7 +341,11 @@ class ColumnsSettings:
         """The roles as the sources read them (passthrough parsed, extractor over context)."""
         expected = DEFAULT_EXPECTED if self.expected is None else self.expected or None
         renames = []
-        for entry in self.passthrough:
+        passthrough = [*self.passthrough]
+        for column in (self.trace_id, self.span_id):
+            if column and column not in {p.partition("=")[0].strip() for p in passthrough}:
+                passthrough.append(column)  # the events read it back from the output
+        for entry in passthrough:
             source, sep, target = entry.partition("=")
             if sep:
                 renames.append((source.strip(), target.strip()))
@@ -334,7 +355,7 @@ class ColumnsSettings:
             expected=expected,
             context=None if self.extractor else self.context,
             labels=self.labels,
-            passthrough=tuple(p.partition("=")[0].strip() for p in self.passthrough),
+            passthrough=tuple(p.partition("=")[0].strip() for p in passthrough),
             renames=tuple(renames),
         )
 
@@ -515,6 +536,73 @@ class StorageSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MlflowSettings:
+    """[mlflow]: one MLflow run per score run (per night with --incremental), logged once the
+    output is complete; the tracking server's address and credentials are MLflow's own
+    (MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN, DATABRICKS_HOST, ...)."""
+
+    enabled: bool = setting(
+        False,
+        "log the run to an MLflow experiment, one MLflow run per night (EXPERIMENT, else [mlflow] "
+        "experiment, MLFLOW_EXPERIMENT_NAME or ctxprec; the server: MLFLOW_TRACKING_URI)",
+        flag="--mlflow",
+    )
+    experiment: str | None = setting(
+        None,
+        "the MLflow experiment (created when missing)",
+        env="MLFLOW_EXPERIMENT_NAME",
+        unset="ctxprec",
+        rule=(lambda v: v is None or bool(v.strip()), "a non-empty experiment name"),
+    )
+    tracking_uri: str | None = setting(
+        None,
+        "the tracking server (http://host:5000, databricks, sqlite:///mlflow.db)",
+        env="MLFLOW_TRACKING_URI",
+        unset="MLflow's own default",
+    )
+    timeout_s: float = setting(
+        120.0,
+        "seconds the logging may take at the end of a run; what is not logged then is kept in "
+        "OUTDIR and logged by the next run",
+        rule=(lambda v: v > 0, "a positive number of seconds"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OtelSettings:
+    """[otel]: one `gen_ai.evaluation.result` event per scored row and a span for the run, over
+    OTLP/HTTP; where they go is OpenTelemetry's own OTEL_EXPORTER_OTLP_* variables (endpoint,
+    headers, timeout, certificates) unless `endpoint` is set here."""
+
+    enabled: bool = setting(
+        False,
+        "send one gen_ai.evaluation.result event per scored row and a span for the run over "
+        "OTLP/HTTP (docs/tracking.md)",
+        flag="--otel",
+    )
+    endpoint: str | None = setting(
+        None,
+        "the OTLP/HTTP base URL (/v1/logs and /v1/traces are added)",
+        unset="OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318",
+        rule=(
+            lambda v: v is None or v.startswith(("http://", "https://")),
+            "an http:// or https:// URL",
+        ),
+    )
+    batch_events: int = setting(
+        512,
+        "events per export request (and the most held in memory at once)",
+        rule=(lambda v: 1 <= v <= 100_000, "between 1 and 100000"),
+    )
+    timeout_s: float = setting(
+        60.0,
+        "seconds the export may take at the end of a run; rows not sent then are sent by the "
+        "next run",
+        rule=(lambda v: v > 0, "a positive number of seconds"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Price:
     """[prices."provider/model"]: USD per million tokens for one model."""
 
@@ -545,6 +633,8 @@ SECTIONS: dict[str, type] = {
     "output": OutputSettings,
     "gate": GateSettings,
     "storage": StorageSettings,
+    "mlflow": MlflowSettings,
+    "otel": OtelSettings,
 }
 
 

@@ -14,6 +14,10 @@ Modules are named from the `ctxprec` package down.
         run.json                        the run's figures and history
         estimate.json                   the estimate saved before the run
         sink-<digest>.json              what each sink has loaded (`run.publish`)
+        mlflow.json                     the MLflow run of each night, runs not logged yet
+        mlflow-pending/<night>/         the summary files of a night not logged yet
+        otel.json                       the parts whose rows were sent as OpenTelemetry events
+                                        (all three `storage.outdir.tracking`)
         lock                            the live writer (`storage.outdir.lock`)
         parts/<key>.json, <key>.pending commit and pending records (`storage.outdir.commit`)
         verdicts/<digest>/              the verdicts of one input file (`storage.outdir.verdicts`)
@@ -75,6 +79,10 @@ __all__ = [
     "lock",
     "manifest",
     "memo_db",
+    "mlflow_pending",
+    "mlflow_pending_root",
+    "mlflow_state",
+    "otel_state",
     "owned_state",
     "part_name",
     "parts_dir",
@@ -91,6 +99,7 @@ __all__ = [
     "sink_records",
     "state_dir",
     "success",
+    "summary_files",
     "summary_html",
     "summary_json",
     "summary_md",
@@ -107,6 +116,9 @@ _RUN_INFO = "run.json"
 _ESTIMATE = "estimate.json"
 _REPORT_TEXTS = "report-texts.json"  # the texts of the rows summary.html opened
 _SINK_PREFIX = "sink-"
+_MLFLOW = "mlflow.json"
+_MLFLOW_PENDING = "mlflow-pending"
+_OTEL = "otel.json"
 _LOCK = "lock"
 _PARTS = "parts"
 COMMITTED = ".json"  # parts/KEY.json: the part's files are complete
@@ -153,6 +165,12 @@ def summary_md(outdir: P) -> P:
 
 def summary_html(outdir: P) -> P:
     return outdir / _SUMMARY_HTML
+
+
+def summary_files(outdir: P) -> list[P]:
+    """summary.json, summary.md and summary.html: what a run's summary is (and what MLflow
+    keeps of each night)."""
+    return [outdir / name for name in (_SUMMARY_JSON, _SUMMARY_MD, _SUMMARY_HTML)]
 
 
 def charts_dir(outdir: P) -> P:
@@ -202,11 +220,34 @@ def report_texts(outdir: P) -> P:
     return outdir / STATE_DIR / _REPORT_TEXTS
 
 
+def mlflow_state(outdir: P) -> P:
+    """The MLflow run of each night (the run's fingerprint) and the nights not logged yet."""
+    return outdir / STATE_DIR / _MLFLOW
+
+
+def mlflow_pending_root(outdir: P) -> P:
+    return outdir / STATE_DIR / _MLFLOW_PENDING
+
+
+def mlflow_pending(outdir: P, night: str) -> P:
+    """The copies of one night's summary files, kept until MLflow has them (`night`: a
+    fingerprint, checked by the caller)."""
+    return outdir / STATE_DIR / _MLFLOW_PENDING / night
+
+
+def otel_state(outdir: P) -> P:
+    """The parts whose rows were sent as OpenTelemetry events."""
+    return outdir / STATE_DIR / _OTEL
+
+
 def owned_state(outdir: P) -> list[P]:
     """The state files a new run replaces (--overwrite): manifest, run info, estimate, the
-    report's texts and the sinks' records; the verdicts (a memo) and the lock stay."""
+    sinks' records, the report's texts and the events sent; the verdicts (a memo), the MLflow
+    runs of the nights (an --overwrite of the same night logs to the same MLflow run) and the
+    lock stay."""
     state = outdir / STATE_DIR
-    found: list[P] = [state / name for name in (_MANIFEST, _RUN_INFO, _ESTIMATE, _REPORT_TEXTS)]
+    names = (_MANIFEST, _RUN_INFO, _ESTIMATE, _REPORT_TEXTS, _OTEL)
+    found: list[P] = [state / name for name in names]
     found.extend(state.glob(f"{_SINK_PREFIX}*.json"))
     return found
 

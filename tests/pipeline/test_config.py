@@ -169,7 +169,7 @@ def test_a_wrong_type_is_refused_naming_the_key(
 def test_env_vars_come_from_the_fields() -> None:
     assert {s.env: s.key for s in settings() if s.env} == ENV_VARS
     assert ENV_VARS["CTXPREC_CONCURRENCY"] == "limits.concurrency"
-    assert len(ENV_VARS) == 18
+    assert len(ENV_VARS) == 20
     env = {"CTXPREC_MODEL": "openai/x", "CTXPREC_BATCH_ROWS": "7", "CTXPREC_CACHE_DIR": "~/m"}
     cfg = load_config(None, {}, env=env)
     assert (cfg.judge.model, cfg.run.batch_rows) == ("openai/x", 7)
@@ -237,7 +237,8 @@ def test_unknown_settings_are_refused_with_the_known_sections(tmp_path: Path) ->
     message = str(info.value)
     assert "unknown setting(s) output.sink" in message
     assert (
-        "[judge] [limits] [columns] [scoring] [run] [output] [gate] [storage] [prices]" in message
+        "[judge] [limits] [columns] [scoring] [run] [output] [gate] [storage] [mlflow] [otel] "
+        "[prices]" in message
     )
 
 
