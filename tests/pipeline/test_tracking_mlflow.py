@@ -19,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ctxprec.cli.main import main
 from ctxprec.storage.core.seams import Seams
-from tests.fakes.inputs import write_input
 
 pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
@@ -91,8 +92,26 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
             found.stop()
 
 
+PLACES = [("France", "Paris"), ("Japan", "Tokyo"), ("Kenya", "Nairobi"), ("Peru", "Lima"),
+          ("Chile", "Santiago"), ("Egypt", "Cairo"), ("Norway", "Oslo"), ("Canada", "Ottawa"),
+          ("Ghana", "Accra"), ("Spain", "Madrid")]  # fmt: skip
+
+
 def _night(tmp: Path, n: int) -> Path:
-    return write_input(tmp / f"{NIGHTS[n]}.parquet", range(10 * n, 10 * n + 10), NIGHTS[n])
+    """Night n's ten rows: the passage that answers is ranked lower, or cut, on some nights, so
+    the offline judge's mean moves from night to night (the MLflow chart has something to show)."""
+    ids, queries, expected, contexts = [], [], [], []
+    for i, (country, capital) in enumerate(PLACES):
+        noise = [f"The weather in {PLACES[(i + k) % 10][0]} is mild in spring." for k in (1, 2, 3)]
+        noise.insert((i + n) % 4 if i % 3 else 0, f"{capital} is the capital of {country}.")
+        ids.append(f"{NIGHTS[n]}-{i}")
+        queries.append(f"What is the capital of {country}?")
+        expected.append(f"The capital of {country} is {capital}.")
+        contexts.append(noise[: 2 + n % 3])
+    path = tmp / f"{NIGHTS[n]}.parquet"
+    table = {"id": ids, "query": queries, "expected_output": expected, "contexts": contexts}
+    pq.write_table(pa.table(table), path)
+    return path
 
 
 def _killed(point: str, _: object) -> None:
@@ -190,11 +209,20 @@ def _experiment_page(server: Server, experiment_id: str, tmp_path: Path) -> None
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         try:
-            page: Any = browser.new_page(viewport={"width": 1600, "height": 900})
+            page: Any = browser.new_page(viewport={"width": 1440, "height": 1000})
+            # the chart view: the list of nights and the score's figures of each (MLflow's
+            # assistant panel, open on a first visit, closed)
             runs = f"{server.uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            page.goto(runs, timeout=120_000)
+            page.goto(f"{runs}&compareRunsMode=CHART", timeout=120_000)
             for night in NIGHTS:
                 page.get_by_text(f"{night}.parquet").first.wait_for(timeout=120_000)
+            page.get_by_placeholder("Search metric charts").fill("score_")
+            page.get_by_text("score_mean", exact=True).first.wait_for(timeout=120_000)
+            close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+            if close.count():
+                close.click()
+                close.wait_for(state="hidden", timeout=60_000)
+            page.get_by_text("score_p90", exact=True).first.wait_for(timeout=120_000)
             shot = tmp_path / "mlflow-week.png"
             page.screenshot(path=str(shot))
         finally:
