@@ -67,12 +67,14 @@ def test_an_absurd_token_count_is_unknown_usage_said_once(
     assert sum("token counts outside" in m for m in caplog.messages) == 1  # four calls, one line
     rows = pl.read_parquet(out / "*.parquet")
     assert rows["status"].to_list() == ["ok", "ok"]
-    assert rows["input_tokens"].to_list() == [0, 0]  # unknown, never the absurd figure
+    for column in ("paid_input_tokens", "verdict_input_tokens"):  # unknown, never the absurd figure
+        assert rows[column].to_list() == [0, 0]
     run = json.loads((out / "_ctxprec" / "run.json").read_text())
     assert run["judge"]["usage_unknown"] == 4
     assert 0 <= run["judge"]["input_tokens"] <= 4 * MAX_CALL_TOKENS
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["tokens"]["input"] == 0
+    assert summary["tokens"]["paid_input_this_run"] == 0
+    assert summary["tokens"]["verdict_input_all_rows"] == 0
     assert summary["judge"]["usage_unknown"] == 4
 
 
@@ -85,8 +87,11 @@ def test_with_a_memo_the_summary_shows_no_absurd_total(
         out = tmp_path / name
         assert _run(provider, 2**62, source, out, monkeypatch, "--cache-dir", str(memo)) == 0
         summary = json.loads((out / "summary.json").read_text())
-        assert summary["tokens"]["input"] <= 4 * 12
-        assert summary["tokens"]["output"] <= 4 * 7
+        tokens = summary["tokens"]
+        assert tokens["paid_input_all_runs"] <= 4 * 12
+        assert tokens["verdict_input_all_rows"] <= 4 * 12
+        assert tokens["paid_output_all_runs"] <= 4 * 7
+        assert tokens["verdict_output_all_rows"] <= 4 * 7
 
 
 def test_a_sane_count_is_kept(
@@ -96,7 +101,8 @@ def test_a_sane_count_is_kept(
     out = tmp_path / "out"
     assert _run("openai", MAX_CALL_TOKENS, source, out, monkeypatch, "--no-memo") == 0
     assert not any("token counts outside" in m for m in caplog.messages)
-    assert pl.read_parquet(out / "*.parquet")["input_tokens"].to_list() == [2 * MAX_CALL_TOKENS] * 2
+    rows = pl.read_parquet(out / "*.parquet")
+    assert rows["paid_input_tokens"].to_list() == [2 * MAX_CALL_TOKENS] * 2
 
 
 def _header(tokens_in: int, tokens_out: int) -> bytes:

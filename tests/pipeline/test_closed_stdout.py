@@ -1,7 +1,8 @@
 """A closed stdout ends the printing, never the exit code: `ctxprec score … --fail-under 0.99
 | (exec 0<&-)` exited 0 in 3 of 3 runs (5 without the pipe), and with failed rows and
-`| head -1` the exit codes were 1 0 1 1 0 1. What ctxprec prints has its control characters
-and bidi controls escaped. Each run here is the real command in its own process."""
+`| head -1` the exit codes were 1 0 1 1 0 1 (a judge that cannot be reached now stops the run
+with exit 4: the code kept here). What ctxprec prints has its control characters and bidi
+controls escaped. Each run here is the real command in its own process."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ def closed_reader() -> tuple[int, int]:
 
 
 def dead_judge() -> list[str]:
-    """Flags for an OpenAI judge on a loopback port nothing listens on: every call fails at
-    once, so every row fails (exit 1)."""
+    """Flags for an OpenAI judge on a loopback port nothing listens on: no call reaches it, so
+    the run stops with exit 4."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -62,19 +63,19 @@ def test_a_failed_gate_exits_5_when_stdout_is_closed(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "_SUCCESS").exists()
 
 
-def test_failed_rows_exit_1_when_stdout_is_closed(tmp_path: Path) -> None:
+def test_a_dead_judge_exits_4_when_stdout_is_closed(tmp_path: Path) -> None:
     _, write = closed_reader()
     try:
         done = ctxprec("score", SAMPLE, "-o", tmp_path / "out", *dead_judge(), stdout=write,
                        tmp=tmp_path)  # fmt: skip
     finally:
         os.close(write)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("run", range(3))
-def test_failed_rows_exit_1_into_head(run: int, tmp_path: Path) -> None:
+def test_a_dead_judge_exits_4_into_head(run: int, tmp_path: Path) -> None:
     flags = " ".join(f"'{f}'" for f in dead_judge())
     env = {**_ENV, "CTXPREC_CACHE_DIR": str(tmp_path / "memo")}
     command = (
@@ -83,7 +84,7 @@ def test_failed_rows_exit_1_into_head(run: int, tmp_path: Path) -> None:
     )
     done = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
-    assert done.stdout.strip().splitlines()[-1] == "exit 1", done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "exit 4", done.stderr
 
 
 def test_a_good_run_into_a_closed_stdout_exits_0_quietly(tmp_path: Path) -> None:

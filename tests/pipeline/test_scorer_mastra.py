@@ -16,14 +16,13 @@ import pytest
 
 from ctxprec import (
     ConfigError,
-    ScoreFailedError,
     create_context_precision_scorer,
     load_config,
     map_score,
     not_scorable,
     run_evals,
 )
-from ctxprec.storage.core.errors import JudgeRefusedRunError
+from ctxprec.storage.core.errors import JudgeRefusedRunError, JudgeUnreachableError
 from ctxprec.storage.core.figures import round_figure
 from tests.fakes.judge_server import FakeJudgeServer, expected_verdict
 
@@ -178,14 +177,18 @@ def _closed_port() -> int:
 
 async def test_timeout_s_bounds_a_call_to_a_dead_judge(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing listens: each attempt is refused at once, and the CLI retries that for its
-    retry budget (300 s). In code, timeout_s bounds the call with its retries."""
+    retry budget (300 s). In code, timeout_s bounds the call with its retries, and a judge no
+    call ever reached is JudgeUnreachableError (the CLI's exit 4), not a failed item."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     scorer = create_context_precision_scorer(
         "openai/x",
         {"context": ITEMS, "base_url": f"http://127.0.0.1:{_closed_port()}/v1", "timeout_s": 1},
     )
     assert scorer.judge.settings.retry_budget_s == 1.0  # type: ignore[attr-defined]
-    with anyio.fail_after(60), pytest.raises(ScoreFailedError, match="connection"):
+    with (
+        anyio.fail_after(60),
+        pytest.raises(JudgeUnreachableError, match="no call reached the judge"),
+    ):
         await scorer.run(input=QUESTION, output=ANSWER)
     await scorer.aclose()
     given = create_context_precision_scorer(
