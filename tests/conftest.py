@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import pytest
 
 from ctxprec.connectors.judges.retry import RetryClock
 from tests.fakes.clock import instant_retries
-from tests.fakes.inputs import KEY, real_hotpot
+from tests.fakes.inputs import KEY, REPO, real_hotpot
 from tests.fakes.judge_server import FakeJudgeConfig, FakeJudgeServer, FakeJudgeThread
 from tests.fakes.labelled import labelled_log
 from tests.fakes.recorder import recording_host
@@ -27,6 +28,7 @@ from tests.fakes.s3_server import S3Server, running_s3_server
 # The user's real ctxprec cache folder, as this process found it before the session moved HOME
 _REAL_CACHE = os.path.abspath(platformdirs.user_cache_dir("ctxprec"))
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="ctxprec-tests-home-"))
+_BEFORE = pytest.StashKey[set[str] | None]()
 _TOUCHED: list[str] = []  # what this process opened, listed or changed in _REAL_CACHE
 # the audit events that name a path first: opening, connecting, listing, changing
 _PATH_EVENTS = frozenset(
@@ -68,6 +70,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
+
+def _untracked() -> set[str] | None:
+    """The checkout's files git neither tracks nor ignores (None outside a git checkout)."""
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "--others", "--exclude-standard", "-z"],
+            capture_output=True, timeout=60, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(found.stdout.decode(errors="replace").split("\0")) - {""}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _untracked()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test writes into temp folders only: files that appeared in the checkout during the
+    session (an MLflow store's ./mlruns, a report written beside the sample) fail it."""
+    before = session.config.stash.get(_BEFORE, None)
+    after = _untracked()
+    if before is None or after is None or not (new := sorted(after - before)):
+        return
+    shown = ", ".join(new[:10]) + (f" and {len(new) - 10} more" if len(new) > 10 else "")
+    sys.stderr.write(f"\nthe test session wrote into the checkout {REPO}: {shown}\n")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(autouse=True)

@@ -100,6 +100,7 @@ def test_a_night_mlflow_refuses_stays_kept_and_the_others_are_logged(
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # a SQLite store's artifacts go to ./mlruns: not the checkout
     data, out = write_input(tmp_path / "n1.parquet", range(4)), tmp_path / "out"
     assert score(data, "-o", out) == 0
     poison = {"run_name": "old night", "timestamp_ms": 1, "start_ms": 1, "params": {},
