@@ -435,15 +435,22 @@ def _decode_list(value: str, list_type: pa.DataType) -> list[object] | None:
     return items
 
 
-def decode_lists(batch: pa.RecordBatch, lists: dict[str, pa.DataType]) -> pa.RecordBatch:
-    """Mapped list columns that arrived as text (CSV, or a JSON string) decoded from JSON."""
+def _text_lists(
+    batch: pa.RecordBatch, lists: dict[str, pa.DataType]
+) -> Iterator[tuple[int, str, pa.Array, pa.DataType]]:
+    """The mapped list columns of `batch` that hold text: (index, name, column, list type)."""
     for name, list_type in lists.items():
         if name not in batch.schema.names:
             continue
         index = batch.schema.get_field_index(name)
         column = batch.column(index)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            continue
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            yield index, name, column, list_type
+
+
+def decode_lists(batch: pa.RecordBatch, lists: dict[str, pa.DataType]) -> pa.RecordBatch:
+    """Mapped list columns that arrived as text (CSV, or a JSON string) decoded from JSON."""
+    for index, name, column, list_type in list(_text_lists(batch, lists)):
         values = [None if v is None else _decode_list(v, list_type) for v in column.to_pylist()]
         batch = batch.set_column(index, name, pa.array(values, list_type))
     return batch
@@ -463,13 +470,7 @@ def decode_json_text(
     another type are the values read one by one, and a row whose text is not a JSON array of
     the list's kind is that row's input error (its list null), never the batch's."""
     problems: list[str | None] | None = None
-    for name, list_type in lists.items():
-        if name not in batch.schema.names:
-            continue
-        index = batch.schema.get_field_index(name)
-        column = batch.column(index)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-            continue
+    for index, name, column, list_type in list(_text_lists(batch, lists)):
         decoded = _decode_column(column, list_type)
         if decoded is None:  # the slow way, value by value
             values = column.to_pylist()

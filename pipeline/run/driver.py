@@ -102,6 +102,7 @@ class RunResult:
 
     @property
     def paid_input_tokens(self) -> int:
+        """Input tokens this run's judge calls were billed for (a memo hit: none)."""
         return self.stats.input_tokens
 
     @property
@@ -110,6 +111,8 @@ class RunResult:
 
     @property
     def verdict_input_tokens(self) -> int:
+        """Input tokens the verdicts of the rows this run wrote cost when they were first paid,
+        by this run or an earlier one (memo hits count here)."""
         return self.counters.verdict_input_tokens
 
     @property

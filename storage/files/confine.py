@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from ctxprec.storage.core.errors import OutputError
 from ctxprec.storage.files import layout
 from ctxprec.storage.files.atomic import is_temp
+from ctxprec.storage.files.kinds import kind_problem
 from ctxprec.storage.files.objpath import ObjPath, OutPath
 
 __all__ = [
@@ -161,21 +162,6 @@ def _temp_links(outdir: Path) -> Iterable[Path]:
                 yield path
 
 
-def _kind_problem(path: Path, kind: str) -> str | None:
-    """What is wrong with the kind of `path` (None: missing, or of the kind ctxprec writes)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot be inspected ({exc.strerror})"
-    if kind == _FILE and not stat.S_ISREG(mode):
-        return "a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file"
-    if kind == _FOLDER and not stat.S_ISDIR(mode):
-        return "a file, not a folder"
-    return None
-
-
 def tree_problems(outdir: OutPath) -> list[tuple[Path, str]]:
     """Every problem with the paths ctxprec reads, writes or deletes in `outdir`, in words: a
     symbolic link on the way to one (its state folders, fixed-name files, temp files anywhere
@@ -187,7 +173,7 @@ def tree_problems(outdir: OutPath) -> list[tuple[Path, str]]:
         link = _first_link(outdir, path)
         if link is not None:
             found.setdefault(link, str(_link_error(outdir, link)))
-        elif (what := _kind_problem(path, kind)) is not None:
+        elif kind != _ANY and (what := kind_problem(path, kind == _FOLDER)) is not None:
             found.setdefault(path, _kind_error(outdir, path, what))
     for link in _temp_links(Path(outdir)):
         found.setdefault(link, str(_link_error(outdir, link)))

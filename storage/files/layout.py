@@ -80,7 +80,6 @@ __all__ = [
     "manifest",
     "memo_db",
     "mlflow_pending",
-    "mlflow_pending_root",
     "mlflow_state",
     "otel_state",
     "owned_state",
@@ -223,10 +222,6 @@ def report_texts(outdir: P) -> P:
 def mlflow_state(outdir: P) -> P:
     """The MLflow run of each night (the run's fingerprint) and the nights not logged yet."""
     return outdir / STATE_DIR / _MLFLOW
-
-
-def mlflow_pending_root(outdir: P) -> P:
-    return outdir / STATE_DIR / _MLFLOW_PENDING
 
 
 def mlflow_pending(outdir: P, night: str) -> P:

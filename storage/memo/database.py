@@ -17,13 +17,13 @@ import fcntl
 import os
 import re
 import sqlite3
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ctxprec.storage.core.errors import OutputError
+from ctxprec.storage.files.kinds import LINK, kind_problem
 from ctxprec.storage.files.layout import journal_dir, memo_db
 from ctxprec.storage.memo.codec import HEADER_COLUMNS, HEADER_SIZE, MAGIC
 
@@ -123,24 +123,18 @@ def open_db(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> OpenedDb:
 def entry_problem(path: Path, folder: bool = False) -> str | None:
     """What is wrong with an entry of a memo folder ctxprec uses (None: missing, or a regular
     file, or with `folder` a real folder), in words naming it."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{path.name} cannot be inspected ({exc.strerror})"
-    if stat.S_ISLNK(mode):
+    what = kind_problem(path, folder)
+    if what == LINK:
         return (
             f"{path.name} is a symbolic link (ctxprec reads, writes and removes nothing through "
             "a link in a memo folder: it may lead outside it; remove the link, its target is "
             "untouched)"
         )
-    if folder and not stat.S_ISDIR(mode):
+    if what is None or what.startswith("cannot"):
+        return what and f"{path.name} {what}"
+    if folder:
         return f"{path.name} is a file, not the folder ctxprec keeps its journals in"
-    if not folder and not stat.S_ISREG(mode):
-        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        return f"{path.name} is {what}, not a file ctxprec wrote"
-    return None
+    return f"{path.name} is {what}, not a file ctxprec wrote"
 
 
 def check_folder(directory: Path, way_out: str = NO_MEMO_WAY_OUT) -> None:
