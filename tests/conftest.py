@@ -65,6 +65,11 @@ def pytest_configure(config: pytest.Config) -> None:
         ("CTXPREC_CACHE_DIR", "session-memo"),
     ):
         os.environ[name] = str(_SESSION_HOME / sub) if sub else str(_SESSION_HOME)
+    # MLflow's client and server send usage telemetry to the internet unless told not to: tests
+    # reach nothing beyond loopback (and its session variable, set and unset by MLflow as runs
+    # start and end, broke a later test's request once another test's environment was undone)
+    os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+    os.environ["DO_NOT_TRACK"] = "true"
     sys.addaudithook(_watch_real_cache)
 
 
