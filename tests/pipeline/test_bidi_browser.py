@@ -6,9 +6,7 @@ them. Skips without Chromium or Playwright, except under CI=true."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +15,11 @@ import polars as pl
 import pytest
 
 from ctxprec.cli.main import main
+from tests.fakes.browser import browser_or_skip, chromium
 from tests.fakes.hostile_judge import HostileJudge
 from tests.fakes.runs import score
 from tests.fakes.viewer import viewer
 
-CHROMIUM = Path("/usr/bin/chromium")
 TRICKS = {
     "\u202e": "\\u202e",  # right-to-left override: "\u202egnp.exe" reads "exe.png"
     "\u2066": "\\u2066",  # left-to-right isolate
@@ -33,37 +31,19 @@ ID = "\u202egnp.exe"
 REASON = "fine\u2066 \u202aembedded\x1b[31m red\x07"
 
 
-def _browser_or_skip() -> None:
-    missing = []
-    if importlib.util.find_spec("playwright") is None:
-        missing.append("playwright")
-    if not CHROMIUM.is_file():
-        missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
-    if missing:
-        reason = "browser tests need " + " and ".join(missing)
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser(outputs: dict[str, Path]) -> Iterator[Any]:
     """Chromium, started once the outputs are written (Playwright's loop runs in this thread,
     where an in-process `ctxprec score` could not start its own)."""
-    _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two outputs whose ids, group values, items and judge reasons hold bidi and control
     characters, and their comparison."""
-    _browser_or_skip()
+    browser_or_skip()
     root = tmp_path_factory.mktemp("bidi")
     source = root / "in.parquet"
     ids = [ID, "plain\x1b[2J", "third\u2066x"]

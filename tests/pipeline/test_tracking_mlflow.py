@@ -25,9 +25,9 @@ import pytest
 
 from ctxprec.cli.main import main
 from ctxprec.storage.core.seams import Seams
+from tests.fakes.browser import chromium
 
 pytestmark = pytest.mark.slow
-CHROMIUM = Path("/usr/bin/chromium")
 NIGHTS = [f"2026-12-0{d}" for d in range(1, 8)]
 
 
@@ -200,32 +200,22 @@ def test_a_week_of_nights_is_one_mlflow_run_per_night(
 def _experiment_page(server: Server, experiment_id: str, tmp_path: Path) -> None:
     """The experiment's page in MLflow's UI lists the nights (a screenshot is kept: set
     CTXPREC_SCREENSHOT_DIR to keep it, as docs/img/mlflow-week.png was made)."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright is not installed (pip install -e '.[test]')")
-    if not CHROMIUM.is_file():
-        _missing(f"Chromium at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            page: Any = browser.new_page(viewport={"width": 1440, "height": 1000})
-            # the chart view: the list of nights and the score's figures of each (MLflow's
-            # assistant panel, open on a first visit, closed)
-            runs = f"{server.uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
-            page.goto(f"{runs}&compareRunsMode=CHART", timeout=120_000)
-            for night in NIGHTS:
-                page.get_by_text(f"{night}.parquet").first.wait_for(timeout=120_000)
-            page.get_by_placeholder("Search metric charts").fill("score_")
-            page.get_by_text("score_mean", exact=True).first.wait_for(timeout=120_000)
-            close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
-            if close.count():
-                close.click()
-                close.wait_for(state="hidden", timeout=60_000)
-            page.get_by_text("score_p90", exact=True).first.wait_for(timeout=120_000)
-            shot = tmp_path / "mlflow-week.png"
-            page.screenshot(path=str(shot))
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page: Any = browser.new_page(viewport={"width": 1440, "height": 1000})
+        # the chart view: the list of nights and the score's figures of each (MLflow's
+        # assistant panel, open on a first visit, closed)
+        runs = f"{server.uri}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        page.goto(f"{runs}&compareRunsMode=CHART", timeout=120_000)
+        for night in NIGHTS:
+            page.get_by_text(f"{night}.parquet").first.wait_for(timeout=120_000)
+        page.get_by_placeholder("Search metric charts").fill("score_")
+        page.get_by_text("score_mean", exact=True).first.wait_for(timeout=120_000)
+        close = page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]')
+        if close.count():
+            close.click()
+            close.wait_for(state="hidden", timeout=60_000)
+        page.get_by_text("score_p90", exact=True).first.wait_for(timeout=120_000)
+        shot = tmp_path / "mlflow-week.png"
+        page.screenshot(path=str(shot))
     if keep := os.environ.get("CTXPREC_SCREENSHOT_DIR"):
         shutil.copy(shot, Path(keep) / shot.name)

@@ -7,9 +7,7 @@ CI=true, where they fail."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,28 +18,14 @@ from urllib.parse import urlsplit
 import polars as pl
 import pytest
 
+from tests.fakes.browser import browser_or_skip, chromium
 from tests.fakes.inputs import REPO, SAMPLE
 from tests.fakes.viewer import HOSTILE, Viewer, get, make_outputs, viewer
-
-CHROMIUM = Path("/usr/bin/chromium")
-
-
-def _browser_or_skip() -> None:
-    missing = []
-    if importlib.util.find_spec("playwright") is None:
-        missing.append("playwright (pip install playwright)")
-    if not CHROMIUM.is_file():
-        missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
-    if missing:
-        reason = "browser tests need " + " and ".join(missing)
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    _browser_or_skip()
+    browser_or_skip()
     return make_outputs(tmp_path_factory.mktemp("view-browser"))
 
 
@@ -53,13 +37,8 @@ def server(outputs: tuple[Path, Path]) -> Iterator[Viewer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    _browser_or_skip()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 class Page:
