@@ -48,6 +48,7 @@ __all__ = ["SCORER_ID", "FrameSummary", "ScoredFrame", "score_frame", "score_fra
 
 SCORER_ID = "context-precision"  # the frame's one scorer, as named in thresholds and verdicts
 _ROW = "__ctxprec_row__"  # the run's id: each row's position in the frame
+_NOT_SCORABLE = "not_scorable"  # a row's status and columns= role: nothing to judge, held out
 _ERRORS_SHOWN = 3
 T = TypeVar("T")
 
@@ -209,15 +210,50 @@ def _check_names(table: pa.Table, cfg: Config) -> None:
 
 
 # -- the run ------------------------------------------------------------------------------------
-def _read_back(outdir: Path, rows: int) -> pa.Table:
+def _read_back(outdir: Path, rows: int, held: Mapping[int, str | None]) -> pa.Table:
+    """The run's rows in the frame's order, a row held out as not scorable in its place
+    (status `not_scorable`, its reason in `reason`, no score)."""
     files = part_files(outdir)
     parts = [pq.ParquetFile(f).read() for f in files]  # read_table would import pandas
-    if not parts:
-        return output_schema().empty_table().drop_columns(["id"])
-    table = pa.concat_tables(parts, promote_options="default").sort_by("id")
-    if table.num_rows != rows or table.column("id").to_pylist() != list(range(rows)):
-        raise CtxprecError(f"the run wrote {table.num_rows} of the frame's {rows} rows")
-    return table.drop_columns([c for c in ("id", _ROW) if c in table.column_names])
+    if parts:
+        table = pa.concat_tables(parts, promote_options="default").sort_by("id")
+    else:
+        table = output_schema().empty_table()
+    ids = [i for i in range(rows) if i not in held]
+    if table.num_rows != len(ids) or table.column("id").to_pylist() != ids:
+        raise CtxprecError(f"the run wrote {table.num_rows} of the frame's {len(ids)} rows")
+    table = table.drop_columns([c for c in (_ROW,) if c in table.column_names])
+    if held:
+        skipped = pl.DataFrame(
+            {"id": list(held), "status": _NOT_SCORABLE, "reason": list(held.values())},
+            schema={"id": pl.Int64, "status": pl.String, "reason": pl.String},
+        )
+        scored = pl.DataFrame(pl.from_arrow(table)).with_columns(pl.col("id").cast(pl.Int64))
+        merged = pl.concat([scored, skipped], how="diagonal_relaxed").sort("id")
+        fields = [pa.field(f.name, pa.int64() if f.name == "id" else f.type) for f in table.schema]
+        table = merged.to_arrow().cast(pa.schema(fields))  # nullable: held rows have no figures
+    return table.drop_columns(["id"])
+
+
+def _held_out(table: pa.Table, column: str | None) -> dict[int, str | None]:
+    """The rows the frame's `not_scorable` column marks: True, or a reason (a non-empty
+    string); False, null and "" rows are scored."""
+    if column is None:
+        return {}
+    if column not in table.column_names:
+        raise ConfigError(f"columns={{'not_scorable': {column!r}}}: the frame has no such column")
+    held: dict[int, str | None] = {}
+    for i, value in enumerate(table.column(column).to_pylist()):
+        if isinstance(value, str) and value.strip():
+            held[i] = f"not scorable: {value.strip()}"
+        elif value is True:
+            held[i] = "not scorable"
+        elif value not in (None, False, ""):
+            raise ConfigError(
+                f"column {column!r} (not_scorable) holds {value!r} in row {i}: give True, a "
+                "reason (text), or False / null / empty for a row to score"
+            )
+    return held
 
 
 def _api_words(exc: CtxprecError, path: Path) -> CtxprecError:
@@ -234,15 +270,16 @@ def _api_words(exc: CtxprecError, path: Path) -> CtxprecError:
     return clone
 
 
-def _summary(result: RunResult, verdict: EvalVerdict) -> FrameSummary:
+def _summary(result: RunResult, verdict: EvalVerdict, held: int) -> FrameSummary:
     s = result.summary
     ci = s.get("score_ci95") or {}
     score = s.get("score") or {}
     rows = s.get("rows") or {}
     judge = s.get("judge") or {}
+    statuses = {k: int(v) for k, v in rows.items() if k != "total"}
     return FrameSummary(
-        rows=int(rows.get("total", 0)),
-        statuses={k: int(v) for k, v in rows.items() if k != "total"},
+        rows=int(rows.get("total", 0)) + held,
+        statuses=statuses | ({_NOT_SCORABLE: held} if held else {}),
         mean=score.get("mean"),
         ci95=(ci["low"], ci["high"]) if ci.get("low") is not None else None,
         median=score.get("median"),
@@ -258,12 +295,12 @@ def _summary(result: RunResult, verdict: EvalVerdict) -> FrameSummary:
 
 def _verdict(outdir: Path, scored: pa.Table, limits: Mapping[str, float]) -> EvalVerdict:
     """The thresholds judged on the run's mean exactly as --fail-under judges it; the rows by
-    outcome (ok and empty_context completed, failed an error)."""
+    outcome (ok and empty_context completed, not_scorable skipped, failed an error)."""
     mean, n = run_mean(out_path(outdir))
     statuses = scored.column("status").to_pylist()
     outcomes = {
         "completed": sum(s in (STATUS_OK, STATUS_EMPTY) for s in statuses),
-        "skipped": 0,
+        "skipped": statuses.count(_NOT_SCORABLE),
         "error": statuses.count(STATUS_FAILED),
     }
     errors = scored.column("error").to_pylist()
@@ -279,11 +316,13 @@ async def _score(
     limits: Mapping[str, float],
     progress: bool | str,
     seams: Seams,
+    skip: str | None = None,
 ) -> ScoredFrame:
     kind = _kind(data)
     source, table = _to_arrow(data, kind)
     cfg = _run_columns(cfg, table.column_names)
     _check_names(table, cfg)
+    held = _held_out(table, skip)
     mode = progress if isinstance(progress, str) else ("notebook" if progress else "off")
     folder = Path(tempfile.mkdtemp(prefix="ctxprec-frame-"))  # ours: removed whatever happens
     try:
@@ -291,6 +330,9 @@ async def _score(
         # row numbers by Polars: pa.array imports pandas, which a Polars user may not have
         numbers = pl.int_range(0, table.num_rows, eager=True, dtype=pl.Int64).to_arrow()
         run_table = table.append_column(_ROW, numbers)
+        if held:  # rows with nothing to judge never reach the run
+            keep = [i not in held for i in range(table.num_rows)]
+            run_table = run_table.filter(pa.array(keep, pa.bool_()))
         await anyio.to_thread.run_sync(pq.write_table, run_table, path)
         options = RunOptions(progress=mode, seams=seams)
         with named_as_options():
@@ -298,9 +340,9 @@ async def _score(
                 result = await run_score(str(path), out_path(outdir), cfg, options)
             except CtxprecError as exc:
                 raise _api_words(exc, path) from None
-        scored = await anyio.to_thread.run_sync(_read_back, outdir, table.num_rows)
+        scored = await anyio.to_thread.run_sync(_read_back, outdir, table.num_rows, held)
         verdict = await anyio.to_thread.run_sync(_verdict, outdir, scored, limits)
-        return ScoredFrame(_joined(source, kind, scored), _summary(result, verdict))
+        return ScoredFrame(_joined(source, kind, scored), _summary(result, verdict, len(held)))
     finally:
         await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, folder, True))
 
@@ -324,9 +366,22 @@ async def score_frame_async(
     if columns is not None and map is not None:
         raise TypeError("score_frame() got columns= and map=, the same thing; give one")
     audit = {"audit_model": audit_model, "audit_fraction": audit_fraction}
-    cfg = _settings(config, model, columns if columns is not None else map, options, audit)
+    given, skip = _not_scorable_column(columns if columns is not None else map)
+    cfg = _settings(config, model, given, options, audit)
     limits = thresholds_of(thresholds, [SCORER_ID])
-    return await _score(data, cfg, limits, progress, seams)
+    return await _score(data, cfg, limits, progress, seams, skip)
+
+
+def _not_scorable_column(columns: Any) -> tuple[Any, str | None]:
+    """The column map without its `not_scorable` role (score_frame's own: the run never sees
+    those rows), and that role's column."""
+    if isinstance(columns, str) and _NOT_SCORABLE in columns:  # "query=q,not_scorable=skip"
+        pairs = [part.partition("=") for part in columns.split(",") if part.strip()]
+        columns = {key.strip(): value.strip() for key, _, value in pairs}
+    if not isinstance(columns, Mapping) or _NOT_SCORABLE not in columns:
+        return columns, None
+    rest = {k: v for k, v in columns.items() if k != _NOT_SCORABLE}
+    return rest or None, str(columns[_NOT_SCORABLE])
 
 
 @camel_case_keywords

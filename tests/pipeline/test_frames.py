@@ -148,6 +148,53 @@ def test_a_script_thresholds_failed_rows_and_the_verdict(
     assert verdict.reasons[1] == "1 of 9 rows failed to run: row 5: invalid_input: query is null"
 
 
+def test_rows_marked_not_scorable_are_held_out_and_counted_apart(tmp_path: Path) -> None:
+    """columns={"not_scorable": COL}: True or a reason marks a row with nothing to judge (small
+    talk, a turn that retrieved nothing on purpose): it never reaches the judge, comes back in
+    its place as `not_scorable` with no score, and is left out of the mean and the thresholds,
+    counted as skipped, as run_evals counts ctxprec.not_scorable()."""
+    frame = pl.DataFrame(
+        {
+            "question": ["What is the capital of France?", "hi!", "Who wrote Hamlet?", "thanks"],
+            "answer": ["Paris is the capital of France.", None, "Shakespeare wrote Hamlet.", None],
+            "docs": [["Paris is the capital of France.", "Lyon is big."], [],
+                     ["Hamlet is a play by Shakespeare."], []],
+            "skip": [None, "small talk", "", "thanks only"],
+        }
+    )  # fmt: skip
+    cols = {"query": "question", "expected": "answer", "context": "docs", "not_scorable": "skip"}
+    options = {"cache_dir": tmp_path / "memo"}
+    out, summary = ctxprec.score_frame(
+        frame, model="offline", columns=cols, options=options, thresholds=0.9, progress=False
+    )
+    assert out.get_column("status").to_list() == ["ok", "not_scorable", "ok", "not_scorable"]
+    assert out.get_column("score").to_list() == [1.0, None, 1.0, None]
+    assert out.get_column("reason")[1] == "not scorable: small talk"
+    assert out.get_column("skip").to_list() == frame.get_column("skip").to_list()
+    assert summary.rows == 4
+    assert summary.statuses["not_scorable"] == 2
+    assert summary.mean == 1.0  # the two scored rows only
+    assert summary.judge_calls == 3  # the held rows' items were never judged
+    assert summary.verdict.status == "passed"
+    assert summary.verdict.outcomes == {"completed": 2, "skipped": 2, "error": 0}
+    # the same in pandas, with the map as text and True as the mark
+    flags = frame.with_columns(pl.Series("skip", [False, True, None, True]))
+    back, again = ctxprec.score_frame(
+        flags.to_pandas(), model="offline", map="query=question, expected=answer, context=docs, "
+        "not_scorable=skip", options=options, progress=False,
+    )  # fmt: skip
+    assert list(back["status"]) == ["ok", "not_scorable", "ok", "not_scorable"]
+    assert back["reason"][1] == "not scorable"
+    assert again.judge_calls == 0  # the memo had them
+    with pytest.raises(ConfigError, match="holds 3 in row 0"):
+        ctxprec.score_frame(
+            frame.with_columns(pl.lit(3).alias("skip")), model="offline", columns=cols,
+            progress=False,
+        )  # fmt: skip
+    with pytest.raises(ConfigError, match="no such column"):
+        ctxprec.score_frame(frame, model="offline", columns={**cols, "not_scorable": "nope"})
+
+
 def test_errors_speak_of_the_frame_and_its_column_map(tmp_path: Path) -> None:
     frame = pl.DataFrame({"question": ["q?"], "docs": [["a", "b"]]})
     with pytest.raises(InputError) as caught:
