@@ -318,13 +318,17 @@ def test_version_through_the_console_script_loads_only_the_version() -> None:
 
 def test_every_package_folder_is_shipped() -> None:
     """pyproject.toml lists the packages (setuptools cannot find them under a package-dir map):
-    a package folder on disk that the list leaves out would be missing from the wheel."""
+    a package folder on disk that the list leaves out would be missing from the wheel; and each
+    carries its py.typed marker (.ci/check_wheel.py refuses a wheel without)."""
     import tomllib
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     listed = set(setuptools["tool"]["setuptools"]["packages"])
     on_disk = {m for m, p in ALL.items() if p.name == "__init__.py"}
     assert listed == on_disk
+    untyped = sorted(m for m, p in ALL.items() if p.name == "__init__.py"
+                     and not (p.parent / "py.typed").is_file())  # fmt: skip
+    assert untyped == [], "a package without its py.typed marker (PEP 561)"
     assert setuptools["tool"]["setuptools"]["package-dir"] == {
         package: folder for folder, package in FOLDERS.items()
     }
