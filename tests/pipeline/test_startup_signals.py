@@ -43,9 +43,13 @@ def console_script() -> str:
     return on_path
 
 
-# the package's files, as the installed package's paths name them (pipeline/ is ctxprec)
-_OURS = re.compile(r'File "[^"]*/(?:pipeline|connectors|storage|ctxprec)/[^"]*\.py"')
-_INIT = re.compile(r'File "[^"]*/(?:pipeline|ctxprec)/__init__\.py"')
+# the package's files: this checkout's folders (an editable install) or an installed package
+# (pipeline/ is ctxprec). Anchored, since the checkout itself may sit in a folder named ctxprec
+# (.ci/run clones it so) and the interpreter's own files (site, an editable install's finder)
+# then lie below a /ctxprec/ too
+_ROOTS = rf"(?:{re.escape(str(REPO))}/(?:pipeline|connectors|storage)|[^\"]*/site-packages/ctxprec)"
+_OURS = re.compile(rf'File "{_ROOTS}/[^"]*\.py"')
+_INIT = re.compile(rf'File "{_ROOTS}/__init__\.py"')
 
 
 def outcome(code: int, err: str) -> str:
