@@ -18,7 +18,7 @@ import polars as pl
 
 from ctxprec.storage.core.constants import STATUS_FAILED, STATUS_OK
 from ctxprec.storage.core.errors import StateDamagedError
-from ctxprec.storage.files import layout
+from ctxprec.storage.files import confine, layout
 from ctxprec.storage.files.atomic import atomic_write_bytes
 from ctxprec.storage.files.objpath import OutPath
 from ctxprec.storage.outdir import statefile
@@ -227,7 +227,7 @@ class KeptTexts:
         path = layout.report_texts(self._outdir)
         data = json.dumps({"texts": self._shown}, ensure_ascii=False).encode()
         if not self._shown or len(data) > statefile.REPORT_TEXTS.cap:
-            path.unlink(missing_ok=True)  # too big to keep: the next summary reads the input
+            confine.unlink(self._outdir, path)  # too big to keep: the next summary reads the input
             return
         atomic_write_bytes(path, data)
 
